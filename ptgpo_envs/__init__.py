@@ -1,0 +1,19 @@
+"""PTGPO's multi-turn text environments, registered with Gymnasium under ``ptgpo/``.
+
+``import ptgpo_envs`` registers them all::
+
+    import gymnasium, ptgpo_envs
+    env = gymnasium.make("ptgpo/Household-v0", difficulty="easy")
+    observation, info = env.reset(seed=0)
+    observation, reward, terminated, truncated, info = env.step(info["admissible_actions"][0])
+
+See :mod:`ptgpo_envs.core` for the contract (text observations and actions, ``info`` keys, forking
+with ``snapshot``/``restore``, bad-input handling).
+"""
+
+from ptgpo_envs.core import Snapshot, TextEnv, TextSpace
+from ptgpo_envs.registry import ENVIRONMENTS, EnvSpec, env_ids, get_spec, register_all
+
+register_all()
+
+__all__ = ["ENVIRONMENTS", "EnvSpec", "Snapshot", "TextEnv", "TextSpace", "env_ids", "get_spec"]

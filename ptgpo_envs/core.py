@@ -1,0 +1,237 @@
+"""The text-environment contract every PTGPO environment honours.
+
+A :class:`TextEnv` is a :class:`gymnasium.Env` whose observations and actions are ``str``:
+
+* ``reset(seed=...)`` returns ``(observation, info)`` and ``step(action)`` returns
+  ``(observation, reward, terminated, truncated, info)``. Reward is the task's sparse outcome (1.0 on
+  success, else 0.0) unless a subclass documents partial scores.
+* ``info`` always carries ``task`` (the goal in words), ``admissible_actions`` (exactly the actions valid
+  now), ``state_key`` (a canonical string of the state as the agent observes it, without history: steps
+  with equal keys are "the same state" for step-level grouping) and ``won``; after a step also
+  ``action_valid``. Subclasses may add keys (``task_type``, ``score``...).
+* The same seed and the same actions give identical observations, rewards and infos, in any process.
+* ``snapshot()`` / ``restore(snapshot)`` on the unwrapped environment fork an episode at any step:
+  restoring and replaying reproduces the original continuation exactly. The horizon is counted inside
+  the environment, so a restored episode truncates where the original would have.
+* Bad input never crashes nor corrupts state: an action that is not admissible (empty, malformed,
+  100 KB long, control characters...) uses up a step, earns reward 0, sets ``action_valid=False`` and
+  gets an observation saying it was not understood. Case and surrounding whitespace are ignored when
+  matching admissible actions. A non-``str`` action raises :class:`TypeError`.
+
+Subclasses implement the hooks in the "world" section below; this class owns action matching, step
+counting, the horizon, ``info`` and forking.
+"""
+
+from __future__ import annotations
+
+import copy
+import string
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import gymnasium as gym
+from gymnasium import spaces
+
+__all__ = ["TextEnv", "TextSpace", "Snapshot", "INVALID_ACTION_OBSERVATION", "MAX_ACTION_CHARS"]
+
+#: Longer action strings are rejected without being parsed, so a runaway generation costs nothing.
+MAX_ACTION_CHARS = 4096
+
+INVALID_ACTION_OBSERVATION = (
+    "Nothing happens. That action was not understood: choose one of the admissible actions."
+)
+
+
+class TextSpace(spaces.Text):
+    """Printable Unicode text of at most ``max_length`` characters (newlines and tabs allowed).
+
+    Sampling draws printable ASCII; membership accepts any printable text, since real observations
+    (product titles, game text) are not ASCII-only.
+    """
+
+    def __init__(self, max_length: int, seed: int | None = None):
+        super().__init__(max_length, min_length=0, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return (
+            isinstance(x, str)
+            and len(x) <= self.max_length
+            and all(c.isprintable() or c in "\n\t" for c in x)
+        )
+
+    def __repr__(self) -> str:
+        return f"TextSpace(max_length={self.max_length})"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An opaque, immutable copy of an episode's full state, for :meth:`TextEnv.restore`."""
+
+    env_class: str
+    state: Any
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class of PTGPO's text environments (see the module docstring for the contract)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    #: Default horizon; ``gymnasium.make`` registrations use the same number.
+    default_max_steps: ClassVar[int] = 50
+    observation_max_chars: ClassVar[int] = 65536
+
+    def __init__(self, *, max_steps: int | None = None, render_mode: str | None = None):
+        if max_steps is None:
+            max_steps = self.default_max_steps
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.max_steps = max_steps
+        self.render_mode = render_mode
+        self.observation_space = TextSpace(self.observation_max_chars)
+        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self._steps = 0
+        self._done = True
+        self._observation = ""
+        self._admissible_cache: list[str] | None = None
+
+    # ----------------------------------------------------------------- world (subclass hooks)
+    def _new_episode(self, options: dict[str, Any] | None) -> str:
+        """Build a new episode from ``self.np_random`` and return the first observation."""
+        raise NotImplementedError
+
+    def _admissible_actions(self) -> list[str]:
+        """The canonical actions valid now, in a deterministic order."""
+        raise NotImplementedError
+
+    def _apply(self, action: str) -> tuple[str, float, bool]:
+        """Apply an admissible ``action``; return ``(observation, reward, terminated)``."""
+        raise NotImplementedError
+
+    def _state_key(self) -> str:
+        raise NotImplementedError
+
+    def _task(self) -> str:
+        raise NotImplementedError
+
+    def _won(self) -> bool:
+        raise NotImplementedError
+
+    def _extra_info(self) -> dict[str, Any]:
+        """Environment-specific ``info`` keys (e.g. ``task_type``)."""
+        return {}
+
+    def _get_state(self) -> Any:
+        """Everything that defines the episode now; the default deep-copies ``self._world``."""
+        return copy.deepcopy(self._world)
+
+    def _set_state(self, state: Any) -> None:
+        self._world = copy.deepcopy(state)
+
+    def expert_action(self) -> str:
+        """An action of an optimal (or near-optimal) solver from the current state."""
+        raise NotImplementedError(f"{type(self).__name__} has no expert")
+
+    # ----------------------------------------------------------------- gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._steps = 0
+        self._done = False
+        self._admissible_cache = None
+        self._observation = self._new_episode(options)
+        return self._observation, self._info()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):
+            raise TypeError(
+                f"actions are text: expected str, got {type(action).__name__} ({action!r:.80})"
+            )
+        if self._done:
+            raise RuntimeError("the episode has ended: call reset() before step()")
+        canonical = self.match_action(action)
+        self._steps += 1
+        self._admissible_cache = None
+        if canonical is None:
+            observation, reward, terminated = INVALID_ACTION_OBSERVATION, 0.0, False
+        else:
+            observation, reward, terminated = self._apply(canonical)
+        truncated = not terminated and self._steps >= self.max_steps
+        self._done = terminated or truncated
+        self._observation = observation
+        info = self._info()
+        info["action_valid"] = canonical is not None
+        return observation, float(reward), bool(terminated), bool(truncated), info
+
+    def render(self) -> str | None:
+        return self._observation if self.render_mode == "ansi" else None
+
+    # ----------------------------------------------------------------- helpers
+    def admissible_actions(self) -> list[str]:
+        if self._admissible_cache is None:
+            self._admissible_cache = list(self._admissible_actions())
+        return list(self._admissible_cache)
+
+    def match_action(self, action: str) -> str | None:
+        """The admissible action that ``action`` names (ignoring case and surrounding whitespace)."""
+        if len(action) > MAX_ACTION_CHARS:
+            return None
+        wanted = action.strip().casefold()
+        if not wanted:
+            return None
+        for candidate in self.admissible_actions():
+            if candidate.casefold() == wanted:
+                return candidate
+        return None
+
+    def _info(self) -> dict[str, Any]:
+        info = {
+            "task": self._task(),
+            "admissible_actions": self.admissible_actions() if not self._done else [],
+            "state_key": self._state_key(),
+            "won": bool(self._won()),
+            "step": self._steps,
+        }
+        info.update(self._extra_info())
+        return info
+
+    @property
+    def steps_taken(self) -> int:
+        return self._steps
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    # ----------------------------------------------------------------- forking
+    def snapshot(self) -> Snapshot:
+        """Copy the episode's whole state (world, step count, RNG, last observation)."""
+        return Snapshot(
+            env_class=type(self).__qualname__,
+            state=(
+                self._get_state(),
+                self._steps,
+                self._done,
+                self._observation,
+                copy.deepcopy(self.np_random.bit_generator.state),
+            ),
+        )
+
+    def restore(self, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
+        """Return to ``snapshot`` (taken on an environment of the same class and kwargs).
+
+        Returns the observation and ``info`` of that moment, as ``reset``/``step`` gave them.
+        """
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"restore() takes a Snapshot from snapshot(), got {type(snapshot).__name__}")
+        if snapshot.env_class != type(self).__qualname__:
+            raise ValueError(
+                f"this snapshot was taken on a {snapshot.env_class}, not a {type(self).__qualname__}"
+            )
+        world, steps, done, observation, rng_state = snapshot.state
+        self._set_state(world)
+        self._steps, self._done, self._observation = steps, done, observation
+        self.np_random.bit_generator.state = copy.deepcopy(rng_state)
+        self._admissible_cache = None
+        return observation, self._info()
