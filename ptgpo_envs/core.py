@@ -221,7 +221,8 @@ class TextEnv(gym.Env[str, str]):
     def restore(self, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
         """Return to ``snapshot`` (taken on an environment of the same class and kwargs).
 
-        Returns the observation and ``info`` of that moment, as ``reset``/``step`` gave them.
+        Returns the observation and ``info`` of that moment, as ``reset``/``step`` gave them less
+        ``action_valid``, which belongs to the step that led there rather than to the state.
         """
         if not isinstance(snapshot, Snapshot):
             raise TypeError(f"restore() takes a Snapshot from snapshot(), got {type(snapshot).__name__}")
