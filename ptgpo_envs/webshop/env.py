@@ -1,0 +1,302 @@
+"""WebShop in text mode: search, browse and buy the product an instruction describes.
+
+Pages and actions follow the original's text environment (``web_agent_text_env.py``):
+
+* **search page**: ``search[query]``. Any query of 1-500 printable characters is accepted (keyword
+  case-insensitive, the query lower-cased and its whitespace collapsed, as the original does).
+  ``admissible_actions`` lists one concrete search, ``search[<the instruction, lower-cased>]``: the
+  template of the grammar, filled with the one query every agent can see (the original's imitation
+  baseline offers the same one among its choices). Agents may type any other query.
+* **results page**: up to 10 of the (at most 50) hits, ``click[<asin>]``, ``click[next >]`` (when more
+  hits follow), ``click[< prev]`` (after page 1) and ``click[back to search]``.
+* **item page**: ``click[<option value>]`` for each value of each option (size, color...; clicking
+  replaces that option's value), ``click[description]``, ``click[features]``, ``click[reviews]``,
+  ``click[buy now]``, ``click[< prev]`` (back to the results; selected options are dropped) and
+  ``click[back to search]``. A value equal to a button's name is shadowed by the button.
+* **description / features / reviews pages**: ``click[< prev]`` (back to the item, options kept) and
+  ``click[back to search]``.
+
+Clicks match a listed clickable ignoring case and surrounding whitespace. ``click[buy now]`` ends the
+episode with WebShop's reward (:mod:`ptgpo_envs.webshop.reward`) as the step reward and as
+``info["score"]`` (0.0 before); ``won`` means a score of exactly 1. The horizon is 15 steps.
+
+Observations are the original's "simple" text mode: the page's visible texts joined by ``" [SEP] "``,
+starting with ``WebShop [SEP] Instruction: [SEP] <instruction>``. On the item page the selected options
+are stated first ("You have clicked large."), as the original's rich text mode does. ``state_key`` is
+the observation without the instruction part.
+
+Goals come from ``data_path`` (or ``$WEBSHOP_DATA``), the folder of the original files, or else from the
+bundled catalogue; ``split`` selects the original's goal split ("train", "eval", "test" = the first 500,
+"all"). ``reset(options={"goal_index": i})`` plays goal ``i`` of the split; otherwise it is drawn with
+the reset seed. The expert (:mod:`ptgpo_envs.webshop.expert`) knows the goal's product.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ptgpo_envs.core import MAX_ACTION_CHARS, TextEnv
+from ptgpo_envs.webshop.data import Catalog, get_catalog
+from ptgpo_envs.webshop.reward import purchase_reward
+from ptgpo_envs.webshop.search import SearchIndex
+
+__all__ = ["WebShopEnv", "MAX_QUERY_CHARS", "PRODUCTS_PER_PAGE"]
+
+MAX_QUERY_CHARS = 500
+PRODUCTS_PER_PAGE = 10
+SEP = " [SEP] "
+
+SEARCH, RESULTS, ITEM, DONE = "search", "results", "item", "done"
+SUB_PAGES = ("description", "features", "reviews")
+
+BACK_TO_SEARCH = "back to search"
+NEXT_PAGE = "next >"
+PREV_PAGE = "< prev"
+BUY_NOW = "buy now"
+
+_SEARCH_ACTION = re.compile(r"search\[(.*)\]", re.IGNORECASE | re.DOTALL)
+
+# Keyed by id(); the catalogue is kept in the value so that its id cannot be reused.
+_indexes: dict[int, tuple[Catalog, SearchIndex]] = {}
+
+
+def _index_for(catalog: Catalog, cache_dir: str | os.PathLike[str] | None) -> SearchIndex:
+    """One search index per catalogue per process (vectorised copies of the env share it)."""
+    if id(catalog) not in _indexes:
+        index = SearchIndex.load_or_build(
+            catalog.documents(), Path(cache_dir) if cache_dir is not None else None
+        )
+        _indexes[id(catalog)] = (catalog, index)
+    return _indexes[id(catalog)][1]
+
+
+@dataclass(frozen=True)
+class _Page:
+    """Where the shopper is: everything that determines the page, the score and what is clickable."""
+
+    goal_index: int
+    name: str = SEARCH
+    query: str = ""
+    hits: tuple[str, ...] = ()
+    page_number: int = 1
+    asin: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+    score: float = 0.0
+    reward_info: dict[str, Any] | None = field(default=None, compare=False)
+
+
+class WebShopEnv(TextEnv):
+    """WebShop text mode (see the module docstring)."""
+
+    default_max_steps: ClassVar[int] = 15
+
+    def __init__(
+        self,
+        *,
+        data_path: str | os.PathLike[str] | None = None,
+        split: str = "train",
+        cache_dir: str | os.PathLike[str] | None = None,
+        max_steps: int | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__(max_steps=max_steps, render_mode=render_mode)
+        if data_path is None:
+            data_path = os.environ.get("WEBSHOP_DATA") or None
+        self.catalog = get_catalog(data_path)
+        self.goal_indices = self.catalog.split_indices(split)
+        self.split = split
+        self.search_index = _index_for(self.catalog, cache_dir)
+        self._world = _Page(goal_index=self.goal_indices[0])
+
+    # ----------------------------------------------------------------- reading the state
+    @property
+    def goal(self) -> dict[str, Any]:
+        return self.catalog.goals[self._world.goal_index]
+
+    @property
+    def page(self) -> _Page:
+        return self._world
+
+    def _page_hits(self) -> tuple[str, ...]:
+        start = (self._world.page_number - 1) * PRODUCTS_PER_PAGE
+        return self._world.hits[start : start + PRODUCTS_PER_PAGE]
+
+    def _clickables(self) -> dict[str, str]:
+        """Clickable text (lower case) → what it does, in page order."""
+        page = self._world
+        if page.name == RESULTS:
+            clicks = {BACK_TO_SEARCH: "search"}
+            if page.page_number > 1:
+                clicks[PREV_PAGE] = "prev"
+            if page.page_number * PRODUCTS_PER_PAGE < len(page.hits):
+                clicks[NEXT_PAGE] = "next"
+            for asin in self._page_hits():
+                clicks[asin.lower()] = "asin:" + asin
+            return clicks
+        if page.name == ITEM:
+            clicks = {BACK_TO_SEARCH: "search", PREV_PAGE: "prev"}
+            option_clicks: dict[str, str] = {}
+            for name, values in self.catalog.by_asin[page.asin]["options"].items():
+                for value in values:
+                    option_clicks[value] = "option:" + name
+            buttons = {sub: "sub" for sub in SUB_PAGES}
+            buttons[BUY_NOW] = "buy"
+            clicks.update({v: a for v, a in option_clicks.items() if v not in clicks and v not in buttons})
+            clicks.update(buttons)
+            return clicks
+        if page.name in SUB_PAGES:
+            return {BACK_TO_SEARCH: "search", PREV_PAGE: "prev"}
+        return {}
+
+    # ----------------------------------------------------------------- hooks
+    def _new_episode(self, options: dict[str, Any] | None) -> str:
+        options = options or {}
+        unknown = set(options) - {"goal_index"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; WebShop takes 'goal_index'")
+        if "goal_index" in options:
+            index = options["goal_index"]
+            if not isinstance(index, int) or not 0 <= index < len(self.goal_indices):
+                raise ValueError(
+                    f"goal_index must be an int in [0, {len(self.goal_indices)}) for the "
+                    f"{self.split!r} split, got {index!r}"
+                )
+        else:
+            index = int(self.np_random.integers(len(self.goal_indices)))
+        self._world = _Page(goal_index=self.goal_indices[index])
+        return self._render()
+
+    def _admissible_actions(self) -> list[str]:
+        if self._world.name == SEARCH:
+            return [f"search[{self._instruction_query()}]"]
+        return [f"click[{text}]" for text in self._clickables()]
+
+    def match_action(self, action: str) -> str | None:
+        """Free-form ``search[...]`` on the search page; elsewhere an admissible click."""
+        if len(action) > MAX_ACTION_CHARS:
+            return None
+        if self._world.name != SEARCH:
+            return super().match_action(action)
+        found = _SEARCH_ACTION.fullmatch(action.strip())
+        if found is None:
+            return None
+        query = " ".join(found.group(1).split()).lower()
+        if not query or len(query) > MAX_QUERY_CHARS or not query.isprintable():
+            return None
+        return f"search[{query}]"
+
+    def _apply(self, action: str) -> tuple[str, float, bool]:
+        page = self._world
+        if page.name == SEARCH:
+            query = action[len("search[") : -1]
+            hits = tuple(self.search_index.search(query))
+            self._world = replace(page, name=RESULTS, query=query, hits=hits, page_number=1)
+            return self._render(), 0.0, False
+        effect = self._clickables()[action[len("click[") : -1]]
+        reward, terminated = 0.0, False
+        if effect == "search":
+            self._world = _Page(goal_index=page.goal_index)
+        elif effect == "next":
+            self._world = replace(page, page_number=page.page_number + 1)
+        elif effect == "prev" and page.name == RESULTS:
+            self._world = replace(page, page_number=page.page_number - 1)
+        elif effect == "prev" and page.name == ITEM:
+            self._world = replace(page, name=RESULTS, asin=None, options=())
+        elif effect == "prev":
+            self._world = replace(page, name=ITEM)
+        elif effect.startswith("asin:"):
+            self._world = replace(page, name=ITEM, asin=effect[len("asin:") :], options=())
+        elif effect.startswith("option:"):
+            chosen = dict(page.options)
+            chosen[effect[len("option:") :]] = action[len("click[") : -1]
+            self._world = replace(page, options=tuple(chosen.items()))
+        elif effect == "sub":
+            self._world = replace(page, name=action[len("click[") : -1])
+        elif effect == "buy":
+            breakdown = purchase_reward(
+                self.catalog.by_asin[page.asin], self.goal, self.catalog.prices[page.asin], dict(page.options)
+            )
+            reward, terminated = breakdown.reward, True
+            self._world = replace(page, name=DONE, score=breakdown.reward, reward_info=breakdown.as_dict())
+        return self._render(), reward, terminated
+
+    def _state_key(self) -> str:
+        return self._body()
+
+    def _task(self) -> str:
+        return self.goal["instruction_text"]
+
+    def _won(self) -> bool:
+        return self._world.name == DONE and self._world.score == 1.0
+
+    def _extra_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "score": self._world.score,
+            "task_type": self.goal["category"],
+            "goal_index": self._world.goal_index,
+        }
+        if self._world.name == DONE:
+            info["purchased_asin"] = self._world.asin
+            info["reward_info"] = dict(self._world.reward_info or {})
+        return info
+
+    def expert_action(self) -> str:
+        from ptgpo_envs.webshop.expert import expert_action
+
+        return expert_action(self)
+
+    # ----------------------------------------------------------------- rendering
+    def _instruction_query(self) -> str:
+        query = " ".join(self.goal["instruction_text"].split()).lower()
+        return query[:MAX_QUERY_CHARS].strip() or "product"
+
+    def _render(self) -> str:
+        return f"WebShop{SEP}Instruction:{SEP}{self.goal['instruction_text']}{SEP}{self._body()}"
+
+    def _body(self) -> str:
+        page = self._world
+        if page.name == SEARCH:
+            return "Search"
+        if page.name == RESULTS:
+            parts = ["Back to Search", f"Page {page.page_number} (Total results: {len(page.hits)})"]
+            if page.page_number > 1:
+                parts.append("< Prev")
+            if page.page_number * PRODUCTS_PER_PAGE < len(page.hits):
+                parts.append("Next >")
+            for asin in self._page_hits():
+                product = self.catalog.by_asin[asin]
+                parts += [asin, product["Title"], product["Price"]]
+            return SEP.join(parts)
+        product = self.catalog.by_asin[page.asin] if page.asin else None
+        if page.name == ITEM:
+            parts = [f"You have clicked {value}." for _, value in page.options]
+            parts += ["Back to Search", "< Prev"]
+            for name, values in product["options"].items():
+                parts += [name, *values]
+            parts += [
+                product["Title"],
+                f"Price: {product['Price']}",
+                f"Rating: {product['Rating']}",
+                "Description",
+                "Features",
+                "Reviews",
+                "Buy Now",
+            ]
+            return SEP.join(parts)
+        if page.name == "description":
+            return SEP.join(["Back to Search", "< Prev", product["Description"] or "No description."])
+        if page.name == "features":
+            return SEP.join(["Back to Search", "< Prev", *(product["BulletPoints"] or ["No features."])])
+        if page.name == "reviews":
+            reviews = [
+                f"{review['title']} [{review['score']} stars] {review['body']}".strip()
+                for review in product["Reviews"]
+            ]
+            return SEP.join(["Back to Search", "< Prev", *(reviews or ["No reviews."])])
+        return SEP.join(
+            ["Thank you for shopping with us!", "Your score (min 0.0, max 1.0)", f"{page.score:.4f}"]
+        )
