@@ -1,0 +1,138 @@
+"""The driver: validate the config, build the signal (outcome, or coverage in all-equal groups), run
+the registered estimator, zero the groups that cannot be compared, and report per-group diagnostics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ptgpo_algos.advantages.config import validate_config
+from ptgpo_algos.advantages.registry import get_estimator
+from ptgpo_algos.advantages.signal import coverage_signal, outcome_all_equal, outcome_signal
+from ptgpo_algos.advantages.table import StepTable
+from ptgpo_algos.data import Trajectory
+
+__all__ = [
+    "AdvantageResult",
+    "GroupDiagnostics",
+    "compute_advantages",
+    "compute_advantages_with_diagnostics",
+    "estimate_advantages",
+    "summarize_diagnostics",
+]
+
+
+@dataclass(frozen=True)
+class GroupDiagnostics:
+    """What one group's advantages looked like, for logs.
+
+    ``outcome_all_equal``: >= 2 non-empty trajectories and equal environment returns (no outcome
+    direction); ``coverage_applied``: that, with ``coverage_beta > 0``. ``branching_nodes`` (prefix-tree
+    nodes with >= 2 distinct actions) and ``backoff_steps`` (steps credited by the HGPO back-off) are
+    set by ptgpo only, ``None`` for the other estimators.
+    """
+
+    n_trajectories: int
+    n_steps: int
+    nonzero_steps: int
+    outcome_all_equal: bool
+    coverage_applied: bool
+    branching_nodes: int | None = None
+    backoff_steps: int | None = None
+
+    @property
+    def nonzero_fraction(self) -> float:
+        """Fraction of the group's steps with a non-zero advantage (0 for a group without steps)."""
+        return self.nonzero_steps / self.n_steps if self.n_steps else 0.0
+
+
+@dataclass(frozen=True)
+class AdvantageResult:
+    """``advantages``: one per step in :class:`StepTable` order; ``diagnostics``: one per group."""
+
+    advantages: np.ndarray
+    diagnostics: list[GroupDiagnostics]
+
+
+def estimate_advantages(name: str, table: StepTable, **config: Any) -> AdvantageResult:
+    """The array form of :func:`compute_advantages`: advantages for a prebuilt :class:`StepTable`.
+
+    Groups with fewer than two non-empty trajectories get zeros whatever the estimator (a lone
+    trajectory has nothing to be compared with, even where states repeat within it). In groups whose
+    environment returns are all equal and ``coverage_beta > 0``, the estimator runs on the coverage
+    signal (``C_{i,t}``, ``C_{i,0}``) and its output is scaled by ``coverage_beta``.
+    """
+    spec = get_estimator(name)
+    own = validate_config(name, spec.defaults, config)
+    gamma, penalty, beta = own.pop("gamma"), own.pop("invalid_penalty"), own.pop("coverage_beta")
+
+    comparable = np.bincount(
+        table.trajectory_group[table.trajectory_length > 0], minlength=table.n_groups
+    ) >= 2
+    all_equal = outcome_all_equal(table)
+    use_coverage = all_equal & (beta > 0)
+    signal = outcome_signal(table, gamma, penalty)
+    if use_coverage.any():
+        signal = signal.where(use_coverage, coverage_signal(table, gamma, penalty), table)
+
+    estimate = spec.function(table, signal, **own)
+    scale = np.where(use_coverage, beta, 1.0) * comparable
+    advantages = np.where(scale[table.group] != 0, estimate.advantages * scale[table.group], 0.0)
+
+    steps = np.bincount(table.group, minlength=table.n_groups)
+    nonzero = np.bincount(table.group[advantages != 0], minlength=table.n_groups)
+    counts = {key: np.where(comparable, value, 0) for key, value in estimate.group_counts.items()}
+    diagnostics = [
+        GroupDiagnostics(
+            n_trajectories=int(table.group_size[g]),
+            n_steps=int(steps[g]),
+            nonzero_steps=int(nonzero[g]),
+            outcome_all_equal=bool(all_equal[g]),
+            coverage_applied=bool(use_coverage[g]),
+            **{key: int(value[g]) for key, value in counts.items()},
+        )
+        for g in range(table.n_groups)
+    ]
+    return AdvantageResult(advantages, diagnostics)
+
+
+def compute_advantages_with_diagnostics(
+    name: str, batch: Sequence[Sequence[Trajectory]], **config: Any
+) -> tuple[list[list[list[float]]], list[GroupDiagnostics]]:
+    """:func:`compute_advantages` plus one :class:`GroupDiagnostics` per group."""
+    table = StepTable.from_batch(batch)
+    result = estimate_advantages(name, table, **config)
+    return table.to_nested(result.advantages), result.diagnostics
+
+
+def compute_advantages(
+    name: str, batch: Sequence[Sequence[Trajectory]], **config: Any
+) -> list[list[list[float]]]:
+    """Per-step advantages of estimator ``name`` (one of ``ESTIMATORS``) for a batch of groups.
+
+    Returns groups of trajectories of float lists, aligned with ``batch`` (a zero-length trajectory
+    gives an empty list). ``config`` keys are the estimator's (see ``estimator_defaults(name)``).
+    Raises ``ValueError`` for an unknown name, an unknown or out-of-range config key, a malformed
+    batch or a non-finite reward.
+    """
+    return compute_advantages_with_diagnostics(name, batch, **config)[0]
+
+
+def summarize_diagnostics(diagnostics: Sequence[GroupDiagnostics]) -> dict[str, float]:
+    """Batch totals for a JSONL log line: groups, steps, nonzero_fraction (over steps),
+    all_equal_groups, coverage_groups, and for ptgpo branching_nodes and backoff_steps."""
+    steps = sum(d.n_steps for d in diagnostics)
+    summary: dict[str, float] = {
+        "groups": len(diagnostics),
+        "steps": steps,
+        "nonzero_fraction": sum(d.nonzero_steps for d in diagnostics) / steps if steps else 0.0,
+        "all_equal_groups": sum(d.outcome_all_equal for d in diagnostics),
+        "coverage_groups": sum(d.coverage_applied for d in diagnostics),
+    }
+    for key in ("branching_nodes", "backoff_steps"):
+        values = [getattr(d, key) for d in diagnostics if getattr(d, key) is not None]
+        if values:
+            summary[key] = sum(values)
+    return summary

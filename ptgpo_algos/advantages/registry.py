@@ -1,0 +1,71 @@
+"""Estimators registered by name (the verl ``core_algos`` pattern).
+
+An estimator is a pure function ``fn(table, signal, **own_config) -> Estimate``: it reads the
+:class:`StepTable` and the :class:`Signal` (the values it credits) and returns one advantage per step.
+Its keyword-only parameters, with their defaults, *are* its configuration keys; every estimator also
+accepts the common keys ``gamma``, ``invalid_penalty`` and ``coverage_beta``, which the driver
+(:func:`ptgpo_algos.advantages.estimate.estimate_advantages`) applies by building the signal.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ptgpo_algos.advantages.config import COMMON_DEFAULTS, CONFIG_KEYS
+
+__all__ = ["Estimate", "EstimatorSpec", "get_estimator", "register_estimator", "registered_names"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An estimator's output: ``advantages`` (n_steps,) and optional per-group counts for logs."""
+
+    advantages: np.ndarray
+    group_counts: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    name: str
+    function: Callable[..., Estimate]
+    defaults: Mapping[str, Any]  # every accepted config key and its default
+
+
+_REGISTRY: dict[str, EstimatorSpec] = {}
+
+
+def register_estimator(name: str, *, coverage_beta: float = 0.0) -> Callable:
+    """Register ``fn`` under ``name``; ``coverage_beta`` is this estimator's default for that key."""
+
+    def decorator(function: Callable[..., Estimate]) -> Callable[..., Estimate]:
+        own = {
+            parameter.name: parameter.default
+            for parameter in inspect.signature(function).parameters.values()
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+        }
+        unknown = set(own) - set(CONFIG_KEYS)
+        if name in _REGISTRY or unknown:
+            raise RuntimeError(f"cannot register {name!r}: duplicate name or undocumented keys {unknown}")
+        defaults = {**COMMON_DEFAULTS, "coverage_beta": coverage_beta, **own}
+        _REGISTRY[name] = EstimatorSpec(name, function, MappingProxyType(defaults))
+        return function
+
+    return decorator
+
+
+def registered_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def get_estimator(name: str) -> EstimatorSpec:
+    """The estimator registered as ``name``; ``ValueError`` listing the valid names otherwise."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; valid names: {', '.join(_REGISTRY)}"
+        )
+    return _REGISTRY[name]

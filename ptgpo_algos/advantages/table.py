@@ -1,0 +1,180 @@
+"""The array form of a batch: one row per step, with states, actions and histories interned to ints.
+
+Every estimator reads a :class:`StepTable` instead of Python objects, so the math is numpy group-bys
+(``np.bincount`` / ``np.unique``) over integer keys. Strings are hashed once here, in a single pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ptgpo_algos.advantages.ops import compact_ids
+from ptgpo_algos.data import Step, Trajectory
+
+__all__ = ["StepTable"]
+
+
+@dataclass(frozen=True, eq=False)
+class StepTable:
+    """A batch as flat per-step arrays, ordered by group, then trajectory, then time.
+
+    Ids are interned *per group*: two steps share a ``state`` id iff they are in the same group and
+    have equal ``state_key``; the same for ``action``. ``node`` is the prefix-tree node of a step:
+    two steps share it iff they are in the same group and their histories
+    ``(s_0, a_0, ..., s_{t-1}, a_{t-1}, s_t)`` are equal by content (shared ``Step`` objects and equal
+    copies give the same ids). All id ranges are compact: ``0 .. n_states - 1`` and so on.
+    """
+
+    group: np.ndarray  # (n_steps,) int64: index of the step's group in the batch
+    trajectory: np.ndarray  # (n_steps,) int64: batch-wide index of the step's trajectory
+    time: np.ndarray  # (n_steps,) int64: t, the step's position in its trajectory
+    state: np.ndarray  # (n_steps,) int64: id of (group, state_key)
+    action: np.ndarray  # (n_steps,) int64: id of (group, action)
+    node: np.ndarray  # (n_steps,) int64: id of (group, history up to s_t)
+    reward: np.ndarray  # (n_steps,) float64: the environment's reward
+    valid: np.ndarray  # (n_steps,) bool: the action was admissible
+    trajectory_group: np.ndarray  # (n_trajectories,) int64: group of each trajectory
+    trajectory_length: np.ndarray  # (n_trajectories,) int64: steps of each trajectory (may be 0)
+    group_size: np.ndarray  # (n_groups,) int64: trajectories per group, empty ones included
+    n_states: int
+    n_actions: int
+    n_nodes: int
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.group.shape[0])
+
+    @property
+    def n_trajectories(self) -> int:
+        return int(self.trajectory_group.shape[0])
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.group_size.shape[0])
+
+    @classmethod
+    def from_batch(cls, batch: Sequence[Sequence[Trajectory]]) -> "StepTable":
+        """Flatten ``batch`` (a list of groups, each a list of :class:`Trajectory` or of step lists).
+
+        Raises ``ValueError`` for a malformed batch or a reward that is not a finite number.
+        """
+        if not _is_list_of(batch):
+            raise ValueError(
+                f"batch must be a list of groups, each a list of Trajectory; got {type(batch).__name__}"
+            )
+        steps: list[Step] = []
+        trajectory_group, trajectory_length, group_size = [], [], []
+        for g, group in enumerate(batch):
+            if not _is_list_of(group):
+                raise ValueError(
+                    f"batch[{g}] must be a group (a list of Trajectory), got {type(group).__name__}; "
+                    "wrap a single group as [group]"
+                )
+            for i, trajectory in enumerate(group):
+                trajectory_steps = trajectory.steps if isinstance(trajectory, Trajectory) else trajectory
+                if not _is_list_of(trajectory_steps):
+                    raise ValueError(f"batch[{g}][{i}] must be a Trajectory or a list of Step")
+                steps.extend(trajectory_steps)
+                trajectory_group.append(g)
+                trajectory_length.append(len(trajectory_steps))
+            group_size.append(len(group))
+        try:
+            state_keys = [step.state_key for step in steps]
+            actions = [step.action for step in steps]
+            rewards = [step.reward for step in steps]
+            valid = np.array([bool(step.valid) for step in steps], dtype=bool)
+        except AttributeError:
+            raise ValueError("every trajectory must be a Trajectory or a list of Step") from None
+        try:
+            reward = np.asarray(rewards, dtype=np.float64)
+            if reward.shape != (len(steps),):
+                raise ValueError("a reward is not a scalar")
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"every Step.reward must be a number: {error}") from None
+
+        lengths = np.asarray(trajectory_length, dtype=np.int64)
+        n_trajectories = lengths.shape[0]
+        trajectory = np.repeat(np.arange(n_trajectories, dtype=np.int64), lengths)
+        group = np.repeat(np.asarray(trajectory_group, dtype=np.int64), lengths)
+        time = np.arange(len(steps), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        bad = np.flatnonzero(~np.isfinite(reward))
+        if bad.size:
+            p = int(bad[0])
+            index_in_group = trajectory[p] - trajectory_group.index(int(group[p]))
+            raise ValueError(
+                f"reward {reward[p]} at batch[{group[p]}][{index_in_group}] step {time[p]} is not "
+                f"finite ({bad.size} such rewards); rewards must be finite numbers"
+            )
+        state, n_states = _intern_per_group(state_keys, group)
+        action, n_actions = _intern_per_group(actions, group)
+        node, n_nodes = _prefix_tree_nodes(state, n_states, action, n_actions, time)
+        return cls(
+            group=group,
+            trajectory=trajectory,
+            time=time,
+            state=state,
+            action=action,
+            node=node,
+            reward=reward,
+            valid=valid,
+            trajectory_group=np.asarray(trajectory_group, dtype=np.int64),
+            trajectory_length=lengths,
+            group_size=np.asarray(group_size, dtype=np.int64),
+            n_states=n_states,
+            n_actions=n_actions,
+            n_nodes=n_nodes,
+        )
+
+    def to_nested(self, values: np.ndarray) -> list[list[list[float]]]:
+        """Split a per-step array into the batch's shape: groups of trajectories of float lists."""
+        flat = np.asarray(values, dtype=np.float64).tolist()
+        ends = np.cumsum(self.trajectory_length).tolist()
+        starts = [0] + ends[:-1]
+        per_trajectory = [flat[start:end] for start, end in zip(starts, ends)]
+        group_ends = np.cumsum(self.group_size).tolist()
+        group_starts = [0] + group_ends[:-1]
+        return [per_trajectory[start:end] for start, end in zip(group_starts, group_ends)]
+
+
+def _is_list_of(value: object) -> bool:
+    """A list/tuple-like container, not one of the data objects or a string mistaken for one."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, Step, Trajectory))
+
+
+def _intern_per_group(values: list, group: np.ndarray) -> tuple[np.ndarray, int]:
+    """Compact ids of ``(group, value)``: two C-speed dict passes over the values, one ``np.unique``."""
+    ids = dict.fromkeys(values)
+    for index, value in enumerate(ids):  # loops over the distinct values only
+        ids[value] = index
+    raw = np.fromiter(map(ids.__getitem__, values), dtype=np.int64, count=len(values))
+    return compact_ids(group * max(len(ids), 1) + raw)
+
+
+def _prefix_tree_nodes(
+    state: np.ndarray, n_states: int, action: np.ndarray, n_actions: int, time: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """Compact ids of the histories ``(group, s_0, a_0, ..., s_t)``, depth by depth.
+
+    The node at depth 0 is the (group-unique) state id; at depth t it is the pair
+    ``(edge, s_t)`` with ``edge = (node at t-1, a_{t-1})``. Each depth is two ``np.unique`` calls,
+    and every key stays below ``n_steps**2``, so int64 never overflows.
+    """
+    node = np.empty(time.shape[0], dtype=np.int64)
+    order = np.argsort(time, kind="stable")
+    bounds = np.searchsorted(time[order], np.arange(int(time.max(initial=-1)) + 2))
+    n_nodes = 0
+    for depth in range(bounds.shape[0] - 1):
+        steps = order[bounds[depth] : bounds[depth + 1]]
+        if depth == 0:
+            key = state[steps]
+        else:
+            previous = steps - 1
+            edge, _ = compact_ids(node[previous] * max(n_actions, 1) + action[previous])
+            key = edge * max(n_states, 1) + state[steps]
+        ids, n_new = compact_ids(key)
+        node[steps] = ids + n_nodes
+        n_nodes += n_new
+    return node, n_nodes

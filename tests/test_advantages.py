@@ -1,0 +1,351 @@
+"""Hand-worked groups for every advantage estimator: numbers written out, arithmetic in comments.
+
+Notation: R = episode return after the invalid-action penalty, G = discounted step return,
+norm = mean_std_norm unless a test says mean_norm; e = 1e-6 (the std guard); s(x) = sample std.
+Shared numbers: for R = {1, -0.1, 0}: mean 0.3, deviations 0.7 / -0.4 / -0.3,
+s = sqrt((0.49 + 0.16 + 0.09) / 2) = sqrt(0.37) = 0.608276253, so norm gives
+0.7 / 0.608277253 = 1.150791019, -0.4 / ... = -0.657594868, -0.3 / ... = -0.493196151.
+For a pool of two values at distance d: norm = +-(d / 2) / (d / sqrt(2) + e).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ptgpo_algos import (
+    ESTIMATORS,
+    Step,
+    Trajectory,
+    compute_advantages,
+    compute_advantages_with_diagnostics,
+    summarize_diagnostics,
+)
+
+E0, E1, E2 = 1.150791019249, -0.657594868142, -0.493196151107  # norm of R = {1, -0.1, 0}
+
+
+def S(state: str, action: str, reward: float = 0.0, valid: bool = True) -> Step:
+    return Step(state, action, reward, valid)
+
+
+def T(*steps: Step) -> Trajectory:
+    return Trajectory(list(steps))
+
+
+def assert_advantages(actual, expected, rel=1e-9):
+    assert [[len(t) for t in g] for g in actual] == [[len(t) for t in g] for g in expected]
+    for got_group, want_group in zip(actual, expected):
+        for got, want in zip(got_group, want_group):
+            assert got == pytest.approx(want, rel=rel, abs=1e-12)
+
+
+def three_returns_group() -> list[Trajectory]:
+    """Unequal lengths and one invalid action: R = 1, -0.1 (penalty 0.1), 0."""
+    return [
+        T(S("a", "x"), S("b", "y", 1.0)),
+        T(S("a", "x", 0.0, valid=False)),
+        T(S("a", "z"), S("c", "x"), S("d", "y")),
+    ]
+
+
+def all_failed_group() -> list[Trajectory]:
+    """Environment returns 0 and 0; the states give coverage C (gamma 0.5, penalty 0.1):
+    T0 states A B A: c = [1 (B new), 0 (A seen), 0 (last)] -> C = [1, 0, 0];
+    T1 states A A, last step invalid: c = [0 (A seen), -0.1] -> C = [0 + 0.5 * -0.1, -0.1] = [-0.05, -0.1]."""
+    return [
+        T(S("A", "x"), S("B", "x"), S("A", "x")),
+        T(S("A", "y"), S("A", "y", 0.0, valid=False)),
+    ]
+
+
+# ---------------------------------------------------------------- grpo
+
+
+def test_grpo_unequal_lengths_and_invalid_action():
+    # R = {1, -0.1, 0} -> E0, E1, E2 on every step of each trajectory.
+    actual = compute_advantages("grpo", [three_returns_group()])
+    assert_advantages(actual, [[[E0, E0], [E1], [E2, E2, E2]]])
+
+
+def test_grpo_mean_norm_with_singleton_empty_group_and_zero_length_trajectory():
+    batch = [
+        [T(S("a", "x", 2.0)), T(S("a", "y"), S("b", "y", 1.0))],  # R = 2, 1; mean 1.5 -> +-0.5
+        [T(S("a", "x", 3.0))],  # one trajectory: zeros
+        [],  # empty group
+        [T(), T(S("a", "x", 5.0))],  # an empty trajectory does not count: one trajectory left
+    ]
+    actual = compute_advantages("grpo", batch, norm="mean_norm")
+    assert_advantages(actual, [[[0.5], [-0.5, -0.5]], [[0.0]], [], [[], [0.0]]])
+
+
+def test_grpo_all_failed_group_still_ranks_invalid_actions():
+    # Env returns 0, 0; penalised R = 0, -0.1: mean -0.05, s = sqrt(2 * 0.05^2) = 0.070710678,
+    # norm = +-0.05 / 0.070711678 = +-0.707096781. Coverage is off for grpo by default.
+    actual = compute_advantages("grpo", [all_failed_group()])
+    assert_advantages(actual, [[[0.707096781328] * 3, [-0.707096781328] * 2]])
+
+
+# ---------------------------------------------------------------- rloo
+
+
+def test_rloo_unequal_lengths_and_invalid_action():
+    # R = 1, -0.1, 0: 1 - (-0.1 + 0) / 2 = 1.05; -0.1 - (1 + 0) / 2 = -0.6; 0 - (1 - 0.1) / 2 = -0.45.
+    actual = compute_advantages("rloo", [three_returns_group()])
+    assert_advantages(actual, [[[1.05, 1.05], [-0.6], [-0.45, -0.45, -0.45]]])
+
+
+def test_rloo_pair_and_singleton():
+    batch = [
+        [T(S("a", "x", 3.0)), T(S("a", "y", 0.5), S("b", "y", 0.5))],  # R = 3, 1: 3 - 1 = 2, 1 - 3 = -2
+        [T(S("a", "x", 1.0))],  # singleton: zeros
+    ]
+    assert_advantages(compute_advantages("rloo", batch), [[[2.0], [-2.0, -2.0]], [[0.0]]])
+
+
+def test_rloo_all_failed_group_with_penalty():
+    # invalid_penalty 0.5: R = 0, -0.5, 0. 0 - (-0.5 + 0) / 2 = 0.25; -0.5 - 0 = -0.5; 0.25.
+    group = [T(S("a", "x")), T(S("a", "y", 0.0, valid=False)), T(S("b", "x"), S("c", "x"))]
+    actual = compute_advantages("rloo", [group], invalid_penalty=0.5)
+    assert_advantages(actual, [[[0.25], [-0.5], [0.25, 0.25]]])
+
+
+# ---------------------------------------------------------------- gigpo
+
+
+def test_gigpo_repeated_states_mean_norm():
+    # gamma 0.5, no penalty. T0: A B A, rewards 0 0 1 -> G = [0.25, 0.5, 1], R = 1.
+    # T1: A C, rewards 0 0 -> G = [0, 0], R = 0. Episode: mean 0.5 -> +0.5 / -0.5.
+    # State A pools {0.25, 1, 0} (two from T0): mean 1.25 / 3 = 0.416667 ->
+    #   T0t0 -0.166667, T0t2 0.583333, T1t0 -0.416667. B and C are alone -> 0.
+    # A = episode + A^S: T0 = [0.5 - 0.166667, 0.5, 0.5 + 0.583333], T1 = [-0.5 - 0.416667, -0.5].
+    group = [T(S("A", "x"), S("B", "y"), S("A", "x", 1.0)), T(S("A", "y"), S("C", "x"))]
+    actual = compute_advantages("gigpo", [group], gamma=0.5, invalid_penalty=0.0, norm="mean_norm")
+    expected = [[[0.333333333333, 0.5, 1.083333333333], [-0.916666666667, -0.5]]]
+    assert_advantages(actual, expected)
+
+
+def test_gigpo_mean_std_norm_omega_and_invalid_action():
+    # gamma 1, penalty 0.1, omega 0.5.
+    # T0: A B, rewards 0 1 -> G = [1, 1], R = 1.  T1: A A, first step invalid -> G = [-0.1, 0], R = -0.1.
+    # T2: B -> G = [0], R = 0.  Episode norm of {1, -0.1, 0} -> E0, E1, E2.
+    # Pool A = {1, -0.1, 0} (T0t0, T1t0, T1t1) -> E0, E1, E2 again.
+    # Pool B = {1 (T0t1), 0 (T2t0)}: d = 1 -> +-0.5 / (0.707106781 + e) = +-0.707105781.
+    group = [
+        T(S("A", "x"), S("B", "y", 1.0)),
+        T(S("A", "x", 0.0, valid=False), S("A", "x")),
+        T(S("B", "z")),
+    ]
+    actual = compute_advantages("gigpo", [group], gamma=1.0, omega=0.5)
+    b = 0.707105781188
+    expected = [[[E0 + 0.5 * E0, E0 + 0.5 * b], [E1 + 0.5 * E1, E1 + 0.5 * E2], [E2 - 0.5 * b]]]
+    assert_advantages(actual, expected)
+
+
+def test_gigpo_equal_returns_and_lone_trajectory():
+    # gamma 0.5, mean_norm. T0: A(r 1) B(r 0) -> G = [1, 0]; T1: B(r 0) A(r 1) -> G = [0.5, 1].
+    # R = 1, 1 -> episode 0. Pool A = {1, 1} -> 0, 0. Pool B = {0 (T0t1), 0.5 (T1t0)} -> -0.25, +0.25.
+    # The second group has one trajectory: zeros, although its state A repeats.
+    batch = [
+        [T(S("A", "x", 1.0), S("B", "x")), T(S("B", "y"), S("A", "y", 1.0))],
+        [T(S("A", "x"), S("A", "x", 1.0))],
+    ]
+    actual = compute_advantages("gigpo", batch, gamma=0.5, norm="mean_norm")
+    assert_advantages(actual, [[[0.0, -0.25], [0.25, 0.0]], [[0.0, 0.0]]])
+
+
+# ---------------------------------------------------------------- hgpo
+
+
+def test_hgpo_level_weights():
+    # gamma 1, no penalty, K 1, alpha 1 (w0 = 1, w1 = 2), mean_norm.
+    # T0: A B (r 0 1) G = [1, 1]; T1: A B (r 0 0) G = [0, 0]; T2: C B (r 0 1) G = [1, 1].
+    # Level 0: A {1, 0} -> +-0.5; B {1, 0, 1}, mean 2/3 -> 1/3, -2/3, 1/3; C alone -> invalid.
+    # Level 1: (A, B) {T0t1 1, T1t1 0} -> +-0.5; (C, B) alone -> invalid.
+    # T0t1 = (1 * 1/3 + 2 * 0.5) / 3 = 0.444444; T1t1 = (-2/3 - 1) / 3 = -0.555556; T2t1 = 1/3.
+    group = [
+        T(S("A", "x"), S("B", "x", 1.0)),
+        T(S("A", "y"), S("B", "y")),
+        T(S("C", "y"), S("B", "x", 1.0)),
+    ]
+    actual = compute_advantages(
+        "hgpo", [group], gamma=1.0, invalid_penalty=0.0, K=1, norm="mean_norm"
+    )
+    expected = [[[0.5, 0.444444444444], [-0.5, -0.555555555556], [0.0, 0.333333333333]]]
+    assert_advantages(actual, expected)
+
+
+def test_hgpo_include_episode_equal_weights_invalid_action():
+    # gamma 0.5, penalty 0.1, K 2, alpha 0 (all weights 1), mean_std_norm, include_episode.
+    # T0: A B C, rewards 0 0 1 -> G = [0.25, 0.5, 1], R = 1.
+    # T1: A B C, last invalid -> r = 0 0 -0.1, G = [-0.025, -0.05, -0.1], R = -0.1.
+    # Every pool pairs T0t with T1t: d = 0.275, 0.55, 1.1 at t = 0, 1, 2, and the episode d = 1.1:
+    # v(d) = (d / 2) / (d / sqrt 2 + e): v0 = 0.707103145, v1 = 0.707104963, v2 = 0.707105872.
+    # t0: levels {0, episode} -> (v0 + v2) / 2 = 0.707104508; t1: (2 v1 + v2) / 3 = 0.707105266;
+    # t2: (3 v2 + v2) / 4 = v2. T1 gets the negatives.
+    group = [
+        T(S("A", "x"), S("B", "x"), S("C", "x", 1.0)),
+        T(S("A", "y"), S("B", "y"), S("C", "y", 0.0, valid=False)),
+    ]
+    actual = compute_advantages("hgpo", [group], gamma=0.5, alpha=0.0, include_episode=True)
+    row = [0.707104508469, 0.707105266039, 0.707105872097]
+    assert_advantages(actual, [[row, [-x for x in row]]])
+
+
+def test_hgpo_zero_level_is_not_valid():
+    # gamma 1, no penalty, K 1, mean_norm. T0: A A B (r 0 0 1) G = [1, 1, 1]; T1: A B G = [0, 0];
+    # T2: A A (r 0 1) G = [1, 1].
+    # Level 0: A {1, 1, 0, 1, 1} mean 0.8 -> 0.2 (T0t0, T0t1, T2t0, T2t1), -0.8 (T1t0);
+    #          B {1 (T0t2), 0 (T1t1)} -> +-0.5.
+    # Level 1: (A, A) {T0t1 1, T2t1 1} -> a = 0: not valid, so T0t1 = 0.2 (not (0.2 + 0) / 3);
+    #          (A, B) {T0t2 1, T1t1 0} -> +-0.5; T0t2 = (0.5 + 2 * 0.5) / 3 = 0.5, T1t1 = -0.5.
+    group = [
+        T(S("A", "x"), S("A", "x"), S("B", "x", 1.0)),
+        T(S("A", "y"), S("B", "y")),
+        T(S("A", "z"), S("A", "z", 1.0)),
+    ]
+    actual = compute_advantages(
+        "hgpo", [group], gamma=1.0, invalid_penalty=0.0, K=1, norm="mean_norm"
+    )
+    assert_advantages(actual, [[[0.2, 0.2, 0.5], [-0.8, -0.5], [0.2, 0.2]]])
+
+
+# ---------------------------------------------------------------- ptgpo
+
+
+def test_ptgpo_exact_prefix_credit_and_backoff_mean_norm():
+    # gamma 1, no penalty, mean_norm, omega 1, lam 0.5, K 2. T0 and T1 share their first Step object.
+    # T0: S-a-> X-c (r 1): G = [1, 1]; T1: S-a-> X-d (r 0): G = [0, 0];
+    # T2: S-b-> X-c (r 1): G = [1, 1];  T3: S-b (r 1): G = [1].  R = 1, 0, 1, 1: mean 0.75 ->
+    # episode 0.25, -0.75, 0.25, 0.25.
+    # Root S: V = 3/4; Q(a) = 0.5 -> -0.25 (T0, T1); Q(b) = 1 -> +0.25 (T2, T3).
+    # Node S,a,X: V = 0.5; Q(c) = 1 -> +0.5 (T0); Q(d) = 0 -> -0.5 (T1).
+    # Node S,b,X: only T2 -> back-off, HGPO at T2t1: level 0 X {1, 0, 1} mean 2/3 -> 1/3;
+    #   level 1 (S, X) the same pool -> 1/3; hgpo = (1/3 + 2/3) / 3 = 1/3, times lam 0.5 = 1/6.
+    shared = S("S", "a")
+    group = [
+        T(shared, S("X", "c", 1.0)),
+        T(shared, S("X", "d")),
+        T(S("S", "b"), S("X", "c", 1.0)),
+        T(S("S", "b", 1.0)),
+    ]
+    advantages, diagnostics = compute_advantages_with_diagnostics(
+        "ptgpo", [group], gamma=1.0, invalid_penalty=0.0, norm="mean_norm", lam=0.5
+    )
+    expected = [[[0.0, 0.75], [-1.0, -1.25], [0.5, 0.25 + 1 / 6], [0.5]]]
+    assert_advantages(advantages, expected)
+    (d,) = diagnostics
+    assert (d.branching_nodes, d.backoff_steps, d.nonzero_steps, d.n_steps) == (2, 1, 6, 7)
+    assert not d.outcome_all_equal and not d.coverage_applied
+
+
+def test_ptgpo_mean_std_norm_with_invalid_action():
+    # gamma 0.5, penalty 0.1, omega 0.5. T0: S-a X-c Z-e (r 0 0 1): G = [0.25, 0.5, 1], R = 1.
+    # T1: S-a X-d (invalid): G = [-0.05, -0.1], R = -0.1.  T2: S-b: G = [0], R = 0. Episode: E0, E1, E2.
+    # Root: G {0.25, -0.05, 0}, V = 0.2 / 3 = 0.066667, s = 0.160727513; Q(a) = 0.1, Q(b) = 0:
+    #   a -> 0.033333 / 0.160728513 = 0.207389049; b -> -0.066667 / 0.160728513 = -0.414778097.
+    # Node S,a,X: G {0.5, -0.1}: V = 0.2, s = sqrt(0.18) = 0.424264069; c -> 0.3 / 0.424265069
+    #   = 0.707105115, d -> -0.707105115.
+    # Node S,a,X,c,Z: only T0 -> back-off; Z is alone at every level -> 0.
+    group = [
+        T(S("S", "a"), S("X", "c"), S("Z", "e", 1.0)),
+        T(S("S", "a"), S("X", "d", 0.0, valid=False)),
+        T(S("S", "b")),
+    ]
+    advantages, (d,) = compute_advantages_with_diagnostics("ptgpo", [group], gamma=0.5, omega=0.5)
+    r, q = 0.207389048632, 0.707105114524
+    expected = [[[E0 + 0.5 * r, E0 + 0.5 * q, E0], [E1 + 0.5 * r, E1 - 0.5 * q], [E2 - r]]]
+    assert_advantages(advantages, expected)
+    assert (d.branching_nodes, d.backoff_steps) == (2, 1)
+
+
+def test_ptgpo_without_forks_is_all_backoff():
+    # gamma 1, no penalty, mean_norm, K 1. Different root states: every node has one trajectory.
+    # T0: A B (r 0 1) G = [1, 1], R = 1; T1: C B G = [0, 0], R = 0 -> episode +-0.5.
+    # HGPO: A, C alone -> 0; B {1, 0} -> +-0.5 at level 0; level 1 (A, B), (C, B) alone.
+    # A = episode + hgpo: T0 = [0.5, 1.0], T1 = [-0.5, -1.0]. The singleton group gets zeros.
+    batch = [
+        [T(S("A", "x"), S("B", "x", 1.0)), T(S("C", "x"), S("B", "y"))],
+        [T(S("A", "x"), S("A", "x", 1.0))],
+    ]
+    advantages, diagnostics = compute_advantages_with_diagnostics(
+        "ptgpo", batch, gamma=1.0, invalid_penalty=0.0, norm="mean_norm", K=1
+    )
+    assert_advantages(advantages, [[[0.5, 1.0], [-0.5, -1.0]], [[0.0, 0.0]]])
+    assert [(d.branching_nodes, d.backoff_steps) for d in diagnostics] == [(0, 4), (0, 0)]
+
+
+# ---------------------------------------------------------------- coverage credit
+
+
+def test_ptgpo_coverage_credit_in_all_failed_group():
+    # Default coverage_beta 0.1; gamma 0.5, mean_norm, K 0. C = [1, 0, 0] and [-0.05, -0.1] (see
+    # all_failed_group). Episode on C_0 = {1, -0.05}: mean 0.475 -> +-0.525.
+    # Root A: actions x (T0, C 1), y (T1, C -0.05) -> Q - V = +-0.525.
+    # Back-off (HGPO level 0 on C): state B {0} alone -> 0 (T0t1); state A {1, 0, -0.05, -0.1}
+    #   mean 0.2125 -> T0t2 -0.2125, T1t1 -0.3125.
+    # Before beta: T0 = [1.05, 0.525, 0.3125], T1 = [-1.05, -0.8375]; times 0.1.
+    # The second group has returns 1 and 0: untouched (same as with coverage off).
+    mixed = [T(S("A", "x", 1.0)), T(S("A", "y"))]
+    config = dict(gamma=0.5, norm="mean_norm", K=0)
+    advantages, diagnostics = compute_advantages_with_diagnostics(
+        "ptgpo", [all_failed_group(), mixed], **config
+    )
+    expected_failed = [[0.105, 0.0525, 0.03125], [-0.105, -0.08375]]
+    assert_advantages(advantages[:1], [expected_failed])
+    untouched = compute_advantages("ptgpo", [mixed], coverage_beta=0.0, **config)
+    assert_advantages(advantages[1:], untouched)
+    assert [(d.outcome_all_equal, d.coverage_applied) for d in diagnostics] == [
+        (True, True),
+        (False, False),
+    ]
+    summary = summarize_diagnostics(diagnostics)
+    assert summary["all_equal_groups"] == 1 and summary["coverage_groups"] == 1
+
+
+def test_grpo_with_coverage_is_covgpo():
+    # coverage_beta 0.5, gamma 0.5: C_0 = {1, -0.05}, d = 1.05:
+    # 0.5 * 0.525 / (1.05 / sqrt 2 + e) = 0.353552914 on every step of T0, the negative on T1.
+    actual = compute_advantages("grpo", [all_failed_group()], gamma=0.5, coverage_beta=0.5)
+    assert_advantages(actual, [[[0.353552914403] * 3, [-0.353552914403] * 2]])
+
+
+def test_rloo_gigpo_hgpo_with_coverage():
+    batch = [all_failed_group()]
+    # rloo, beta 1: C_0 = {1, -0.05} -> 1 + 0.05 = 1.05 and -1.05.
+    assert_advantages(
+        compute_advantages("rloo", batch, gamma=0.5, coverage_beta=1.0),
+        [[[1.05] * 3, [-1.05] * 2]],
+    )
+    # gigpo, beta 1, mean_norm: episode +-0.525; state A pool on C {1, 0, -0.05, -0.1} mean 0.2125:
+    # T0t0 0.7875, T0t2 -0.2125, T1t0 -0.2625, T1t1 -0.3125; B alone -> 0.
+    assert_advantages(
+        compute_advantages("gigpo", batch, gamma=0.5, coverage_beta=1.0, norm="mean_norm"),
+        [[[1.3125, 0.525, 0.3125], [-0.7875, -0.8375]]],
+    )
+    # hgpo, beta 1, K 0, mean_norm: level 0 only, the same pools without the episode term.
+    assert_advantages(
+        compute_advantages("hgpo", batch, gamma=0.5, coverage_beta=1.0, norm="mean_norm", K=0),
+        [[[0.7875, 0.0, -0.2125], [-0.2625, -0.3125]]],
+    )
+
+
+def test_every_estimator_accepts_coverage_beta_and_zero_disables_it():
+    for name in ESTIMATORS:
+        with_coverage = compute_advantages(name, [all_failed_group()], coverage_beta=0.3)
+        without = compute_advantages(name, [all_failed_group()], coverage_beta=0.0)
+        assert with_coverage != without, name  # the outcome signal is the invalid penalty only
+
+
+def test_diagnostics_nonzero_fraction():
+    # grpo on a group with R = 1, 0, 1: all three steps non-zero; a group with equal returns: none.
+    batch = [
+        [T(S("a", "x", 1.0)), T(S("a", "y")), T(S("b", "x", 1.0))],
+        [T(S("a", "x")), T(S("a", "y"))],
+    ]
+    _, diagnostics = compute_advantages_with_diagnostics("grpo", batch)
+    assert [d.nonzero_fraction for d in diagnostics] == [1.0, 0.0]
+    assert [d.outcome_all_equal for d in diagnostics] == [False, True]
+    assert diagnostics[0].branching_nodes is None
+    summary = summarize_diagnostics(diagnostics)
+    assert summary["nonzero_fraction"] == pytest.approx(3 / 5)
+    assert "backoff_steps" not in summary

@@ -1,0 +1,296 @@
+"""Properties of the advantage estimators on random groups, a loop-by-loop reference implementation
+written straight from the definitions, and the bad-input errors."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from ptgpo_algos import (
+    ESTIMATORS,
+    Step,
+    Trajectory,
+    compute_advantages,
+    compute_advantages_with_diagnostics,
+    estimator_defaults,
+)
+from ptgpo_algos.advantages import StepTable, estimate_advantages
+
+# ------------------------------------------------------------------ random groups
+
+STATES = "ABCD"
+ACTIONS = "xyz"
+
+
+def random_group(rng: random.Random, share_objects: bool = True, action_of=None) -> list[Trajectory]:
+    """1-5 trajectories of 0-6 steps; later ones often restart from an earlier one's prefix, sharing
+    its Step objects (or copies of them). Rewards are dyadic so sums and means are exact in floats;
+    a third of the groups are all-failed (every reward 0), where coverage credit applies."""
+    group: list[Trajectory] = []
+    rewards = [0.0] if rng.random() < 0.35 else [0.0, 0.0, 0.5, 1.0, -1.0]
+    for _ in range(rng.randint(1, 5)):
+        steps: list[Step] = []
+        if group and rng.random() < 0.6:
+            parent = rng.choice(group).steps
+            prefix = parent[: rng.randint(0, len(parent))]
+            steps = list(prefix) if share_objects else [
+                Step(s.state_key, s.action, s.reward, s.valid) for s in prefix
+            ]
+        for t in range(len(steps), rng.randint(len(steps), 6)):
+            state = rng.choice(STATES)
+            history = tuple(s.state_key for s in steps) + (state,)
+            action = action_of(history) if action_of else rng.choice(ACTIONS)
+            steps.append(Step(state, action, rng.choice(rewards), rng.random() > 0.2))
+        group.append(Trajectory(steps))
+    return group
+
+
+def random_batch(seed: int, groups: int = 6, **kwargs) -> list[list[Trajectory]]:
+    rng = random.Random(seed)
+    return [random_group(rng, **kwargs) for _ in range(groups)] + [[]]
+
+
+def random_config(name: str, rng: random.Random) -> dict:
+    """Dyadic values only, so the reference's exact float comparisons agree with the 1e-9 snapping."""
+    choices = {
+        "gamma": [0.5, 0.75, 1.0],
+        "invalid_penalty": [0.0, 0.25, 0.5],
+        "coverage_beta": [0.0, 0.5],
+        "norm": ["mean_norm", "mean_std_norm"],
+        "omega": [0.5, 1.0],
+        "K": [0, 1, 2, 3],
+        "alpha": [0.0, 1.0, 2.0],
+        "include_episode": [False, True],
+        "lam": [0.5, 1.0],
+    }
+    return {key: rng.choice(choices[key]) for key in estimator_defaults(name)}
+
+
+# ------------------------------------------------------------------ reference implementation
+
+
+def ref_norm(x: float, pool: list[float], norm: str) -> float:
+    if len(pool) < 2:
+        return 0.0
+    mean = sum(pool) / len(pool)
+    if norm == "mean_norm":
+        return x - mean
+    std = math.sqrt(sum((p - mean) ** 2 for p in pool) / (len(pool) - 1))
+    return (x - mean) / (std + 1e-6)
+
+
+def discounted(values: list[float], gamma: float) -> list[float]:
+    out, running = [], 0.0
+    for v in reversed(values):
+        running = v + gamma * running
+        out.append(running)
+    return out[::-1]
+
+
+def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta, norm="mean_std_norm",
+              omega=1.0, K=2, alpha=1.0, include_episode=False, lam=1.0):
+    """Every definition of the issue as plain loops over (i, t) pairs; O(n^2), small groups only."""
+    result = []
+    for group in batch:
+        trajs = [t.steps for t in group]
+        live = [i for i, steps in enumerate(trajs) if steps]
+        zeros = [[0.0] * len(steps) for steps in trajs]
+        if len(live) < 2:
+            result.append(zeros)
+            continue
+        env_returns = {sum(s.reward for s in trajs[i]) for i in live}
+        coverage = len(env_returns) == 1 and coverage_beta > 0
+        states = [[s.state_key for s in steps] for steps in trajs]
+        if coverage:
+            c = [[(1.0 if t + 1 < len(st) and st[t + 1] not in st[: t + 1] else 0.0)
+                  - (invalid_penalty if not s.valid else 0.0) for t, s in enumerate(steps)]
+                 for st, steps in zip(states, trajs)]
+            G = [discounted(ci, gamma) for ci in c]
+            R = [g[0] if g else 0.0 for g in G]
+        else:
+            r = [[s.reward - (invalid_penalty if not s.valid else 0.0) for s in steps] for steps in trajs]
+            G = [discounted(ri, gamma) for ri in r]
+            R = [sum(ri) for ri in r]
+        steps_of = [(j, u) for j in live for u in range(len(trajs[j]))]
+
+        def episode(i):
+            return ref_norm(R[i], [R[j] for j in live], norm)
+
+        def hgpo_at(i, t, with_episode):
+            num = den = 0.0
+            for k in range(K + 1):
+                if t < k:
+                    continue
+                key = states[i][t - k: t + 1]
+                pool = [G[j][u] for j, u in steps_of if u >= k and states[j][u - k: u + 1] == key]
+                a = ref_norm(G[i][t], pool, norm)
+                if a != 0:
+                    num, den = num + (k + 1) ** alpha * a, den + (k + 1) ** alpha
+            if with_episode and episode(i) != 0:
+                num, den = num + episode(i), den + 1
+            return num / den if den else 0.0
+
+        def history(j, t):
+            return [(s.state_key, s.action) for s in trajs[j][:t]] + [trajs[j][t].state_key]
+
+        def advantage(i, t):
+            if name == "grpo":
+                return episode(i)
+            if name == "rloo":
+                others = [R[j] for j in live if j != i]
+                return R[i] - sum(others) / len(others)
+            if name == "gigpo":
+                pool = [G[j][u] for j, u in steps_of if states[j][u] == states[i][t]]
+                return episode(i) + omega * ref_norm(G[i][t], pool, norm)
+            if name == "hgpo":
+                return hgpo_at(i, t, include_episode)
+            through = [j for j in live if len(trajs[j]) > t and history(j, t) == history(i, t)]
+            actions = {trajs[j][t].action for j in through}
+            if len(actions) >= 2:
+                values = [G[j][t] for j in through]
+                v = sum(values) / len(values)
+                same = [G[j][t] for j in through if trajs[j][t].action == trajs[i][t].action]
+                tree = sum(same) / len(same) - v
+                if norm == "mean_std_norm":
+                    tree /= math.sqrt(sum((x - v) ** 2 for x in values) / (len(values) - 1)) + 1e-6
+            else:
+                tree = lam * hgpo_at(i, t, False)
+            return episode(i) + omega * tree
+
+        scale = coverage_beta if coverage else 1.0
+        result.append([[scale * advantage(i, t) for t in range(len(trajs[i]))] for i in range(len(trajs))])
+    return result
+
+
+def flat(nested) -> np.ndarray:
+    return np.array([x for group in nested for traj in group for x in traj], dtype=float)
+
+
+# ------------------------------------------------------------------ properties
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_matches_reference_on_random_groups(name):
+    rng = random.Random(name)
+    for seed in range(25):
+        batch = random_batch(seed)
+        config = random_config(name, rng)
+        expected = reference(name, batch, **{**estimator_defaults(name), **config})
+        actual = compute_advantages(name, batch, **config)
+        assert [[len(t) for t in g] for g in actual] == [[len(t) for t in g] for g in batch]
+        np.testing.assert_allclose(flat(actual), flat(expected), rtol=1e-9, atol=1e-12,
+                                   err_msg=f"{name} seed {seed} config {config}")
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_permuting_trajectories_and_groups_permutes_advantages(name):
+    for seed in range(10):
+        batch = random_batch(seed)
+        rng = random.Random(seed)
+        orders = [rng.sample(range(len(g)), len(g)) for g in batch]
+        group_order = rng.sample(range(len(batch)), len(batch))
+        permuted = [[batch[g][i] for i in orders[g]] for g in group_order]
+        original = compute_advantages(name, batch)
+        shuffled = compute_advantages(name, permuted)
+        for position, g in enumerate(group_order):
+            for slot, i in enumerate(orders[g]):
+                np.testing.assert_allclose(shuffled[position][slot], original[g][i], atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_advantages_are_finite_with_default_config(name):
+    for seed in range(10):
+        values = flat(compute_advantages(name, random_batch(seed)))
+        assert values.size > 0 and np.isfinite(values).all()
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_shared_step_objects_and_equal_copies_agree(name):
+    shared = compute_advantages(name, random_batch(3, share_objects=True))
+    copies = compute_advantages(name, random_batch(3, share_objects=False))
+    np.testing.assert_allclose(flat(shared), flat(copies), atol=0)
+
+
+def test_ptgpo_without_forks_is_grpo_plus_weighted_hgpo():
+    # The action is a function of the state history, so no node has two distinct actions.
+    def action_of(history):
+        return ACTIONS[hash(history) % len(ACTIONS)]
+
+    omega, lam, K, alpha = 0.7, 1.3, 3, 2.0
+    for seed in range(10):
+        batch = random_batch(seed, action_of=action_of)
+        ptgpo, diagnostics = compute_advantages_with_diagnostics(
+            "ptgpo", batch, omega=omega, lam=lam, K=K, alpha=alpha, coverage_beta=0.0
+        )
+        grpo = flat(compute_advantages("grpo", batch))
+        hgpo = flat(compute_advantages("hgpo", batch, K=K, alpha=alpha))
+        np.testing.assert_allclose(flat(ptgpo), grpo + omega * lam * hgpo, rtol=1e-12, atol=1e-12)
+        assert all(d.branching_nodes == 0 for d in diagnostics)
+
+
+def test_array_form_agrees_with_nested_form():
+    batch = random_batch(7)
+    table = StepTable.from_batch(batch)
+    result = estimate_advantages("ptgpo", table, K=1)
+    np.testing.assert_array_equal(result.advantages, flat(compute_advantages("ptgpo", batch, K=1)))
+    assert len(result.diagnostics) == len(batch)
+
+
+def test_degenerate_batches_give_zeros():
+    lone = [Trajectory([Step("a", "x", 1.0), Step("a", "x", 0.0)])]
+    for name in ESTIMATORS:
+        assert compute_advantages(name, []) == []
+        assert compute_advantages(name, [[], [Trajectory()], [Trajectory(), Trajectory()]]) == [
+            [], [[]], [[], []]
+        ]
+        assert compute_advantages(name, [lone]) == [[[0.0, 0.0]]]
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_unknown_estimator_lists_the_valid_names():
+    with pytest.raises(ValueError, match="valid names: grpo, rloo, gigpo, hgpo, ptgpo"):
+        compute_advantages("ppo", [])
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "message"),
+    [
+        ("grpo", {"omega": 1.0}, r"'omega'.*valid keys: coverage_beta, gamma, invalid_penalty, norm"),
+        ("rloo", {"norm": "mean_norm"}, r"'norm'.*valid keys"),
+        ("ptgpo", {"include_episode": True}, r"'include_episode'.*valid keys"),
+        ("grpo", {"gamma": 1.5}, r"gamma=1.5.*\[0, 1\]"),
+        ("grpo", {"gamma": float("nan")}, r"gamma=nan"),
+        ("grpo", {"gamma": True}, r"gamma=True"),
+        ("grpo", {"norm": "std"}, r"norm='std'.*one of mean_norm, mean_std_norm"),
+        ("rloo", {"invalid_penalty": -0.1}, r"invalid_penalty=-0.1.*>= 0"),
+        ("hgpo", {"K": -1}, r"K=-1.*integer >= 0"),
+        ("hgpo", {"K": 1.5}, r"K=1.5.*integer >= 0"),
+        ("hgpo", {"include_episode": "yes"}, r"include_episode='yes'.*True or False"),
+        ("ptgpo", {"coverage_beta": float("inf")}, r"coverage_beta=inf"),
+        ("ptgpo", {"lam": "1"}, r"lam='1'"),
+    ],
+)
+def test_bad_config_raises_value_error(name, config, message):
+    with pytest.raises(ValueError, match=message):
+        compute_advantages(name, [], **config)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_reward_raises(bad):
+    group = [Trajectory([Step("a", "x", 0.0)]), Trajectory([Step("a", "y", 0.0), Step("b", "y", bad)])]
+    for name in ESTIMATORS:
+        with pytest.raises(ValueError, match=r"batch\[0\]\[1\] step 1 is not finite"):
+            compute_advantages(name, [group])
+
+
+def test_malformed_batch_raises():
+    group = [Trajectory([Step("a", "x", 0.0)])]
+    with pytest.raises(ValueError, match=r"wrap a single group as \[group\]"):
+        compute_advantages("grpo", group)
+    with pytest.raises(ValueError, match="must be a number"):
+        compute_advantages("grpo", [[Trajectory([Step("a", "x", "one")])]])
