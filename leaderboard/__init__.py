@@ -1,0 +1,27 @@
+"""Benchmark results: the result-record schema (:mod:`leaderboard.records`), the papers' reported
+numbers (:mod:`leaderboard.reported`), and the tables and plots built from a results directory
+(:mod:`leaderboard.aggregate`, :mod:`leaderboard.render`, :mod:`leaderboard.curves`)."""
+
+from leaderboard.records import (
+    SCHEMA_VERSION,
+    RecordError,
+    RecordProblem,
+    ResultRecord,
+    SchemaVersionError,
+    cell_name,
+    read_records,
+    record_exists,
+    write_record,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "RecordError",
+    "RecordProblem",
+    "ResultRecord",
+    "SchemaVersionError",
+    "cell_name",
+    "read_records",
+    "record_exists",
+    "write_record",
+]

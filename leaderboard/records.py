@@ -1,0 +1,323 @@
+"""The result record: what one benchmark run (one method, one environment, one seed) leaves behind.
+
+Storage contract, shared by the benchmark harness (writer) and the leaderboard (reader):
+
+* A results directory holds one JSON file per run, named ``<cell_name>.json`` where
+  :func:`cell_name` builds the name from ``(env_label, method, seed)``. A harness skips a cell when
+  :func:`record_exists` says its file is there, and re-running a cell replaces only that cell's file.
+* Files are written atomically by :func:`write_record` (temporary file in the same directory, then
+  ``os.replace``), so a crash leaves either the old file or the new one, never half of one.
+* Success rates (``final_success``, ``best_success``, ``success_by_type``, curve ``success``) are
+  fractions in [0, 1]; ``score`` is already on the ×100 scale (WebShop's mean reward ×100).
+* ``curve_path`` is a JSONL file, one row per evaluation with at least ``{"decisions": int,
+  "success": float}``; a relative path is relative to the results directory.
+* :func:`read_records` reads every ``*.json`` file directly in the directory (not in subdirectories,
+  so curves and other artefacts can live next to the records in subfolders) and reports each file it
+  cannot use as a :class:`RecordProblem` with the file name and, for a JSON syntax error, the line,
+  while still returning every other record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "METHOD_KINDS",
+    "STATUSES",
+    "ResultRecord",
+    "RecordError",
+    "SchemaVersionError",
+    "RecordProblem",
+    "cell_name",
+    "slug",
+    "record_path",
+    "record_exists",
+    "write_record",
+    "read_record",
+    "read_records",
+    "read_records_with_paths",
+    "now_iso",
+    "atomic_write_text",
+    "atomic_write_bytes",
+]
+
+SCHEMA_VERSION = 1
+METHOD_KINDS = ("rl", "baseline", "reported")
+STATUSES = ("ok", "failed")
+
+
+class RecordError(ValueError):
+    """A record (dict or file) does not follow the schema; the message says which field and why."""
+
+
+class SchemaVersionError(RecordError):
+    """A record was written under a different ``schema_version`` than this code reads."""
+
+    def __init__(self, message: str, version: Any):
+        super().__init__(message)
+        self.version = version
+
+
+def now_iso() -> str:
+    """The current UTC time as an ISO-8601 string, the format of ``ResultRecord.created_at``."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(kw_only=True)
+class ResultRecord:
+    """One run's outcome (keyword-only construction; validated on creation).
+
+    See the module docstring for units and the storage contract. Required: ``method``,
+    ``method_kind``, ``env_id``, ``env_label``, ``seed``, ``status``; the rest have neutral defaults.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    method: str
+    method_kind: str
+    env_id: str
+    env_label: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    seed: int
+    budget: int | None = None
+    status: str
+    error: str | None = None
+    decisions: int = 0
+    tokens: int = 0
+    final_success: float | None = None
+    best_success: float | None = None
+    eval_episodes: int = 0
+    success_by_type: dict[str, float] = field(default_factory=dict)
+    score: float | None = None
+    final_return: float | None = None
+    wall_time_s: float = 0.0
+    curve_path: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None
+    created_at: str = field(default_factory=now_iso)
+
+    def __post_init__(self) -> None:
+        _validate(asdict(self))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every field, in schema order."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ResultRecord:
+        """Build a record from a dict, raising :class:`RecordError` that names the offending field.
+
+        A different ``schema_version`` raises :class:`SchemaVersionError` before anything else is
+        checked, because the other fields may legitimately differ under another version.
+        """
+        if not isinstance(data, dict):
+            raise RecordError(f"a result record must be a JSON object, got {type(data).__name__}")
+        if "schema_version" not in data:
+            raise RecordError("missing field 'schema_version'")
+        version = data["schema_version"]
+        if version != SCHEMA_VERSION or isinstance(version, bool):
+            raise SchemaVersionError(
+                f"schema_version {version!r} is not the version this code reads ({SCHEMA_VERSION}); "
+                "re-run the cell or convert the record",
+                version,
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RecordError(f"unknown field(s) {unknown}; known fields: {sorted(known)}")
+        missing = sorted(name for name in _REQUIRED if name not in data)
+        if missing:
+            raise RecordError(f"missing field(s) {missing}")
+        return cls(**data)
+
+
+# Fields a reader needs to place a record in the table; the rest have neutral defaults.
+_REQUIRED = ("schema_version", "method", "method_kind", "env_id", "env_label", "seed", "status")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    # Finite only: NaN and infinity are not valid JSON and would poison every mean they enter.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _validate(data: dict[str, Any]) -> None:
+    def fail(name: str, expected: str) -> None:
+        raise RecordError(f"field {name!r} must be {expected}, got {data[name]!r}")
+
+    if data["schema_version"] != SCHEMA_VERSION or not _is_int(data["schema_version"]):
+        raise SchemaVersionError(
+            f"schema_version {data['schema_version']!r} is not {SCHEMA_VERSION}", data["schema_version"]
+        )
+    for name in ("method", "env_id", "env_label", "created_at"):
+        if not isinstance(data[name], str) or not data[name].strip():
+            fail(name, "a non-empty string")
+    if data["method_kind"] not in METHOD_KINDS:
+        fail("method_kind", f"one of {METHOD_KINDS}")
+    if data["status"] not in STATUSES:
+        fail("status", f"one of {STATUSES}")
+    if data["status"] == "failed" and not data["error"]:
+        raise RecordError("a record with status 'failed' must say why in field 'error'")
+    for name in ("seed",):
+        if not _is_int(data[name]):
+            fail(name, "an integer")
+    for name in ("decisions", "tokens", "eval_episodes"):
+        if not _is_int(data[name]) or data[name] < 0:
+            fail(name, "a non-negative integer")
+    if data["budget"] is not None and (not _is_int(data["budget"]) or data["budget"] <= 0):
+        fail("budget", "a positive integer or null")
+    for name in ("final_success", "best_success"):
+        if data[name] is not None and not (_is_number(data[name]) and 0.0 <= data[name] <= 1.0):
+            fail(name, "a fraction in [0, 1] or null")
+    for name in ("score", "final_return"):
+        if data[name] is not None and not _is_number(data[name]):
+            fail(name, "a number or null")
+    if not _is_number(data["wall_time_s"]) or data["wall_time_s"] < 0:
+        fail("wall_time_s", "a non-negative number")
+    for name in ("env_kwargs", "config", "success_by_type"):
+        if not isinstance(data[name], dict):
+            fail(name, "an object")
+    for task_type, value in data["success_by_type"].items():
+        if not isinstance(task_type, str) or not (_is_number(value) and 0.0 <= value <= 1.0):
+            fail("success_by_type", "an object mapping task-type names to fractions in [0, 1]")
+    for name in ("error", "curve_path", "source"):
+        if data[name] is not None and not isinstance(data[name], str):
+            fail(name, "a string or null")
+    try:
+        datetime.fromisoformat(data["created_at"])
+    except ValueError:
+        fail("created_at", "an ISO-8601 time such as 2026-01-31T12:00:00+00:00")
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def slug(text: str) -> str:
+    """``text`` with each run of characters outside ``[A-Za-z0-9._+-]`` replaced by ``-``."""
+    return _UNSAFE.sub("-", text).strip("-.") or "x"
+
+
+def cell_name(env_label: str, method: str, seed: int) -> str:
+    """The file stem for one run: ``<env_label>__<method>__seed<seed>`` with unsafe characters -> ``-``.
+
+    Distinct labels that differ only in characters outside ``[A-Za-z0-9._+-]`` map to the same name;
+    pick labels that differ in safe characters.
+    """
+    if not _is_int(seed):
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+    return f"{slug(env_label)}__{slug(method)}__seed{seed}"
+
+
+def record_path(results_dir: str | os.PathLike, name: str) -> Path:
+    return Path(results_dir) / f"{name}.json"
+
+
+def record_exists(results_dir: str | os.PathLike, name: str) -> bool:
+    """Whether the cell ``name`` (see :func:`cell_name`) already has a result file, ok or failed.
+
+    Existence is enough: files are only ever replaced whole, so one that exists is complete unless it
+    was damaged outside this code (:func:`read_records` reports those).
+    """
+    return record_path(results_dir, name).is_file()
+
+
+def write_record(path: str | os.PathLike, record: ResultRecord) -> Path:
+    """Write ``record`` as JSON to ``path`` atomically; a directory ``path`` gets ``<cell_name>.json``.
+
+    Returns the file written.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = record_path(path, cell_name(record.env_label, record.method, record.seed))
+    _validate(record.to_dict())  # the fields may have been changed since construction
+    text = json.dumps(record.to_dict(), indent=2, sort_keys=False) + "\n"
+    atomic_write_text(path, text)
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The leading dot and the .tmp suffix keep half-written files out of read_records' *.json glob.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """A file that could not be used: ``kind`` is ``"corrupt"`` (not valid JSON, e.g. truncated),
+    ``"invalid"`` (valid JSON that breaks the schema), ``"schema_version"``, or ``"curve"`` (a
+    learning-curve file or line the leaderboard could not read)."""
+
+    path: Path
+    kind: str
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else str(self.path)
+        return f"{where}: {self.kind}: {self.message}"
+
+
+def read_record(path: str | os.PathLike) -> ResultRecord:
+    """Read one record file; raises :class:`RecordError` (``SchemaVersionError`` for other versions)
+    or ``json.JSONDecodeError`` (which carries the line) for a corrupt file."""
+    with open(path, encoding="utf-8") as handle:
+        return ResultRecord.from_dict(json.load(handle))
+
+
+def read_records_with_paths(
+    results_dir: str | os.PathLike,
+) -> tuple[list[tuple[Path, ResultRecord]], list[RecordProblem]]:
+    """Every readable record in ``results_dir`` with its file, plus one problem per unusable file."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"results directory {results_dir} does not exist")
+    records: list[tuple[Path, ResultRecord]] = []
+    problems: list[RecordProblem] = []
+    for path in sorted(results_dir.glob("*.json")):
+        if path.name.startswith("."):
+            continue
+        try:
+            records.append((path, read_record(path)))
+        except json.JSONDecodeError as error:
+            problems.append(
+                RecordProblem(path, "corrupt", f"{error.msg} (column {error.colno})", error.lineno)
+            )
+        except UnicodeDecodeError as error:
+            problems.append(RecordProblem(path, "corrupt", f"not UTF-8 text: {error.reason}"))
+        except SchemaVersionError as error:
+            problems.append(RecordProblem(path, "schema_version", str(error)))
+        except (RecordError, TypeError) as error:
+            problems.append(RecordProblem(path, "invalid", str(error)))
+    return records, problems
+
+
+def read_records(results_dir: str | os.PathLike) -> tuple[list[ResultRecord], list[RecordProblem]]:
+    """Every readable record in ``results_dir`` (sorted by file name) and the files that were not."""
+    records, problems = read_records_with_paths(results_dir)
+    return [record for _, record in records], problems

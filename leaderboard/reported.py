@@ -1,0 +1,129 @@
+"""Results reported in papers (``leaderboard/reported.yaml``), loaded as rows that stay apart from
+measured ones.
+
+File format::
+
+    caveat: free text shown under the reported table
+    sources:
+      KEY: {citation: "...", setup: "..."}
+    rows:
+      - method: GRPO
+        model: Qwen2.5-1.5B-Instruct
+        source: KEY                       # one of sources
+        results:                          # env label -> metric -> value (in %)
+          ALFWorld: {Pick: 85.3, All: {value: 72.8, pm: 3.6}}
+          WebShop: {score: 75.8, success: 56.8}
+
+A value is a number, or ``{value: number, pm: number}`` where ``pm`` is the spread printed next to it
+in the paper (kept as printed: papers do not always say whether it is a standard deviation or a
+standard error). Cells a paper leaves blank are simply absent.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "DEFAULT_REPORTED",
+    "ReportedFileError",
+    "ReportedResults",
+    "ReportedRow",
+    "ReportedSource",
+    "ReportedValue",
+    "load_reported",
+]
+
+#: The file shipped with the package.
+DEFAULT_REPORTED = Path(__file__).resolve().parent / "reported.yaml"
+
+
+class ReportedFileError(ValueError):
+    """The reported-results YAML does not follow the format in this module's docstring."""
+
+
+@dataclass(frozen=True)
+class ReportedSource:
+    key: str
+    citation: str
+    setup: str | None = None
+
+
+@dataclass(frozen=True)
+class ReportedValue:
+    value: float
+    pm: float | None = None
+
+
+@dataclass(frozen=True)
+class ReportedRow:
+    method: str
+    model: str | None
+    source: str
+    results: dict[str, dict[str, ReportedValue]]
+
+
+@dataclass(frozen=True)
+class ReportedResults:
+    rows: list[ReportedRow]
+    sources: dict[str, ReportedSource]
+    caveat: str | None = None
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ReportedFileError(f"{where}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _value(raw: Any, where: str) -> ReportedValue:
+    if isinstance(raw, dict):
+        unknown = set(raw) - {"value", "pm"}
+        if "value" not in raw or unknown:
+            raise ReportedFileError(f"{where}: expected {{value: number, pm: number}}, got {raw!r}")
+        pm = raw.get("pm")
+        return ReportedValue(_number(raw["value"], where), None if pm is None else _number(pm, f"{where}.pm"))
+    return ReportedValue(_number(raw, where))
+
+
+def load_reported(path: str | os.PathLike) -> ReportedResults:
+    """Read and validate a reported-results YAML; errors name the file and the offending entry."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ReportedFileError(f"{path}: not valid YAML: {error}") from error
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise ReportedFileError(
+            f"{path}: expected a mapping with a 'rows' list (see leaderboard/reported.py)"
+        )
+    sources: dict[str, ReportedSource] = {}
+    for key, raw in (data.get("sources") or {}).items():
+        if not isinstance(raw, dict) or not isinstance(raw.get("citation"), str):
+            raise ReportedFileError(f"{path}: sources.{key} needs a 'citation' string")
+        sources[str(key)] = ReportedSource(str(key), raw["citation"], raw.get("setup"))
+    rows = []
+    for index, raw in enumerate(data["rows"]):
+        where = f"{path}: rows[{index}]"
+        if not isinstance(raw, dict) or not isinstance(raw.get("method"), str):
+            raise ReportedFileError(f"{where} needs a 'method' string")
+        if raw.get("source") not in sources:
+            raise ReportedFileError(f"{where}: source {raw.get('source')!r} is not one of {sorted(sources)}")
+        results = raw.get("results")
+        if not isinstance(results, dict) or not results:
+            raise ReportedFileError(f"{where} needs 'results': env label -> metric -> value")
+        parsed: dict[str, dict[str, ReportedValue]] = {}
+        for env_label, metrics in results.items():
+            if not isinstance(metrics, dict):
+                raise ReportedFileError(f"{where}.results.{env_label}: expected metric -> value")
+            parsed[str(env_label)] = {
+                str(metric): _value(value, f"{where}.results.{env_label}.{metric}")
+                for metric, value in metrics.items()
+            }
+        rows.append(ReportedRow(raw["method"], raw.get("model"), raw["source"], parsed))
+    caveat = data.get("caveat")
+    return ReportedResults(rows, sources, None if caveat is None else str(caveat).strip())

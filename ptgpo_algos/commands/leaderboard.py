@@ -1,0 +1,74 @@
+"""``ptgpo leaderboard``: aggregate a results directory into tables (Markdown, CSV, LaTeX, HTML) and
+learning-curve plots."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "aggregate result records into leaderboard tables and learning-curve plots"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "results_dir", type=Path, metavar="RESULTS_DIR", help="directory of <cell>.json result records"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output directory (default: RESULTS_DIR/leaderboard)"
+    )
+    parser.add_argument(
+        "--reported",
+        default=None,
+        metavar="YAML|none",
+        help="results reported in papers, shown as a separate table; 'none' leaves it out "
+        "(default: leaderboard/reported.yaml shipped with the package)",
+    )
+    parser.add_argument(
+        "--formats", default="md,csv,tex,html,png", help="comma-separated subset of md,csv,tex,html,png"
+    )
+    parser.add_argument(
+        "--reference",
+        default="expert",
+        help="comma-separated methods shown as unranked reference rows, never marked best "
+        "(default: expert; '' for none)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from leaderboard.aggregate import LeaderboardError, build_leaderboard
+    from leaderboard.render import FORMATS, to_markdown, write_outputs
+    from leaderboard.reported import DEFAULT_REPORTED, ReportedFileError, load_reported
+
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        print(
+            f"ptgpo leaderboard: unknown format(s) {unknown}; choose from {','.join(FORMATS)}",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.results_dir.is_dir():
+        print(f"ptgpo leaderboard: results directory {args.results_dir} does not exist", file=sys.stderr)
+        return 2
+    reported = None
+    if args.reported is None or args.reported.lower() != "none":
+        try:
+            reported = load_reported(DEFAULT_REPORTED if args.reported is None else Path(args.reported))
+        except (OSError, ReportedFileError) as error:
+            print(f"ptgpo leaderboard: {error}", file=sys.stderr)
+            return 2
+    reference = [m.strip() for m in args.reference.split(",") if m.strip()]
+    try:
+        board = build_leaderboard(args.results_dir, reported, reference)
+    except LeaderboardError as error:
+        print(f"ptgpo leaderboard: {error}", file=sys.stderr)
+        return 2
+    out_dir = args.out if args.out is not None else args.results_dir / "leaderboard"
+    written = write_outputs(board, out_dir, formats)
+    print(to_markdown(board), end="")
+    for problem in board.problems:
+        print(f"warning: skipped {problem}", file=sys.stderr)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,436 @@
+"""The leaderboard: hand-checked aggregation, refusals, reported rows, every output format, the CLI.
+
+Fixture (success in %, computed by hand below):
+
+env "A" (task types Pick, Look; budget 100)        env "B" (plain success; budget 100)
+  grpo   All 50,70,60  -> 60 ± 10/sqrt(3)            grpo   30,30,60 -> 40 ± sqrt(300)/sqrt(3) = 10
+         Pick 40,60,50 -> 50 ± 5.7735                ptgpo  20,40    -> 30 ± 10
+         Look 60,80,70 -> 70 ± 5.7735                random 5        -> 5 (n=1, no ±)
+  ptgpo  All 80,60 -> 70 ± sqrt(200)/sqrt(2) = 10    zero-shot 90    -> 90 (n=1)
+         Pick 90,70 -> 80 ± 10; Look 70,50 -> 60 ± 10  expert 100    -> 100
+  random All 10, Pick 20, Look 0 (n=1)               gigpo: failed (listed, not averaged)
+  expert All 100,100 -> 100 ± 0 (reference row)
+
+Mean success (mean over envs of the overall column): grpo (60+40)/2 = 50, ptgpo (70+30)/2 = 50,
+random (10+5)/2 = 7.5, zero-shot 90 but on 1 of 2 envs. Ranks: grpo 1, ptgpo 1 (tie), random 3,
+zero-shot 4; expert is a reference row (unranked, never best). Best: A·Pick ptgpo 80, A·Look grpo 70,
+A·All ptgpo 70, B zero-shot 90 (expert's 100 does not count).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from leaderboard.aggregate import Column, LeaderboardError, build_leaderboard, mean_se
+from leaderboard.curves import Curve, mean_curve
+from leaderboard.records import ResultRecord, write_record
+from leaderboard.render import to_csv, to_html, to_latex, to_markdown, write_outputs
+from leaderboard.reported import (
+    DEFAULT_REPORTED,
+    ReportedResults,
+    ReportedRow,
+    ReportedSource,
+    ReportedValue,
+    load_reported,
+)
+
+SE3 = 10 / math.sqrt(3)  # SE of (a-10, a, a+10)
+
+
+def record(method, env, seed, success, kind="rl", **extra) -> ResultRecord:
+    env_id = {"A": "ptgpo/Household-v0", "B": "ptgpo/Sokoban-v0"}[env]
+    extra.setdefault("budget", 100 if kind == "rl" else None)
+    extra.setdefault("status", "ok")
+    return ResultRecord(
+        method=method,
+        method_kind=kind,
+        env_id=env_id,
+        env_label=env,
+        seed=seed,
+        final_success=success,
+        created_at="2026-11-29T09:00:00+00:00",
+        **extra,
+    )
+
+
+def write_fixture(results: Path) -> None:
+    # Env A: per seed (All, Pick, Look) as fractions; RL runs also get a three-point curve.
+    a = [
+        ("grpo", "rl", [(0.5, 0.4, 0.6), (0.7, 0.6, 0.8), (0.6, 0.5, 0.7)]),
+        ("ptgpo", "rl", [(0.8, 0.9, 0.7), (0.6, 0.7, 0.5)]),
+        ("random", "baseline", [(0.1, 0.2, 0.0)]),
+        ("expert", "baseline", [(1.0, 1.0, 1.0), (1.0, 1.0, 1.0)]),
+    ]
+    for method, kind, seeds in a:
+        for seed, (overall, pick, look) in enumerate(seeds):
+            curve = None
+            if kind == "rl":
+                curve = f"curves/{method}-{seed}.jsonl"
+                (results / "curves").mkdir(exist_ok=True)
+                rows = [{"decisions": d + 5 * seed, "success": overall * d / 100} for d in (0, 50, 100)]
+                (results / curve).write_text("".join(json.dumps(r) + "\n" for r in rows))
+            write_record(
+                results,
+                record(
+                    method,
+                    "A",
+                    seed,
+                    overall,
+                    kind,
+                    success_by_type={"Pick": pick, "Look": look},
+                    curve_path=curve,
+                ),
+            )
+    b = [
+        ("grpo", "rl", [0.3, 0.3, 0.6]),
+        ("ptgpo", "rl", [0.2, 0.4]),
+        ("random", "baseline", [0.05]),
+        ("zero-shot", "baseline", [0.9]),
+        ("expert", "baseline", [1.0]),
+    ]
+    for method, kind, seeds in b:
+        for seed, overall in enumerate(seeds):
+            write_record(results, record(method, "B", seed, overall, kind))
+    write_record(
+        results, record("gigpo", "B", 0, None, status="failed", error="CUDA out of memory | at step 3")
+    )
+
+
+@pytest.fixture
+def results(tmp_path) -> Path:
+    write_fixture(tmp_path)
+    return tmp_path
+
+
+def cells(board, method):
+    row = next(r for r in board.rows if r.method == method)
+    return row, {(c.env_label, c.metric): cell for c, cell in row.cells.items()}
+
+
+def test_mean_se_by_hand():
+    assert mean_se([50.0, 70.0, 60.0]) == pytest.approx((60.0, SE3))
+    assert mean_se([30.0, 30.0, 60.0]) == pytest.approx((40.0, 10.0))
+    assert mean_se([42.0]) == (42.0, None)
+
+
+def test_aggregation_numbers_ranks_and_best_marks(results):
+    board = build_leaderboard(results)
+    assert board.columns == [
+        Column("A", "Pick"),
+        Column("A", "Look"),
+        Column("A", "All"),
+        Column("B", "success"),
+    ]
+    assert [(r.method, r.rank, r.section) for r in board.rows] == [
+        ("grpo", 1, "measured"),
+        ("ptgpo", 1, "measured"),
+        ("random", 3, "measured"),
+        ("zero-shot", 4, "measured"),
+        ("expert", None, "reference"),
+    ]
+
+    row, c = cells(board, "grpo")
+    assert (c["A", "All"].mean, c["A", "All"].se, c["A", "All"].n) == pytest.approx((60, SE3, 3))
+    assert (c["A", "Pick"].mean, c["A", "Pick"].se) == pytest.approx((50, SE3))
+    assert (c["B", "success"].mean, c["B", "success"].se) == pytest.approx((40, 10))
+    assert row.mean_success == pytest.approx(50) and row.envs_covered == 2 and row.best_mean_success
+    assert [c[k].best for k in [("A", "Pick"), ("A", "Look"), ("A", "All"), ("B", "success")]] == [
+        False,
+        True,
+        False,
+        False,
+    ]
+
+    row, c = cells(board, "ptgpo")
+    assert (c["A", "All"].mean, c["A", "All"].se, c["A", "All"].n) == pytest.approx((70, 10, 2))
+    assert (c["A", "Look"].mean, c["A", "Look"].se) == pytest.approx((60, 10))
+    assert (c["B", "success"].mean, c["B", "success"].se) == pytest.approx((30, 10))
+    assert row.mean_success == pytest.approx(50) and row.best_mean_success
+    assert [c[k].best for k in [("A", "Pick"), ("A", "Look"), ("A", "All"), ("B", "success")]] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+
+    row, c = cells(board, "random")
+    assert (c["A", "Look"].mean, c["A", "Look"].se, c["A", "Look"].n) == (0.0, None, 1)
+    assert row.mean_success == pytest.approx(7.5) and not row.best_mean_success
+
+    row, c = cells(board, "zero-shot")
+    assert row.envs_covered == 1 and row.mean_success == pytest.approx(90) and not row.best_mean_success
+    assert c["B", "success"].best and ("A", "All") not in c
+
+    row, c = cells(board, "expert")
+    assert c["A", "All"].mean == 100 and c["A", "All"].se == 0 and not any(cell.best for cell in c.values())
+
+    assert [(p.name, r.method) for p, r in board.failed] == [("B__gigpo__seed0.json", "gigpo")]
+    assert "gigpo" not in {r.method for r in board.rows}
+    assert board.budgets == {"A": 100, "B": 100}
+    assert board.problems == []
+
+
+def test_corrupt_and_truncated_files_are_reported_and_the_rest_aggregated(results):
+    good = (results / "A__grpo__seed0.json").read_text()
+    (results / "A__grpo__seed9.json").write_text(good[: len(good) // 3])
+    (results / "B__ptgpo__seed9.json").write_text(
+        '{\n  "schema_version": 1,\n  "method": "ptgpo",\n  "seed": 9}'
+    )
+    board = build_leaderboard(results)
+    problems = {p.path.name: p for p in board.problems}
+    assert set(problems) == {"A__grpo__seed9.json", "B__ptgpo__seed9.json"}
+    assert problems["A__grpo__seed9.json"].kind == "corrupt" and problems["A__grpo__seed9.json"].line >= 1
+    assert problems["B__ptgpo__seed9.json"].kind == "invalid"
+    _, c = cells(board, "grpo")
+    assert (c["A", "All"].mean, c["A", "All"].n) == pytest.approx((60, 3))  # unchanged by the bad files
+    assert "A__grpo__seed9.json:" in to_markdown(board)
+
+
+def test_mismatched_budget_is_refused_naming_the_files(results):
+    write_record(results, record("hgpo", "B", 0, 0.5, budget=200))
+    with pytest.raises(LeaderboardError, match="different budgets") as error:
+        build_leaderboard(results)
+    assert "B__hgpo__seed0.json" in str(error.value) and "budget 200" in str(error.value)
+    assert "budget 100" in str(error.value)
+
+
+def test_other_schema_version_is_refused_naming_the_file(results):
+    data = json.loads((results / "B__grpo__seed0.json").read_text())
+    (results / "B__grpo__seed7.json").write_text(json.dumps(data | {"schema_version": 2, "seed": 7}))
+    with pytest.raises(LeaderboardError, match="schema version") as error:
+        build_leaderboard(results)
+    assert "B__grpo__seed7.json" in str(error.value)
+
+
+def test_duplicate_cells_and_conflicting_env_labels_are_refused(results):
+    data = json.loads((results / "B__grpo__seed0.json").read_text())
+    (results / "copy.json").write_text(json.dumps(data))
+    with pytest.raises(LeaderboardError, match="seed 0") as error:
+        build_leaderboard(results)
+    assert "copy.json" in str(error.value) and "B__grpo__seed0.json" in str(error.value)
+    (results / "copy.json").write_text(json.dumps(data | {"seed": 5, "env_kwargs": {"size": 9}}))
+    with pytest.raises(LeaderboardError, match="different environments"):
+        build_leaderboard(results)
+
+
+def test_reported_rows_stay_separate(results):
+    # A reported GRPO far above every measured row, plus a results-dir record of kind "reported".
+    paper = ReportedResults(
+        rows=[
+            ReportedRow("GRPO", "Qwen2.5-7B-Instruct", "paper", {"B": {"success": ReportedValue(99.0, 1.5)}})
+        ],
+        sources={"paper": ReportedSource("paper", "Someone et al., Table 1")},
+        caveat="check the PDF",
+    )
+    # Same (env, method, seed) as a measured cell, so it needs its own file name.
+    write_record(
+        results / "reported-grpo.json", record("grpo", "B", 0, 0.95, "reported", source="Someone et al.")
+    )
+    board = build_leaderboard(results, paper)
+    _, c = cells(board, "grpo")
+    assert (c["B", "success"].mean, c["B", "success"].n) == pytest.approx(
+        (40, 3)
+    )  # not averaged with 95 or 99
+    assert not c["B", "success"].best
+    assert all(r.section != "reported" for r in board.rows)
+    assert [(r.method, r.source, r.rank) for r in board.reported_rows] == [
+        ("grpo", "Someone et al.", None),
+        ("GRPO", "paper", None),
+    ]
+    paper_cell = board.reported_rows[1].cells[Column("B", "success")]
+    assert (paper_cell.mean, paper_cell.se, paper_cell.n, paper_cell.best) == (99.0, 1.5, None, False)
+    markdown = to_markdown(board)
+    measured, reported = markdown.split("## Reported in papers")
+    assert "99" not in measured and "99 ± 1.5" in reported and "check the PDF" in reported
+
+
+def test_shipped_reported_yaml_matches_the_spec():
+    """Every number in shared/specs/reported-results.md is in reported.yaml, and nothing else is."""
+    spec = Path(__file__).resolve().parents[1] / ".." / "shared" / "specs" / "reported-results.md"
+    if not spec.is_file():
+        pytest.skip(f"{spec} not available")
+    expected = {}
+    section = None
+    for line in spec.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            section = "gigpo" if "GiGPO" in line else "hgpo"
+        if not line.startswith("| ") or line.startswith("| model"):
+            continue
+        cols = [c.strip() for c in line.strip("|").split("|")]
+        if section == "gigpo":
+            model, method, values = cols[0], cols[1], cols[2:]
+            names = [("ALFWorld", m) for m in ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All")]
+        else:
+            model, k, method, values = cols[0], cols[1], cols[2], cols[3:]
+            method = method if k == "–" else f"{method} (K={k})"
+            names = [("ALFWorld", "in"), ("ALFWorld", "out")]
+        names += [("WebShop", "score"), ("WebShop", "success")]
+        for (env, metric), text in zip(names, values, strict=True):
+            if text:
+                value, _, pm = text.partition("±")
+                key = (section, f"Qwen2.5-{model}-Instruct", method, env, metric)
+                expected[key] = (float(value), float(pm) if pm else None)
+    loaded = load_reported(DEFAULT_REPORTED)
+    actual = {
+        (row.source, row.model, row.method, env, metric): (v.value, v.pm)
+        for row in loaded.rows
+        for env, metrics in row.results.items()
+        for metric, v in metrics.items()
+    }
+    assert len(expected) == 106  # GiGPO table 70 filled cells, HGPO table 36
+    assert actual == expected
+    assert "secondary copies" in loaded.caveat
+    assert (
+        "2505.10978" in loaded.sources["gigpo"].citation and "2602.22817" in loaded.sources["hgpo"].citation
+    )
+
+
+def test_csv_parses_and_carries_the_numbers(results):
+    board = build_leaderboard(results)
+    rows = list(csv.DictReader(io.StringIO(to_csv(board))))
+    by_key = {(r["method"], r["env_label"], r["metric"]): r for r in rows}
+    assert float(by_key["grpo", "A", "All"]["mean"]) == pytest.approx(60)
+    assert float(by_key["grpo", "A", "All"]["se"]) == pytest.approx(SE3, rel=1e-5)
+    assert by_key["grpo", "A", "All"]["n"] == "3" and by_key["grpo", "A", "All"]["budget"] == "100"
+    assert by_key["random", "B", "success"]["se"] == "" and by_key["random", "B", "success"]["budget"] == ""
+    best = sorted((r["method"], r["env_label"], r["metric"]) for r in rows if r["best"] == "1")
+    assert best == [
+        ("grpo", "", "mean_success"),
+        ("grpo", "A", "Look"),
+        ("ptgpo", "", "mean_success"),
+        ("ptgpo", "A", "All"),
+        ("ptgpo", "A", "Pick"),
+        ("zero-shot", "B", "success"),
+    ]
+    assert (
+        by_key["expert", "A", "All"]["section"] == "reference" and by_key["expert", "A", "All"]["rank"] == ""
+    )
+
+
+def _tex_width(line: str) -> int:
+    spans = sum(int(n) - 1 for n in re.findall(r"\\multicolumn\{(\d+)\}", line))
+    return len(re.split(r"(?<!\\)&", line)) + spans
+
+
+def test_latex_is_booktabs_with_consistent_columns_and_escaping(results):
+    write_record(results, record("sb3_ppo & co%", "B", 0, 0.1, "baseline"))
+    board = build_leaderboard(results, load_reported(DEFAULT_REPORTED))
+    tex = to_latex(board)
+    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 2
+    for block in re.findall(r"\\begin\{tabular\}\{(\w+)\}(.*?)\\end\{tabular\}", tex, re.S):
+        spec, body = block
+        lines = [line for line in body.strip().splitlines()]
+        assert lines[0] == r"\toprule" and lines[-1] == r"\bottomrule" and r"\midrule" in lines
+        rows = [line for line in lines if line.endswith(r"\\")]
+        assert len(rows) >= 3 and {_tex_width(line) for line in rows} == {len(spec)}
+    assert r"sb3\_ppo \& co\%" in tex
+    assert r"\textbf{80.0} $\pm$ 10.0 {\scriptsize(2)}" in tex  # ptgpo, A·Pick: best
+    assert "90.16" in tex  # reported numbers keep the paper's precision
+
+
+class _Tables(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tables, self.links = [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self.tables.append({"rows": 0, "class": attrs.get("class"), "widths": []})
+        elif tag == "tr":
+            self.tables[-1]["rows"] += 1
+            self.tables[-1]["widths"].append(0)
+        elif tag in ("td", "th"):
+            self.tables[-1]["widths"][-1] += 1
+        elif tag in ("link", "img") or (tag == "script" and "src" in attrs):
+            self.links.append(tag)
+
+
+def test_html_is_standalone_with_sortable_tables(results):
+    board = build_leaderboard(results, load_reported(DEFAULT_REPORTED))
+    page = to_html(board)
+    parser = _Tables()
+    parser.feed(page)
+    measured, reported, failed = parser.tables
+    assert measured["rows"] == 1 + 5 and set(measured["widths"]) == {4 + 4}
+    assert reported["rows"] == 1 + 20 and set(reported["widths"]) == {
+        3 + 7 + 2 + 2
+    }  # ALFWorld types + All, in, out; WebShop
+    assert failed["rows"] == 1 + 1
+    assert measured["class"] == reported["class"] == "sortable"
+    assert parser.links == [] and "<script>" in page and "http" not in page
+    assert '<td data-value="80"><span class="best">80.0 ± 10.0</span>' in page
+
+
+def test_markdown_marks_best_and_shows_seed_counts(results):
+    markdown = to_markdown(build_leaderboard(results))
+    table = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert table[0].startswith("| Rank | Method | Kind | Mean success | A · Pick | A · Look | A · All | B |")
+    assert table[1].startswith(
+        "| 1 | grpo | rl | **50.0** | 50.0 ± 5.8 (n=3) | **70.0 ± 5.8** (n=3) | 60.0 ± 5.8 (n=3) |"
+    )
+    assert "| 4 | zero-shot | baseline | 90.0 (1/2 envs) | – | – | – | **90.0** (n=1) |" in markdown
+    assert "| ref | expert |" in markdown
+    assert "CUDA out of memory \\| at step 3" in markdown.split("## Failed runs")[1]
+
+
+def test_mean_curve_interpolates_onto_the_shared_range():
+    first = Curve(decisions=[0.0, 10.0], success=[0.0, 1.0])
+    second = Curve(decisions=[5.0, 15.0], success=[0.0, 1.0])
+    curve = mean_curve([first, second], points=6)
+    assert list(curve.decisions) == [5, 6, 7, 8, 9, 10]
+    # At 5: 0.5 and 0.0; at 10: 1.0 and 0.5. SE of two values = |a - b| / 2.
+    assert curve.mean[0] == pytest.approx(0.25) and curve.mean[-1] == pytest.approx(0.75)
+    assert curve.se[0] == pytest.approx(0.25) and curve.se[-1] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="share no range"):
+        mean_curve([first, Curve(decisions=[20.0, 30.0], success=[0.0, 1.0])])
+
+
+def test_all_formats_are_written_and_png_curves_are_valid(results):
+    import matplotlib.image
+
+    (results / "curves" / "ptgpo-1.jsonl").write_text(
+        '{"decisions": 5, "success": 0.0}\n{"decisions": 55, "succ'
+    )
+    board = build_leaderboard(results)
+    out = results / "board"
+    written = write_outputs(board, out)
+    assert sorted(p.name for p in written) == [
+        "curves-A.png",
+        "leaderboard.csv",
+        "leaderboard.html",
+        "leaderboard.md",
+        "leaderboard.tex",
+    ]
+    png = out / "curves-A.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(png)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    assert [(p.path.name, p.line, p.kind) for p in board.problems] == [("ptgpo-1.jsonl", 2, "curve")]
+    assert "ptgpo-1.jsonl:2: curve" in (out / "leaderboard.md").read_text()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_cli_writes_requested_formats_and_refuses_mixed_budgets(results, capsys):
+    from ptgpo_algos.cli import main
+
+    out = results / "out"
+    assert (
+        main(["leaderboard", str(results), "--out", str(out), "--formats", "md,csv", "--reported", "none"])
+        == 0
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["leaderboard.csv", "leaderboard.md"]
+    assert capsys.readouterr().out == (out / "leaderboard.md").read_text()
+
+    write_record(results, record("hgpo", "A", 0, 0.5, budget=300))
+    assert main(["leaderboard", str(results), "--out", str(out), "--reported", "none"]) == 2
+    assert "A__hgpo__seed0.json" in capsys.readouterr().err
+    assert main(["leaderboard", str(results / "missing")]) == 2

@@ -1,0 +1,156 @@
+"""The result-record schema: validation, atomic one-file-per-cell storage, tolerant reading."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from leaderboard.records import (
+    SCHEMA_VERSION,
+    RecordError,
+    ResultRecord,
+    SchemaVersionError,
+    cell_name,
+    read_records,
+    record_exists,
+    write_record,
+)
+
+
+def make(**overrides) -> ResultRecord:
+    fields = dict(
+        method="grpo",
+        method_kind="rl",
+        env_id="ptgpo/Household-v0",
+        env_label="Household-easy",
+        env_kwargs={"difficulty": "easy"},
+        seed=3,
+        budget=2000,
+        status="ok",
+        decisions=1990,
+        tokens=51234,
+        final_success=0.625,
+        best_success=0.75,
+        eval_episodes=16,
+        success_by_type={"Pick": 1.0, "Look": 0.5},
+        wall_time_s=12.5,
+        curve_path="curves/x.jsonl",
+        config={"estimator": "grpo", "lr": 1e-5},
+        created_at="2026-11-29T09:00:00+00:00",
+    )
+    fields.update(overrides)
+    return ResultRecord(**fields)
+
+
+def test_round_trip_through_dict_and_file(tmp_path):
+    record = make()
+    data = record.to_dict()
+    assert data["schema_version"] == SCHEMA_VERSION == 1
+    assert list(data)[0] == "schema_version"
+    assert ResultRecord.from_dict(json.loads(json.dumps(data))) == record
+
+    path = write_record(tmp_path, record)
+    assert path == tmp_path / "Household-easy__grpo__seed3.json"
+    assert record_exists(tmp_path, cell_name("Household-easy", "grpo", 3))
+    assert not record_exists(tmp_path, cell_name("Household-easy", "grpo", 4))
+    records, problems = read_records(tmp_path)
+    assert records == [record] and problems == []
+
+
+def test_cell_name_is_file_safe_and_distinguishes_cells():
+    assert cell_name("Household (hard)/v0", "sb3 ppo", 0) == "Household-hard-v0__sb3-ppo__seed0"
+    names = {
+        cell_name(env, method, seed) for env in ("A", "B") for method in ("grpo", "ptgpo") for seed in (0, 1)
+    }
+    assert len(names) == 8
+    with pytest.raises(TypeError):
+        cell_name("A", "grpo", "0")
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"seed": "3"}, "seed"),
+        ({"seed": True}, "seed"),
+        ({"method_kind": "measured"}, "method_kind"),
+        ({"status": "done"}, "status"),
+        ({"final_success": 62.5}, "final_success"),
+        ({"success_by_type": {"Pick": 2.0}}, "success_by_type"),
+        ({"decisions": -1}, "decisions"),
+        ({"budget": 0}, "budget"),
+        ({"env_kwargs": None}, "env_kwargs"),
+        ({"created_at": "yesterday"}, "created_at"),
+        ({"method": ""}, "method"),
+        ({"final_return": float("nan")}, "final_return"),
+        ({"score": float("inf")}, "score"),
+    ],
+)
+def test_invalid_fields_are_named(overrides, field):
+    data = make().to_dict() | overrides
+    with pytest.raises(RecordError, match=repr(field)):
+        ResultRecord.from_dict(data)
+
+
+def test_failed_record_must_say_why_and_unknown_or_missing_fields_are_refused():
+    with pytest.raises(RecordError, match="error"):
+        make(status="failed", error=None)
+    assert make(status="failed", error="OOM").status == "failed"
+    with pytest.raises(RecordError, match="succes"):
+        ResultRecord.from_dict(make().to_dict() | {"succes": 1.0})
+    data = make().to_dict()
+    del data["env_label"]
+    with pytest.raises(RecordError, match="env_label"):
+        ResultRecord.from_dict(data)
+    with pytest.raises(SchemaVersionError):
+        ResultRecord.from_dict(make().to_dict() | {"schema_version": 2})
+
+
+def test_a_record_changed_after_construction_is_validated_before_writing(tmp_path):
+    record = make()
+    record.final_success = 1.5
+    with pytest.raises(RecordError, match="final_success"):
+        write_record(tmp_path, record)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_is_atomic_and_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = write_record(tmp_path, make(final_success=0.25))
+    before = path.read_bytes()
+
+    def crash(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        write_record(tmp_path, make(final_success=0.75))
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temporary file left behind
+
+    write_record(tmp_path, make(final_success=0.75))
+    assert read_records(tmp_path)[0][0].final_success == 0.75
+
+
+def test_unreadable_files_are_reported_by_name_and_line_and_the_rest_is_read(tmp_path):
+    write_record(tmp_path, make(seed=0))
+    write_record(tmp_path, make(seed=1))
+    text = json.dumps(make(seed=2).to_dict(), indent=2)
+    (tmp_path / "truncated.json").write_text(text[: len(text) // 2])
+    (tmp_path / "invalid.json").write_text(json.dumps(make().to_dict() | {"tokens": "many"}))
+    (tmp_path / "future.json").write_text(json.dumps(make().to_dict() | {"schema_version": 2}))
+    (tmp_path / "notes.txt").write_text("not a record")
+    (tmp_path / "curves").mkdir()
+    (tmp_path / "curves" / "x.json").write_text("{}")  # subdirectories are not scanned
+
+    records, problems = read_records(tmp_path)
+    assert sorted(r.seed for r in records) == [0, 1]
+    by_name = {p.path.name: p for p in problems}
+    assert set(by_name) == {"truncated.json", "invalid.json", "future.json"}
+    truncated = by_name["truncated.json"]
+    assert truncated.kind == "corrupt"
+    assert truncated.line == text[: len(text) // 2].count("\n") + 1
+    assert str(truncated).startswith(f"{tmp_path / 'truncated.json'}:{truncated.line}: corrupt")
+    assert by_name["invalid.json"].kind == "invalid" and "'tokens'" in by_name["invalid.json"].message
+    assert by_name["future.json"].kind == "schema_version"
