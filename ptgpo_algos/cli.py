@@ -9,7 +9,12 @@ import sys
 
 #: Subcommand name -> module under ptgpo_algos.commands.
 COMMANDS = {
+    "alfworld": "alfworld",
+    "bench": "bench",
+    "demo": "demo",
     "envs": "envs",
+    "leaderboard": "leaderboard",
+    "train": "train",
 }
 
 

@@ -1,0 +1,46 @@
+"""Adapter from a policy to :class:`ptgpo_algos.evaluation.Agent`, for evaluation and baselines."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ptgpo_algos.evaluation import EpisodeView
+from ptgpo_algos.policy.base import Context, RolloutPolicy
+
+__all__ = ["PolicyAgent", "context_from_view"]
+
+
+def context_from_view(view: EpisodeView) -> Context:
+    return Context(
+        task=view.info["task"],
+        observation=view.observation,
+        admissible_actions=list(view.info["admissible_actions"]),
+        history=list(view.history),
+    )
+
+
+class PolicyAgent:
+    """Acts with ``policy`` on a batch of episodes in one call (greedy = argmax / greedy decoding).
+
+    A ``generate``-mode response without a parsable action is sent as an empty action, which the
+    environment counts as invalid (the raw text could otherwise happen to name an action).
+    """
+
+    def __init__(self, policy: RolloutPolicy, greedy: bool = True, name: str = "policy", seed: int = 0):
+        import torch
+
+        self.policy = policy
+        self.greedy = greedy
+        self.name = name
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def act(self, episodes: Sequence[EpisodeView]) -> list[str]:
+        decisions = self.policy.decide(
+            [context_from_view(v) for v in episodes], greedy=self.greedy, generator=self.generator
+        )
+        return [d.action if d.action is not None else "" for d in decisions]
+
+    def __repr__(self) -> str:
+        return f"PolicyAgent(name={self.name!r}, greedy={self.greedy})"
+
+

@@ -1,0 +1,106 @@
+"""Benchmark the tiny-model training path on this machine and write the numbers as JSON.
+
+Measures, with the untrained tiny model on ``ptgpo/Household-v0`` (easy):
+
+1. rollout throughput: policy decisions per second for linear and tree rollouts of 8 tasks x 8;
+2. training throughput: tokens per second of PPO updates (prompt + candidate tokens processed);
+3. the learning target: ``configs/train_household_easy_gigpo.yaml`` for ``--minutes`` of wall time
+   (10 by default), evaluating on 64 held-out seeds; reports the curve and the time to reach 0.8.
+
+Usage: ``python scripts/bench_train.py [--minutes 10] [--out runs/bench_train]``. Set
+``OMP_NUM_THREADS=1`` to measure one core (what parallel benchmark cells get).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+for key, value in (("OMP_WAIT_POLICY", "PASSIVE"), ("MALLOC_MMAP_THRESHOLD_", "1000000000"),
+                   ("MALLOC_TRIM_THRESHOLD_", "1000000000"), ("MALLOC_TOP_PAD_", "100000000"),
+                   ("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ.setdefault(key, value)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def throughput(config) -> dict:
+    import numpy as np
+    import torch
+
+    from ptgpo_algos.advantages import compute_advantages
+    from ptgpo_algos.rollout import Task, collect_rollouts
+    from ptgpo_algos.trainer import build_policy, flatten_batch, ppo_update
+
+    policy = build_policy(config, "cpu")
+    tasks = [Task(config.env_id, seed, dict(config.env_kwargs)) for seed in range(8)]
+    result = {}
+    for mode in ("linear", "tree"):
+        batch, stats = collect_rollouts(policy, tasks, group_size=8, mode=mode, rng=np.random.default_rng(0),
+                                        generator=torch.Generator().manual_seed(0))
+        result[f"{mode}_decisions_per_s"] = stats.decisions_per_s
+        result[f"{mode}_decisions"] = stats.decisions
+        result[f"{mode}_decisions_saved"] = stats.decisions_saved
+    advantages = compute_advantages("grpo", batch)
+    samples = flatten_batch(batch, advantages)
+    for s in samples:  # time a full update: every step contributes
+        s.advantage = s.advantage or 0.1
+    optimizer = torch.optim.AdamW(list(policy.parameters()), lr=1e-3)
+    start = time.perf_counter()
+    update = ppo_update(policy, optimizer, samples, clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0,
+                        max_grad_norm=1.0, epochs=1, minibatch_size=64, rng=np.random.default_rng(0))
+    seconds = time.perf_counter() - start
+    result.update(train_steps=len(samples), train_tokens=update["train_tokens"], train_seconds=seconds,
+                  train_tokens_per_s=update["train_tokens"] / seconds, train_steps_per_s=len(samples) / seconds)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--config", default=str(ROOT / "configs" / "train_household_easy_gigpo.yaml"))
+    parser.add_argument("--out", default="runs/bench_train")
+    parser.add_argument("--skip-throughput", action="store_true")
+    args = parser.parse_args()
+
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.trainer import run_training
+
+    out = Path(args.out)
+    run_dir = out / "run"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = TrainConfig.from_yaml(args.config, {"out_dir": str(run_dir), "time_limit_s": args.minutes * 60,
+                                                 "iterations": 100_000})
+    report = {"config": args.config, "minutes": args.minutes, "threads": os.environ.get("OMP_NUM_THREADS")}
+    if not args.skip_throughput:
+        report["throughput"] = throughput(config)
+        print(json.dumps(report["throughput"], indent=1), flush=True)
+    summary = run_training(config, progress=True)
+    curve = [json.loads(line) for line in open(summary.curve_path)]
+    reached = [row for row in curve if row["success"] >= 0.8]
+    report.update(
+        curve=[{k: row[k] for k in ("iteration", "decisions", "success", "wall_time_s")} for row in curve],
+        untrained_success=curve[0]["success"],
+        final_success=summary.final_eval["success"],
+        best_success=summary.best_success,
+        time_to_0_8_s=reached[0]["wall_time_s"] if reached else None,
+        wall_time_s=summary.wall_time_s,
+        decisions=summary.decisions,
+    )
+    tmp = out / ".bench_train.json.tmp"
+    tmp.write_text(json.dumps(report, indent=1))
+    os.replace(tmp, out / "bench_train.json")
+    print(json.dumps({k: v for k, v in report.items() if k != "curve"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
