@@ -143,3 +143,24 @@ def test_weight_sync_after_a_training_step(engines):
         with torch.no_grad():
             hf.model.load_state_dict(original, strict=False)
         engine.load_weights(hf.export_weights())
+
+
+def test_training_with_vllm_rollouts_syncs_after_every_update(tmp_path, monkeypatch):
+    import json
+
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    config = TrainConfig.from_dict(dict(
+        env_id="ptgpo/FrozenLake-v0", max_steps=6, algo="ptgpo", rollout_backend="vllm", group_size=4,
+        tasks_per_iteration=2, iterations=2, eval_every=2, eval_seeds=2, learning_rate=1e-2,
+        out_dir=str(tmp_path / "run"),
+    ))
+    summary = run_training(config, progress=False)
+    rows = [json.loads(line) for line in open(summary.metrics_path)]
+    assert [r["iteration"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["sync_max_logprob_diff"] <= 1e-3
+        assert row["sync_tokens_equal"]
+    assert summary.decisions > 0

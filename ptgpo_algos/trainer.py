@@ -1,0 +1,498 @@
+"""The training loop shared by every algorithm: the estimator is a name in the config, nothing else.
+
+One iteration, top to bottom:
+
+1. draw ``tasks_per_iteration`` training seeds and collect a group of ``group_size`` rollouts for each
+   (``linear`` or ``tree``, :mod:`ptgpo_algos.rollout`);
+2. compute advantages with ``compute_advantages_with_diagnostics(algo, batch, **algo_config)``;
+3. flatten the batch into training samples, one per *distinct* step: a step shared by ``n``
+   trajectories of a prefix tree is trained once with weight ``n`` and the mean of the advantages it
+   received. For the unclipped PPO objective this equals training the ``n`` copies separately, and it
+   stays equal under clipping whenever those advantages share a sign (always, for step-level
+   estimators that give a shared step one advantage); the token-mean denominator counts it ``n`` times;
+4. PPO-clip updates (``ppo_epochs`` passes over shuffled mini-batches of ``minibatch_size`` steps),
+   with optional low-variance KL to a frozen reference and an entropy bonus, AdamW and gradient
+   clipping. The old log-probabilities are the behaviour policy's, recorded at rollout time.
+
+Outputs in ``out_dir``: ``config.json``; ``metrics.jsonl`` (one row per iteration); ``curve.jsonl`` (one
+row per evaluation, iteration 0 being the untrained policy); ``checkpoint.pt`` (atomic, every
+``checkpoint_every`` iterations and at the end: weights, optimiser, RNG states, counters); and
+``final_model/`` (``save_pretrained``). ``resume=True`` restarts from ``checkpoint.pt`` and trims the
+logs to it, so that a resumed CPU run reproduces an uninterrupted one (all but wall times; a run
+stopped by ``time_limit_s`` is, by nature, not reproducible). The run stops at ``iterations``, at
+``total_decisions`` (a matched budget across algorithms) or at ``time_limit_s``, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ptgpo_algos.advantages import compute_advantages_with_diagnostics, summarize_diagnostics
+from ptgpo_algos.config import TrainConfig
+from ptgpo_algos.data import Batch
+from ptgpo_algos.evaluation import evaluate
+from ptgpo_algos.losses import policy_loss
+from ptgpo_algos.policy import load_policy
+from ptgpo_algos.policy.agent import PolicyAgent
+from ptgpo_algos.policy.base import Decision
+from ptgpo_algos.rollout import Task, collect_rollouts
+
+__all__ = [
+    "TrainSummary", "TrainingSample", "WeightSyncError", "build_policy", "build_rollout_policy", "flatten_batch",
+    "ppo_update", "run_training", "sync_weights",
+]
+
+
+@dataclass
+class TrainSummary:
+    final_eval: dict[str, Any]
+    best_success: float
+    decisions: int
+    tokens: int
+    tokens_saved: int
+    decisions_saved: int
+    wall_time_s: float
+    metrics_path: Path
+    curve_path: Path
+    checkpoint_dir: Path
+    iterations: int = 0
+
+
+@dataclass
+class TrainingSample:
+    decision: Decision
+    advantage: float
+    weight: float
+
+
+def flatten_batch(batch: Batch, advantages: Sequence[Sequence[Sequence[float]]]) -> list[TrainingSample]:
+    """One sample per distinct step (by identity): mean advantage over its trajectories, weight = count."""
+    found: dict[int, list] = {}
+    order: list[int] = []
+    for group, group_adv in zip(batch, advantages):
+        for trajectory, traj_adv in zip(group, group_adv):
+            for step, advantage in zip(trajectory.steps, traj_adv):
+                entry = found.get(id(step))
+                if entry is None:
+                    found[id(step)] = [step, float(advantage), 1]
+                    order.append(id(step))
+                else:
+                    entry[1] += float(advantage)
+                    entry[2] += 1
+    samples = []
+    for key in order:
+        step, total, count = found[key]
+        samples.append(TrainingSample(step.extras["decision"], total / count, float(count)))
+    return samples
+
+
+def _old_logprobs(decision: Decision, mode: str) -> list[float]:
+    if mode == "choose":
+        return [float(decision.choice_logprob)]
+    return list(decision.logprobs)
+
+
+def _units(decision: Decision, mode: str) -> int:
+    return 1 if mode == "choose" else len(decision.response_ids)
+
+
+def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
+    out = torch.zeros((len(rows), width))
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.as_tensor(row[:width])
+    return out
+
+
+def ppo_update(
+    policy,
+    optimizer: torch.optim.Optimizer,
+    samples: list[TrainingSample],
+    *,
+    clip_ratio: float,
+    entropy_coef: float,
+    kl_coef: float,
+    reference=None,
+    max_grad_norm: float,
+    epochs: int,
+    minibatch_size: int,
+    rng: np.random.Generator,
+) -> dict[str, float]:
+    """PPO epochs over shuffled mini-batches; returns the mean of each logged figure and counts."""
+    totals: dict[str, float] = {}
+    updates = 0
+    trained_tokens = 0
+    device = policy.device
+    for _ in range(epochs):
+        order = rng.permutation(len(samples))
+        for start in range(0, len(samples), minibatch_size):
+            chunk = [samples[i] for i in order[start : start + minibatch_size]]
+            # Steps with zero advantage add nothing to the PPO term but count in the token mean: when
+            # no entropy or KL term needs them, keep their units in the denominator and skip their
+            # forward pass (exactly the same loss, often most of the batch in all-failed groups).
+            units = sum(s.weight * _units(s.decision, policy.mode) for s in chunk)
+            if not entropy_coef and reference is None:
+                chunk = [s for s in chunk if s.advantage != 0.0]
+                if not chunk:
+                    continue
+            decisions = [s.decision for s in chunk]
+            scored = policy.score(decisions)
+            width = scored.logprobs.shape[1]
+            old = _pad([_old_logprobs(d, policy.mode) for d in decisions], width).to(device)
+            advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
+            weight = torch.tensor([s.weight for s in chunk], dtype=torch.float32, device=device)
+            ref_logprobs = None
+            if reference is not None:
+                with torch.no_grad():
+                    ref_logprobs = reference.score(decisions).logprobs.float()
+            loss, stats = policy_loss(
+                scored.logprobs.float(),
+                old,
+                advantages,
+                scored.mask.float(),
+                weight,
+                clip_ratio=clip_ratio,
+                entropy=scored.entropy.float(),
+                entropy_coef=entropy_coef,
+                ref_logprobs=ref_logprobs,
+                kl_coef=kl_coef,
+                total_units=units,
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(list(policy.parameters()), max_grad_norm)
+            optimizer.step()
+            stats["grad_norm"] = float(grad_norm)
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value
+            updates += 1
+            trained_tokens += sum(len(d.prompt_ids) + sum(map(len, d.candidate_ids or [d.response_ids])) for d in decisions)
+    means = {key: value / max(1, updates) for key, value in totals.items()}
+    means["updates"] = updates
+    means["train_tokens"] = trained_tokens
+    return means
+
+
+# ---------------------------------------------------------------------------------------- files
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a") as handle:
+        handle.write(json.dumps(row) + "\n")
+        handle.flush()
+
+
+def _trim_jsonl(path: Path, last_iteration: int) -> None:
+    if not path.exists():
+        return
+    rows = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in rows if json.loads(line)["iteration"] <= last_iteration]
+    _atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _rng_state(rng: np.random.Generator, sampler: torch.Generator) -> dict[str, Any]:
+    return {
+        "python": random.getstate(),
+        "numpy": rng.bit_generator.state,
+        "torch": torch.random.get_rng_state(),
+        "sampler": sampler.get_state(),
+    }
+
+
+def _set_rng_state(state: dict[str, Any], rng: np.random.Generator, sampler: torch.Generator) -> None:
+    random.setstate(state["python"])
+    rng.bit_generator.state = state["numpy"]
+    torch.random.set_rng_state(state["torch"])
+    sampler.set_state(state["sampler"])
+
+
+class _Logger:
+    """JSONL rows, plus TensorBoard scalars when asked."""
+
+    def __init__(self, out_dir: Path, tensorboard: bool):
+        self.metrics_path = out_dir / "metrics.jsonl"
+        self.curve_path = out_dir / "curve.jsonl"
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(out_dir / "tensorboard"))
+
+    def metrics(self, row: dict[str, Any]) -> None:
+        _append_jsonl(self.metrics_path, row)
+        self._scalars("train", row)
+
+    def curve(self, row: dict[str, Any]) -> None:
+        _append_jsonl(self.curve_path, row)
+        self._scalars("eval", row)
+
+    def _scalars(self, prefix: str, row: dict[str, Any]) -> None:
+        if self.writer is None:
+            return
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and key != "iteration":
+                self.writer.add_scalar(f"{prefix}/{key}", value, row["iteration"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+# ---------------------------------------------------------------------------------------- run
+def _device(config: TrainConfig) -> str:
+    if config.device != "auto":
+        return config.device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_policy(config: TrainConfig, device: str):
+    tiny = {"seed": config.seed, **config.tiny}
+    gradient_checkpointing = config.gradient_checkpointing
+    if gradient_checkpointing is None:
+        gradient_checkpointing = device.startswith("cuda") and not config.is_tiny
+    return load_policy(
+        config.model,
+        tiny_spec=tiny,
+        tiny_env_ids=[config.env_id],
+        mode=config.mode,
+        score=config.score,
+        temperature=config.temperature,
+        history_length=config.history_length,
+        max_prompt_tokens=config.max_prompt_tokens,
+        max_new_tokens=config.max_new_tokens,
+        device=device,
+        dtype=config.dtype,
+        lora=config.lora,
+        gradient_checkpointing=gradient_checkpointing,
+    )
+
+
+def build_rollout_policy(config: TrainConfig, policy, device: str):
+    """The policy that collects rollouts: ``policy`` itself, or a vLLM engine serving its weights."""
+    if config.rollout_backend == "transformers":
+        return policy
+    from ptgpo_algos.policy.vllm_backend import VLLMPolicy, cpu_engine_defaults
+
+    engine = cpu_engine_defaults() if device == "cpu" else {"gpu_memory_utilization": 0.3}
+    engine.update(config.vllm)
+    checkpoint = getattr(getattr(policy.model, "config", None), "_name_or_path", None) or config.model
+    return VLLMPolicy.from_policy(policy, checkpoint, seed=config.seed, **engine)
+
+
+class WeightSyncError(RuntimeError):
+    """The rollout engine does not act like the trained model after a weight sync."""
+
+
+def sync_weights(rollout_policy, policy, prompts: Sequence[Sequence[int]], tolerance: float) -> dict[str, Any]:
+    """Push ``policy``'s weights into the rollout engine and check greedy decoding agrees on ``prompts``.
+
+    A sync that silently leaves part of the engine stale (the LM head of a tied-embedding model is the
+    known case) would make the run sample from a mixture of old and new weights; this fails loudly.
+    """
+    start = time.perf_counter()
+    rollout_policy.load_weights(policy.export_weights())
+    sync_time = time.perf_counter() - start
+    report = rollout_policy.verify_sync(policy, prompts, max_tokens=4)
+    if report.max_logprob_diff > tolerance:
+        raise WeightSyncError(
+            f"after the weight sync the rollout engine's greedy log-probabilities differ from the trained "
+            f"model's by {report.max_logprob_diff:.3g} (> sync_tolerance {tolerance}); engine tokens "
+            f"{report.engine_tokens}, trainer tokens {report.reference_tokens}"
+        )
+    return {"sync_time_s": sync_time, "sync_max_logprob_diff": report.max_logprob_diff,
+            "sync_tokens_equal": report.tokens_equal}
+
+
+def _evaluate(policy, config: TrainConfig) -> dict[str, Any]:
+    agent = PolicyAgent(policy, greedy=True, name="policy")
+    result = evaluate(
+        agent, config.env_id, config.eval_seeds, config.env_kwargs,
+        max_steps=config.max_steps, batch_size=config.eval_batch_size,
+    )
+    return result.summary()
+
+
+def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
+    """Train as ``config`` says; see the module docstring for the loop and the files written."""
+    config.validate()
+    out_dir = config.run_dir
+    checkpoint_path = out_dir / "checkpoint.pt"
+    if out_dir.exists() and any(out_dir.iterdir()) and not config.resume:
+        raise ValueError(f"out_dir {str(out_dir)!r} already holds a run: pass resume=True (--resume) to "
+                         "continue it, or choose another out_dir")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = _device(config)
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    sampler = torch.Generator().manual_seed(config.seed)
+
+    policy = build_policy(config, device)
+    rollout_policy = build_rollout_policy(config, policy, device)
+    # Engine and trainer agree to float32 rounding; bf16 kernels differ by much more.
+    sync_tolerance = config.sync_tolerance or (1e-3 if device == "cpu" and config.dtype in ("auto", "float32") else 0.1)
+    reference = policy.frozen_copy() if config.kl > 0 else None
+    optimizer = torch.optim.AdamW(list(policy.parameters()), lr=config.lr, weight_decay=config.weight_decay)
+    counters = {"iteration": 0, "decisions": 0, "tokens": 0, "decisions_saved": 0, "tokens_saved": 0,
+                "wall_time_s": 0.0, "best_success": 0.0, "last_eval_iteration": -1}
+    final_eval: dict[str, Any] = {}
+    logger = _Logger(out_dir, config.tensorboard)
+    resumed = config.resume and checkpoint_path.exists()
+    if resumed:
+        state = torch.load(checkpoint_path, map_location=device, weights_only=False)
+        trainable = policy.named_trainable()
+        for name, tensor in state["weights"].items():
+            trainable[name].data.copy_(tensor)
+        optimizer.load_state_dict(state["optimizer"])
+        _set_rng_state(state["rng"], rng, sampler)
+        counters = state["counters"]
+        final_eval = state.get("last_eval", {})
+        if rollout_policy is not policy:
+            rollout_policy.load_weights(policy.export_weights())
+        _trim_jsonl(logger.metrics_path, counters["iteration"])
+        _trim_jsonl(logger.curve_path, counters["iteration"])
+    else:
+        for path in (logger.metrics_path, logger.curve_path):
+            path.unlink(missing_ok=True)
+    _atomic_write_text(out_dir / "config.json", json.dumps(config.to_dict(), indent=1))
+    started = time.perf_counter() - counters["wall_time_s"]
+
+    def elapsed() -> float:
+        return time.perf_counter() - started
+
+    def evaluate_now(iteration: int) -> dict[str, Any]:
+        summary = _evaluate(rollout_policy, config)
+        counters["last_eval_iteration"] = iteration
+        counters["best_success"] = max(counters["best_success"], summary["success"])
+        logger.curve({
+            "iteration": iteration, "decisions": counters["decisions"], "tokens": counters["tokens"],
+            "success": summary["success"], "return": summary["return"], "length": summary["length"],
+            "invalid_rate": summary["invalid_rate"], "success_by_type": summary["success_by_type"],
+            "wall_time_s": elapsed(),
+        })
+        return summary
+
+    def save_checkpoint() -> None:
+        counters["wall_time_s"] = elapsed()
+        state = {
+            "weights": {n: p.detach().cpu() for n, p in policy.named_trainable().items()},
+            "optimizer": optimizer.state_dict(),
+            "rng": _rng_state(rng, sampler),
+            "counters": dict(counters),
+            "last_eval": final_eval,
+            "config": config.to_dict(),
+        }
+        tmp = checkpoint_path.with_name(".checkpoint.pt.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, checkpoint_path)
+
+    if not resumed:
+        final_eval = evaluate_now(0)
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.iterations, initial=counters["iteration"], desc=f"{config.algo} {config.env_id}")
+    seed_low, seed_high = config.train_seeds
+    def budget_spent() -> bool:
+        return (
+            counters["iteration"] >= config.iterations
+            or (config.total_decisions is not None and counters["decisions"] >= config.total_decisions)
+            or (config.time_limit_s is not None and elapsed() >= config.time_limit_s)
+        )
+
+    while not budget_spent():
+        iteration = counters["iteration"] + 1
+        iteration_start = time.perf_counter()
+        seeds = rng.integers(seed_low, seed_high, size=config.tasks_per_iteration)
+        tasks = [Task(config.env_id, int(s), dict(config.env_kwargs), config.max_steps) for s in seeds]
+        batch, rollout_stats = collect_rollouts(
+            rollout_policy, tasks, group_size=config.group_size, mode=config.rollout_mode,
+            initial_rollouts=config.initial_rollouts, branch=config.branch, rng=rng, generator=sampler,
+        )
+        advantages, diagnostics = compute_advantages_with_diagnostics(config.algo, batch, **config.algo_config)
+        samples = flatten_batch(batch, advantages)
+        train_start = time.perf_counter()
+        update = ppo_update(
+            policy, optimizer, samples, clip_ratio=config.clip_ratio, entropy_coef=config.entropy_coef,
+            kl_coef=config.kl, reference=reference, max_grad_norm=config.max_grad_norm,
+            epochs=config.epochs, minibatch_size=config.minibatch_size, rng=rng,
+        )
+        train_time = time.perf_counter() - train_start
+        if rollout_policy is not policy:
+            update.update(sync_weights(rollout_policy, policy, [samples[0].decision.prompt_ids], sync_tolerance))
+        for key in ("decisions", "tokens", "decisions_saved", "tokens_saved"):
+            counters[key] += getattr(rollout_stats, key)
+        counters["iteration"] = iteration
+        flat_adv = np.array([a for g in advantages for t in g for a in t], dtype=float)
+        row = {
+            "iteration": iteration,
+            **{f"total_{k}": counters[k] for k in ("decisions", "tokens", "decisions_saved", "tokens_saved")},
+            **rollout_stats.as_dict(),
+            "trained_steps": len(samples),
+            "adv_mean": float(flat_adv.mean()) if flat_adv.size else 0.0,
+            "adv_std": float(flat_adv.std()) if flat_adv.size else 0.0,
+            "adv_abs_mean": float(np.abs(flat_adv).mean()) if flat_adv.size else 0.0,
+            **{f"adv_{k}": v for k, v in summarize_diagnostics(diagnostics).items()},
+            **update,
+            "train_time_s": train_time,
+            "train_tokens_per_s": update["train_tokens"] / train_time if train_time > 0 else 0.0,
+            "iteration_time_s": time.perf_counter() - iteration_start,
+            "wall_time_s": elapsed(),
+        }
+        logger.metrics(row)
+        finished = budget_spent()
+        if iteration % config.eval_every == 0 or finished:
+            final_eval = evaluate_now(iteration)
+        if iteration % config.checkpoint_every == 0 or finished:
+            save_checkpoint()
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(success=f"{final_eval.get('success', 0.0):.2f}",
+                            rollout=f"{row['rollout_success']:.2f}", decisions=counters["decisions"])
+    if bar is not None:
+        bar.close()
+    if counters["last_eval_iteration"] != counters["iteration"]:
+        final_eval = evaluate_now(counters["iteration"])
+        save_checkpoint()
+    logger.close()
+    _export_final(policy, out_dir / "final_model")
+    counters["wall_time_s"] = elapsed()
+    return TrainSummary(
+        final_eval=final_eval,
+        best_success=counters["best_success"],
+        decisions=counters["decisions"],
+        tokens=counters["tokens"],
+        tokens_saved=counters["tokens_saved"],
+        decisions_saved=counters["decisions_saved"],
+        wall_time_s=counters["wall_time_s"],
+        metrics_path=logger.metrics_path,
+        curve_path=logger.curve_path,
+        checkpoint_dir=out_dir,
+        iterations=counters["iteration"],
+    )
+
+
+def _export_final(policy, target: Path) -> None:
+    """``save_pretrained`` into a temporary folder, then swap it into place."""
+    tmp = Path(tempfile.mkdtemp(prefix=".final_model-", dir=target.parent))
+    policy.save_pretrained(tmp)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
