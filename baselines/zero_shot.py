@@ -1,0 +1,42 @@
+"""The zero-shot baseline: the benchmark's LLM policy before any training, played greedily.
+
+It is built exactly as the trainer builds its starting policy (same model, action mode, prompt
+settings and, for the tiny model, the same seed-dependent initialisation), so it equals an RL
+method's iteration-0 evaluation and shows what training added.
+"""
+
+from __future__ import annotations
+
+from baselines.registry import BaselineOutcome, BaselineRun
+from ptgpo_algos.evaluation import evaluate
+
+__all__ = ["run"]
+
+
+def run(job: BaselineRun) -> BaselineOutcome:
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.policy.agent import PolicyAgent
+
+    # The trainer's own builder, so the zero-shot policy cannot drift from the trained methods' start.
+    from ptgpo_algos.trainer import _device, build_policy
+
+    if job.options:
+        raise ValueError(f"baseline 'zero_shot' takes no options (it uses the policy section), got {sorted(job.options)}")
+    config = TrainConfig.from_dict(
+        {
+            **job.policy,
+            "env_id": job.env_id,
+            "env_kwargs": job.env_kwargs,
+            "max_steps": job.max_steps,
+            "train_seeds": [job.train_seeds.start, job.train_seeds.stop],
+            "eval_seeds": list(job.eval_seeds),
+            "seed": job.seed,
+        }
+    )
+    policy = build_policy(config, _device(config))
+    agent = PolicyAgent(policy, greedy=True, name="zero_shot", seed=job.seed)
+    final = evaluate(
+        agent, job.env_id, job.eval_seeds, job.evaluation_kwargs,
+        max_steps=job.max_steps, batch_size=config.eval_batch_size,
+    ).summary()
+    return BaselineOutcome(final_eval=final, best_success=final["success"])

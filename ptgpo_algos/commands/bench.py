@@ -1,0 +1,68 @@
+"""``ptgpo bench [CONFIG]``: run a benchmark grid (resumable) and build its leaderboard.
+
+Without CONFIG it runs the embedded CPU default (tiny model, Household easy and hard, every estimator
+and baseline, two seeds); ``--quick`` runs the config's short version. See :mod:`ptgpo_algos.bench`
+for the config schema and the output folder. Exit status: 0 when every cell succeeded, 1 when some
+cell failed (its record says why; the others still ran), 2 for a bad config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "run a benchmark (environments x methods x seeds) from a YAML config and build the leaderboard"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "config", nargs="?", default=None,
+        help="benchmark YAML (e.g. configs/bench/alfworld_qwen2.5-1.5b.yaml); default: the embedded CPU benchmark",
+    )
+    parser.add_argument("--quick", action="store_true", help="run the config's short version (its 'quick' section)")
+    parser.add_argument("--workers", type=int, default=None, help="cells run in parallel (default: config, else CPU cores)")
+    parser.add_argument("--out", default=None, help="output folder (default: bench_results/<config name>)")
+    parser.add_argument("--retry-failed", action="store_true", help="also re-run cells whose record says failed")
+    parser.add_argument("--dry-run", action="store_true", help="list the cells and whether each is done, run nothing")
+    parser.add_argument("--print-default", action="store_true", help="print the embedded default config and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from leaderboard.records import record_exists
+    from ptgpo_algos.bench import BenchError, default_config_text, load_config, plan_cells, run_bench
+
+    if args.print_default:
+        print(default_config_text(), end="")
+        return 0
+    try:
+        config = load_config(args.config, quick=args.quick)
+        if args.workers is not None and args.workers < 1:
+            raise BenchError(f"--workers must be a positive integer, got {args.workers}")
+    except BenchError as error:
+        print(f"ptgpo bench: {error}", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out) if args.out else Path("bench_results") / config.name
+    if args.dry_run:
+        for cell in plan_cells(config):
+            done = "done" if record_exists(out_dir, cell.name) else "todo"
+            print(f"{done}  {cell.name}")
+        return 0
+    try:
+        report = run_bench(config, out_dir, workers=args.workers, retry_failed=args.retry_failed)
+    except BenchError as error:
+        print(f"ptgpo bench: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"{len(report.cells)} cells: {len(report.ran)} ran, {len(report.skipped)} already done, "
+        f"{len(report.failed)} failed, in {report.wall_time_s / 60:.1f} min ({report.cpu_seconds / 60:.1f} CPU-min)"
+    )
+    for name in report.failed:
+        print(f"  failed: {name} (see {out_dir / (name + '.json')})")
+    print(f"records and runs: {report.out_dir}")
+    for path in report.leaderboard_files:
+        print(f"leaderboard: {path}")
+    if report.leaderboard_error:
+        print(f"ptgpo bench: leaderboard not built: {report.leaderboard_error}", file=sys.stderr)
+    return 1 if report.failed else 0

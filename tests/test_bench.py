@@ -1,0 +1,237 @@
+"""The benchmark harness: config validation, the cell grid, failures, resume."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from leaderboard.records import read_record, read_records, record_path
+from ptgpo_algos.bench import (
+    BenchConfig,
+    BenchError,
+    _finish,
+    load_config,
+    plan_cells,
+    run_bench,
+    run_cell,
+)
+
+HOUSEHOLD = "ptgpo/Household-v0"
+
+
+def _config(**overrides):
+    data = {
+        "name": "t",
+        "budget": 100,
+        "seeds": [0],
+        "environments": [
+            {"label": "easy", "id": HOUSEHOLD, "kwargs": {"difficulty": "easy"},
+             "train_seeds": {"start": 0, "count": 10}, "eval_seeds": [100, 101, 102]},
+        ],
+        "baselines": ["random", "expert"],
+    }
+    data.update(overrides)
+    return data
+
+
+def test_embedded_default_is_the_documented_grid():
+    config = load_config()
+    assert [e.label for e in config.environments] == ["household-easy", "household-hard"]
+    assert [m.algo for m in config.methods] == ["grpo", "rloo", "gigpo", "hgpo", "ptgpo"]
+    assert [m.rollout for m in config.methods] == ["linear"] * 4 + ["tree"]
+    assert [b.name for b in config.baselines] == ["random", "expert", "sb3_ppo", "zero_shot"]
+    assert config.policy["model"] == "tiny" and config.seeds == [0, 1]
+    assert len(plan_cells(config)) == 2 * (5 + 4) * 2
+
+
+def test_quick_keeps_the_grid_and_shrinks_budget_seeds_and_evaluation():
+    full, quick = load_config(), load_config(quick=True)
+    assert quick.name == f"{full.name}-quick"
+    assert quick.budget < full.budget and quick.seeds == [0]
+    assert [m.name for m in quick.methods] == [m.name for m in full.methods]
+    assert [b.name for b in quick.baselines] == [b.name for b in full.baselines]
+    assert all(len(e.eval_seeds) == 8 for e in quick.environments)
+    assert quick.environments[0].eval_seeds == full.environments[0].eval_seeds[:8]
+    assert quick.policy["group_size"] == full.policy["group_size"]
+
+
+def test_seed_ranges_and_defaults():
+    config = BenchConfig.from_dict(_config(methods=[{"algo": "grpo"}]))
+    env = config.environments[0]
+    assert env.train_seeds == (0, 10) and env.eval_seeds == [100, 101, 102]
+    assert env.eval_kwargs is None and env.evaluation_kwargs == {"difficulty": "easy"}
+    assert config.methods[0].name == "grpo" and config.methods[0].rollout == "linear"
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"budget": 0}, "budget must be a positive integer"),
+        ({"seeds": []}, "seeds must be a non-empty list"),
+        ({"colour": "red"}, r"unknown key\(s\) \['colour'\]"),
+        ({"baselines": ["dqn"]}, "unknown baseline 'dqn'"),
+        ({"baselines": ["random", "random"]}, "'random' appears twice"),
+        ({"methods": [{"algo": "grpo", "rollout": "forest"}]}, "rollout must be 'linear' or 'tree'"),
+        ({"methods": [], "baselines": []}, "at least one method or baseline"),
+        ({"policy": {"seed": 3}}, "policy.seed is set per cell"),
+        ({"methods": [{"algo": "grpo", "train": {"total_decisions": 9}}]}, r"methods\[0\].train.total_decisions is set"),
+        ({"seeds": [1, 1]}, "distinct non-negative"),
+        ({"environments": [{"id": "ptgpo/Nope-v0", "train_seeds": [0], "eval_seeds": [1]}]}, "unknown environment"),
+        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"count": 2}, "eval_seeds": [5, 1]}]}, r"eval_seeds \(e.g. 1\) fall in train_seeds \[0, 2\)"),
+        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"start": 0}, "eval_seeds": [1]}]}, "count must be"),
+        ({"environments": [{"id": HOUSEHOLD, "train_seeds": [0, 1], "eval_seeds": [9]}]}, "must be a range"),
+        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"count": 1}, "eval_seeds": [-3]}]}, "non-negative seeds"),
+        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"count": 1}, "eval_seeds": [3], "max_steps": 0}]}, "max_steps must be"),
+    ],
+)
+def test_bad_configs_are_refused_with_the_key_named(overrides, message):
+    with pytest.raises(BenchError, match=message):
+        BenchConfig.from_dict(_config(**overrides))
+
+
+def test_load_config_names_the_file(tmp_path):
+    path = tmp_path / "b.yaml"
+    path.write_text(yaml.safe_dump(_config(budget=-5)))
+    with pytest.raises(BenchError, match=r"b\.yaml: budget"):
+        load_config(path)
+    with pytest.raises(BenchError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_cells_cross_environments_methods_and_seeds():
+    config = BenchConfig.from_dict(_config(seeds=[0, 1], methods=[{"name": "tree", "algo": "ptgpo", "rollout": "tree"}]))
+    cells = plan_cells(config)
+    assert [c.name for c in cells] == [
+        "easy__tree__seed0", "easy__tree__seed1",
+        "easy__random__seed0", "easy__random__seed1",
+        "easy__expert__seed0", "easy__expert__seed1",
+    ]
+    rl = cells[1]
+    assert rl.kind == "rl" and rl.budget == 100
+    assert rl.spec["total_decisions"] == 100 and rl.spec["rollout"] == "tree" and rl.spec["seed"] == 1
+    assert rl.spec["train_seeds"] == [0, 10] and rl.spec["eval_seeds"] == [100, 101, 102]
+    assert cells[2].kind == "baseline" and cells[2].budget is None
+
+
+def test_a_failing_cell_is_recorded_with_its_error(tmp_path):
+    config = BenchConfig.from_dict(_config(environments=[
+        {"label": "broken", "id": HOUSEHOLD, "kwargs": {"difficulty": "impossible"},
+         "train_seeds": {"count": 1}, "eval_seeds": [1]},
+    ]))
+    record = run_cell(plan_cells(config)[0], tmp_path)
+    assert record.status == "failed"
+    assert record.error.startswith("ValueError: difficulty must be one of")
+    assert read_record(record_path(tmp_path, "broken__random__seed0")).error == record.error
+    assert "Traceback" not in record.error
+
+
+def test_a_process_that_dies_without_a_record_is_recorded_as_failed(tmp_path):
+    import logging
+
+    cell = plan_cells(BenchConfig.from_dict(_config()))[0]
+    assert _finish(cell, -9, tmp_path, 1.5, logging.getLogger("test")) == "failed"
+    record = read_record(record_path(tmp_path, cell.name))
+    assert "signal 9" in record.error and record.wall_time_s == 1.5
+
+
+def test_harness_records_every_cell_goes_on_after_a_failure_and_resumes(tmp_path):
+    config = BenchConfig.from_dict(_config(environments=[
+        {"label": "easy", "id": HOUSEHOLD, "kwargs": {"difficulty": "easy"}, "train_seeds": {"count": 1},
+         "eval_seeds": [1, 2]},
+        {"label": "broken", "id": HOUSEHOLD, "kwargs": {"difficulty": "impossible"}, "train_seeds": {"count": 1},
+         "eval_seeds": [1]},
+    ]))
+    report = run_bench(config, tmp_path, workers=2, progress=False)
+    assert sorted(report.ran) == sorted(c.name for c in plan_cells(config))
+    assert sorted(report.failed) == ["broken__expert__seed0", "broken__random__seed0"]
+    records, problems = read_records(tmp_path)
+    assert not problems and len(records) == 4
+    ok = {r.method: r for r in records if r.status == "ok"}
+    assert ok["expert"].final_success == 1.0 and ok["expert"].eval_episodes == 2
+    assert (tmp_path / "leaderboard").is_dir() and report.leaderboard_files
+    assert "broken__random__seed0" in (tmp_path / "bench.log").read_text()
+
+    before = {r.name: r.read_text() for r in tmp_path.glob("*.json")}
+    again = run_bench(config, tmp_path, workers=2, progress=False, build_leaderboard=False)
+    assert again.ran == [] and len(again.skipped) == 4
+    assert {r.name: r.read_text() for r in tmp_path.glob("*.json")} == before
+
+    retried = run_bench(config, tmp_path, workers=2, progress=False, retry_failed=True, build_leaderboard=False)
+    assert sorted(retried.ran) == ["broken__expert__seed0", "broken__random__seed0"]
+    assert (tmp_path / "easy__expert__seed0.json").read_text() == before["easy__expert__seed0.json"]
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved["environments"][0]["eval_seeds"] == [1, 2]
+
+
+GPU_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "bench").glob("*.yaml"))
+
+
+def test_the_literature_gpu_configs_are_shipped():
+    names = {p.name for p in GPU_CONFIGS}
+    assert {"alfworld_qwen2.5-1.5b.yaml", "alfworld_qwen2.5-7b.yaml",
+            "webshop_qwen2.5-1.5b.yaml", "webshop_qwen2.5-7b.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", GPU_CONFIGS, ids=lambda p: p.name)
+def test_gpu_configs_follow_the_literature_setting(path):
+    from ptgpo_algos.config import TrainConfig
+
+    config = load_config(path)
+    assert config.policy["group_size"] == 8 and config.policy["tasks_per_iteration"] == 16
+    assert config.policy["model"].startswith("Qwen/Qwen2.5-") and config.seeds == [0, 1, 2]
+    env = config.environments[0]
+    assert env.max_steps == {"ptgpo/ALFWorld-v0": 50, "ptgpo/WebShop-v0": 15}[env.id]
+    assert env.eval_kwargs is not None  # evaluation on the held-out split
+    for cell in plan_cells(config):
+        if cell.kind == "rl":
+            assert cell.spec["algo_config"]["gamma"] == 0.95
+            # Everything but what needs the GPU, the hub model and the eval split is a valid TrainConfig.
+            spec = {k: v for k, v in cell.spec.items() if k != "eval_env_kwargs"}
+            TrainConfig.from_dict({**spec, "model": "tiny", "device": "cpu"})
+
+
+def test_baselines_evaluate_with_eval_kwargs(tmp_path):
+    # Training kwargs that cannot build an environment do not matter to the expert, which only evaluates.
+    config = BenchConfig.from_dict(_config(baselines=["expert"], environments=[
+        {"label": "split", "id": HOUSEHOLD, "kwargs": {"difficulty": "impossible"},
+         "eval_kwargs": {"difficulty": "easy"}, "train_seeds": {"count": 1}, "eval_seeds": [7, 8]},
+    ]))
+    record = run_cell(plan_cells(config)[0], tmp_path)
+    assert record.status == "ok" and record.final_success == 1.0 and record.eval_episodes == 2
+
+
+def test_resuming_into_a_folder_of_another_config_is_refused(tmp_path):
+    run_bench(BenchConfig.from_dict(_config(baselines=["random"])), tmp_path, workers=1, progress=False,
+              build_leaderboard=False)
+    with pytest.raises(BenchError, match="different benchmark config"):
+        run_bench(BenchConfig.from_dict(_config(baselines=["random"], seeds=[0, 1])), tmp_path, workers=1,
+                  progress=False, build_leaderboard=False)
+    # Another worker count is the same benchmark.
+    again = run_bench(BenchConfig.from_dict(_config(baselines=["random"], workers=3)), tmp_path, workers=1,
+                      progress=False, build_leaderboard=False)
+    assert again.ran == []
+
+
+def test_rl_cells_are_checked_before_anything_runs(tmp_path):
+    config = BenchConfig.from_dict(_config(methods=[{"algo": "grpo", "algo_config": {"gamma": 7}}]))
+    with pytest.raises(BenchError, match=r"method 'grpo' on 'easy': algo_config"):
+        run_bench(config, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_a_missing_config_and_lists_cells_on_dry_run(tmp_path, capsys):
+    from ptgpo_algos.cli import main
+
+    assert main(["bench", str(tmp_path / "missing.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    path = tmp_path / "b.yaml"
+    path.write_text(yaml.safe_dump(_config(seeds=[0, 1])))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "easy__random__seed1.json").write_text("{}")
+    assert main(["bench", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "todo  easy__random__seed0", "done  easy__random__seed1",
+        "todo  easy__expert__seed0", "todo  easy__expert__seed1",
+    ]
+    assert main(["bench", "--print-default"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["name"] == load_config().name
