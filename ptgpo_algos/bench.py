@@ -20,7 +20,7 @@ Config schema (YAML; unknown keys are errors)::
       - label: household-easy    # the environment's name in records and tables
         id: ptgpo/Household-v0
         kwargs: {difficulty: easy}                # constructor keyword arguments
-        eval_kwargs: {}          # optional: kwargs for evaluation instead (e.g. ALFWorld's eval split)
+        eval_kwargs: {}          # optional: kwargs that override `kwargs` in evaluation (e.g. a split)
         max_steps: 30            # optional: horizon (default: the environment's)
         train_seeds: {start: 0, count: 10000}     # a range of task seeds for training
         eval_seeds: {start: 1000000, count: 50}   # or an explicit list [3, 5, 8]
@@ -118,8 +118,8 @@ class BenchError(ValueError):
 # ----------------------------------------------------------------------------------- config model
 @dataclass(frozen=True)
 class EnvironmentEntry:
-    """``train_seeds`` is a range ``[start, stop)``; ``eval_kwargs`` is ``None`` when evaluation uses
-    ``kwargs`` too."""
+    """``train_seeds`` is a range ``[start, stop)``; ``eval_kwargs`` override ``kwargs`` in evaluation,
+    as ``TrainConfig.eval_env_kwargs`` does."""
 
     label: str
     id: str
@@ -131,7 +131,7 @@ class EnvironmentEntry:
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:
-        return self.kwargs if self.eval_kwargs is None else self.eval_kwargs
+        return {**self.kwargs, **(self.eval_kwargs or {})}
 
 
 @dataclass(frozen=True)

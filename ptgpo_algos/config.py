@@ -30,6 +30,9 @@ class TrainConfig:
     # What to train on and with which estimator.
     env_id: str = "ptgpo/Household-v0"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Evaluation may play another split of the same environment (ALFWorld's eval_in_distribution,
+    # WebShop's test goals); these override env_kwargs there.
+    eval_env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_steps: int | None = None
     algo: str = "gigpo"
     algo_config: dict[str, Any] = field(default_factory=dict)
@@ -164,6 +167,7 @@ class TrainConfig:
         if self.env_id not in ptgpo_envs.env_ids():
             raise ValueError(f"env_id: unknown environment {self.env_id!r}; choose one of {', '.join(ptgpo_envs.env_ids())}")
         _check_mapping("env_kwargs", self.env_kwargs)
+        _check_mapping("eval_env_kwargs", self.eval_env_kwargs)
         _check_mapping("algo_config", self.algo_config)
         _check_mapping("tiny", self.tiny)
         from ptgpo_algos.advantages import ESTIMATORS

@@ -321,7 +321,7 @@ def sync_weights(rollout_policy, policy, prompts: Sequence[Sequence[int]], toler
 def _evaluate(policy, config: TrainConfig) -> dict[str, Any]:
     agent = PolicyAgent(policy, greedy=True, name="policy")
     result = evaluate(
-        agent, config.env_id, config.eval_seeds, config.env_kwargs,
+        agent, config.env_id, config.eval_seeds, {**config.env_kwargs, **config.eval_env_kwargs},
         max_steps=config.max_steps, batch_size=config.eval_batch_size,
     )
     return result.summary()
