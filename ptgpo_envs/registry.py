@@ -46,6 +46,18 @@ ENVIRONMENTS: tuple[EnvSpec, ...] = (
         100,
         "Text Sokoban on generated, guaranteed-solvable rooms.",
     ),
+    EnvSpec(
+        "WebShop-v0",
+        "ptgpo_envs.webshop:WebShopEnv",
+        15,
+        "WebShop text mode: BM25 search, the original reward; bundled catalogue or the original data.",
+    ),
+    EnvSpec(
+        "ALFWorld-v0",
+        "ptgpo_envs.alfworld:ALFWorldEnv",
+        50,
+        "ALFWorld on its real engine (alfworld + TextWorld PDDL): official splits or generated games.",
+    ),
 )
 
 

@@ -27,8 +27,12 @@ from baselines.random_agent import RandomAgent
 from ptgpo_algos.evaluation import evaluate
 from ptgpo_envs.core import INVALID_ACTION_OBSERVATION
 
+#: The official ALFWorld evaluation games, read-only beside the checkout (never copied into it).
+ALFWORLD_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "alfworld" / "json_2.1.1"
 #: Env id -> constructor kwargs for these tests (registry defaults when absent).
-CONTRACT_KWARGS: dict[str, dict[str, Any]] = {}
+CONTRACT_KWARGS: dict[str, dict[str, Any]] = {
+    "ptgpo/ALFWorld-v0": {"split": "eval_out_of_distribution", "data_path": str(ALFWORLD_DATA)},
+}
 #: Env id -> optional packages it needs; when one is not installed the environment is skipped.
 OPTIONAL_MODULES: dict[str, tuple[str, ...]] = {
     "ptgpo/ALFWorld-v0": ("alfworld", "textworld"),
