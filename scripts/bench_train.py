@@ -43,7 +43,12 @@ def throughput(config) -> dict:
     for mode in ("linear", "tree"):
         batch, stats = collect_rollouts(policy, tasks, group_size=8, mode=mode, rng=np.random.default_rng(0),
                                         generator=torch.Generator().manual_seed(0))
+        # Tokens the policy processed: each decision's prompt and all its candidates (shared prefix
+        # steps of a tree counted once, like the decisions).
+        decisions = {id(s): s.extras["decision"] for group in batch for t in group for s in t.steps}.values()
+        processed = sum(len(d.prompt_ids) + sum(map(len, d.candidate_ids or [d.response_ids])) for d in decisions)
         result[f"{mode}_decisions_per_s"] = stats.decisions_per_s
+        result[f"{mode}_tokens_per_s"] = processed / stats.wall_time_s
         result[f"{mode}_decisions"] = stats.decisions
         result[f"{mode}_decisions_saved"] = stats.decisions_saved
     advantages = compute_advantages("grpo", batch)
@@ -78,7 +83,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     config = TrainConfig.from_yaml(args.config, {"out_dir": str(run_dir), "time_limit_s": args.minutes * 60,
                                                  "iterations": 100_000})
-    report = {"config": args.config, "minutes": args.minutes, "threads": os.environ.get("OMP_NUM_THREADS")}
+    # Timings on a shared machine depend on what else runs: keep the load next to them.
+    report = {"config": args.config, "minutes": args.minutes, "threads": os.environ.get("OMP_NUM_THREADS"),
+              "load_average_at_start": os.getloadavg()}
     if not args.skip_throughput:
         report["throughput"] = throughput(config)
         print(json.dumps(report["throughput"], indent=1), flush=True)
@@ -93,6 +100,7 @@ def main() -> int:
         time_to_0_8_s=reached[0]["wall_time_s"] if reached else None,
         wall_time_s=summary.wall_time_s,
         decisions=summary.decisions,
+        load_average_at_end=os.getloadavg(),
     )
     tmp = out / ".bench_train.json.tmp"
     tmp.write_text(json.dumps(report, indent=1))

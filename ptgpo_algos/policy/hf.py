@@ -3,9 +3,12 @@
 :class:`CausalLMPolicy` implements both sides of :class:`ptgpo_algos.policy.base.Policy` for any
 ``AutoModelForCausalLM``. Everything is batched: one call to :meth:`CausalLMPolicy.decide` runs the
 prompts of all live episodes in one forward pass. In ``choose`` mode the prompts' KV cache is computed
-once and shared by all candidates of a prompt (``DynamicCache.batch_select_indices``), so scoring six
-candidates costs little more than scoring one; training uses the same computation with gradients
-(or, under gradient checkpointing, which disables the cache, full prompt+candidate sequences).
+once, then all candidates of a prompt are scored in one row after it: packed end to end, each with
+positions that restart where the prompt ends and an attention mask that lets it see only the prompt
+and its own earlier tokens, which gives each candidate exactly the log-probabilities it would get
+alone. So scoring ten candidates costs little more than scoring one; training uses the same
+computation with gradients (or, under gradient checkpointing, which disables the cache, full
+prompt+candidate sequences).
 """
 
 from __future__ import annotations
@@ -350,18 +353,49 @@ class CausalLMPolicy:
         last, cache = _forward(
             self.model, input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True, logits_to_keep=1
         )
-        owner, flat = self._flatten(candidates)
-        index = torch.as_tensor(owner, dtype=torch.long, device=self.device)
-        cache.batch_select_indices(index)
-        cids, cmask = _right_pad(flat, self.pad_id, self.device)
-        full_mask = torch.cat([mask[index], cmask], dim=1)
-        start = mask.sum(-1)[index]
-        position = start[:, None] + torch.arange(cids.shape[1], device=self.device)[None, :]
+        # One row per prompt holding all its candidates end to end (rather than one row per
+        # candidate, which would copy the prompt's KV cache once per candidate): ``segment`` says
+        # which candidate a token belongs to (-1: padding), ``offset`` its index within it.
+        width = max(1, max(sum(len(c) for c in cands) for cands in candidates))
+        packed_ids, segments, offsets, starts = [], [], [], []
+        for cands in candidates:
+            row_ids, row_segment, row_offset = [], [], []
+            for k, cand in enumerate(cands):
+                starts.append(len(row_ids))
+                row_ids += cand
+                row_segment += [k] * len(cand)
+                row_offset += range(len(cand))
+            padding = width - len(row_ids)
+            packed_ids.append(row_ids + [self.pad_id] * padding)
+            segments.append(row_segment + [-1] * padding)
+            offsets.append(row_offset + [0] * padding)
+        cids = torch.tensor(packed_ids, dtype=torch.long, device=self.device)
+        segment = torch.tensor(segments, dtype=torch.long, device=self.device)
+        offset = torch.tensor(offsets, dtype=torch.long, device=self.device)
+        # A token sees the prompt and the earlier tokens of its own candidate; a padding token sees
+        # itself only (a query row with nothing to attend to would give NaNs).
+        index = torch.arange(width, device=self.device)
+        own = (segment[:, :, None] == segment[:, None, :]) & (index[None, :, None] >= index[None, None, :])
+        own &= (segment[:, :, None] >= 0) | (index[None, :, None] == index[None, None, :])
+        prompt_seen = mask.bool()[:, None, :].expand(-1, width, -1) & (segment >= 0)[:, :, None]
+        attention = torch.cat([prompt_seen, own], dim=-1)[:, None]
+        position = mask.sum(-1, keepdim=True) + offset
         logits, _ = _forward(
-            self.model, cache, input_ids=cids, attention_mask=full_mask, position_ids=position, use_cache=True
+            self.model, cache, input_ids=cids, attention_mask=attention, position_ids=position, use_cache=True
         )
-        logits = torch.cat([last[:, -1, :][index][:, None, :], logits[:, :-1, :]], dim=1).float()
-        logp = F.log_softmax(logits, dim=-1).gather(-1, cids[..., None]).squeeze(-1)
+        # A candidate's first token is predicted by the prompt's last position, each later one by
+        # the token before it in the packed row.
+        logits = torch.cat([last[:, -1:, :], logits], dim=1)
+        source = torch.where(offset > 0, index[None, :], torch.zeros_like(offset))
+        picked = logits.gather(1, source[..., None].expand(-1, -1, logits.shape[-1])).float()
+        packed = F.log_softmax(picked, dim=-1).gather(-1, cids[..., None]).squeeze(-1)
+        owner, flat = self._flatten(candidates)
+        lengths = torch.tensor([len(c) for c in flat], dtype=torch.long, device=self.device)
+        column = torch.arange(max(1, int(lengths.max())), device=self.device)
+        cmask = (column[None, :] < lengths[:, None]).long()
+        columns = (torch.tensor(starts, dtype=torch.long, device=self.device)[:, None] + column).clamp(max=width - 1)
+        rows = torch.tensor(owner, dtype=torch.long, device=self.device)[:, None]
+        logp = packed[rows, columns] * cmask
         return self._split(logp, cmask, candidates)
 
     def _packed_candidates(self, prompts, candidates):
