@@ -36,10 +36,21 @@ __all__ = [
     "RolloutPolicy",
     "TrainablePolicy",
     "Policy",
+    "check_sampling_settings",
 ]
 
 ACTION_MODES = ("choose", "generate")
 SCORE_MODES = ("mean", "sum")
+
+
+def check_sampling_settings(mode: str, score: str, temperature: float) -> None:
+    """Validate the settings every backend shares, with a message that says what is allowed."""
+    if mode not in ACTION_MODES:
+        raise ValueError(f"mode must be one of {ACTION_MODES}, got {mode!r}")
+    if score not in SCORE_MODES:
+        raise ValueError(f"score must be one of {SCORE_MODES}, got {score!r}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
 
 
 @dataclass

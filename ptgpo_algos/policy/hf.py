@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES, Context, Decision, ScoredBatch
+from ptgpo_algos.policy.base import Context, Decision, ScoredBatch, check_sampling_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
 
@@ -139,12 +139,7 @@ class CausalLMPolicy:
         temperature: float = 1.0,
         max_rows: int = 512,
     ):
-        if mode not in ACTION_MODES:
-            raise ValueError(f"mode must be one of {ACTION_MODES}, got {mode!r}")
-        if score not in SCORE_MODES:
-            raise ValueError(f"score must be one of {SCORE_MODES}, got {score!r}")
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+        check_sampling_settings(mode, score, temperature)
         self.model = model
         self.tokenizer = tokenizer
         self.mode = mode

@@ -37,7 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES, Context, Decision
+from ptgpo_algos.policy.base import Context, Decision, check_sampling_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
 
@@ -96,12 +96,7 @@ class VLLMPolicy:
         engine: Any = None,
         **engine_kwargs: Any,
     ):
-        if mode not in ACTION_MODES:
-            raise ValueError(f"mode must be one of {ACTION_MODES}, got {mode!r}")
-        if score not in SCORE_MODES:
-            raise ValueError(f"score must be one of {SCORE_MODES}, got {score!r}")
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+        check_sampling_settings(mode, score, temperature)
         try:
             from vllm import LLM
         except ImportError as error:  # pragma: no cover - depends on the installation
