@@ -134,7 +134,7 @@ def evaluate(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     seeds = list(seeds)
-    result = EvalResult()
+    finished: list[tuple[int, EpisodeResult]] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -162,17 +162,16 @@ def evaluate(
                 rewards[i] += reward
                 invalid[i] += not info.get("action_valid", True)
                 if terminated or truncated:
-                    result.episodes.append(
-                        EpisodeResult(
-                            seed=chunk[i],
-                            won=bool(info["won"]),
-                            total_reward=rewards[i],
-                            length=len(view.history),
-                            invalid_actions=invalid[i],
-                            task_type=info.get("task_type"),
-                            score=info.get("score"),
-                        )
+                    episode = EpisodeResult(
+                        seed=chunk[i],
+                        won=bool(info["won"]),
+                        total_reward=rewards[i],
+                        length=len(view.history),
+                        invalid_actions=invalid[i],
+                        task_type=info.get("task_type"),
+                        score=info.get("score"),
                     )
+                    finished.append((start + i, episode))
                     if bar is not None:
                         bar.update(1)
                 else:
@@ -182,5 +181,5 @@ def evaluate(
             env.close()
     if bar is not None:
         bar.close()
-    result.episodes.sort(key=lambda e: seeds.index(e.seed))
-    return result
+    # Episodes end in any order; results follow the order of the seeds given.
+    return EvalResult([episode for _, episode in sorted(finished, key=lambda item: item[0])])
