@@ -47,6 +47,7 @@ from ptgpo_algos.policy import load_policy
 from ptgpo_algos.policy.agent import PolicyAgent
 from ptgpo_algos.policy.base import Decision
 from ptgpo_algos.rollout import Task, collect_rollouts
+from leaderboard.records import atomic_write_text
 
 __all__ = [
     "TrainSummary", "TrainingSample", "WeightSyncError", "build_policy", "build_rollout_policy", "flatten_batch",
@@ -184,12 +185,6 @@ def ppo_update(
 
 
 # ---------------------------------------------------------------------------------------- files
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
     with path.open("a") as handle:
         handle.write(json.dumps(row) + "\n")
@@ -201,7 +196,7 @@ def _trim_jsonl(path: Path, last_iteration: int) -> None:
         return
     rows = [line for line in path.read_text().splitlines() if line.strip()]
     kept = [line for line in rows if json.loads(line)["iteration"] <= last_iteration]
-    _atomic_write_text(path, "".join(line + "\n" for line in kept))
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 def _rng_state(rng: np.random.Generator, sampler: torch.Generator) -> dict[str, Any]:
@@ -369,7 +364,7 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
     else:
         for path in (logger.metrics_path, logger.curve_path):
             path.unlink(missing_ok=True)
-    _atomic_write_text(out_dir / "config.json", json.dumps(config.to_dict(), indent=1))
+    atomic_write_text(out_dir / "config.json", json.dumps(config.to_dict(), indent=1))
     started = time.perf_counter() - counters["wall_time_s"]
 
     def elapsed() -> float:

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from leaderboard.records import atomic_write_text
+
 
 def bench(workers: int, slots_per_worker: int, steps: int, env_kwargs: dict, seed: int) -> dict:
     from ptgpo_envs.vector import ProcessVectorTextEnv
@@ -80,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        temporary = out.with_name(out.name + ".tmp")
-        temporary.write_text(json.dumps({"cpu_count": os.cpu_count(), "results": rows}, indent=2) + "\n")
-        os.replace(temporary, out)
+        atomic_write_text(Path(args.out), json.dumps({"cpu_count": os.cpu_count(), "results": rows}, indent=2) + "\n")
     return 0
 
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 import gymnasium as gym
 
 import ptgpo_envs
+from leaderboard.records import atomic_write_text
 
 #: The speed the fast, pure-Python environments aim for (unwrapped, on a 2-core CI machine).
 TARGET_STEPS_PER_S = 20_000
@@ -99,11 +98,7 @@ def format_table(rows: list[EnvSpeed]) -> str:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    """Write atomically: a temporary file in the same folder, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        json.dump(payload, handle, indent=2)
-    os.replace(handle.name, path)
+    atomic_write_text(path, json.dumps(payload, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from leaderboard.records import atomic_write_text
+
 for key, value in (("OMP_WAIT_POLICY", "PASSIVE"), ("MALLOC_MMAP_THRESHOLD_", "1000000000"),
                    ("MALLOC_TRIM_THRESHOLD_", "1000000000"), ("MALLOC_TOP_PAD_", "100000000"),
                    ("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
@@ -102,9 +104,7 @@ def main() -> int:
         decisions=summary.decisions,
         load_average_at_end=os.getloadavg(),
     )
-    tmp = out / ".bench_train.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1))
-    os.replace(tmp, out / "bench_train.json")
+    atomic_write_text(out / "bench_train.json", json.dumps(report, indent=1))
     print(json.dumps({k: v for k, v in report.items() if k != "curve"}, indent=1))
     return 0
 

@@ -63,7 +63,7 @@ def main() -> None:
     vllm_rate, vllm_tokens = _throughput(engine, contexts, args.repeats)
     hf_rate, hf_tokens = _throughput(hf, contexts, args.repeats)
     print(f"model {path}, batch {args.batch}, up to {args.max_new_tokens} new tokens, {args.repeats} repeats")
-    print(f"| backend | generated tokens | tokens/s |\n|---|---|---|")
+    print("| backend | generated tokens | tokens/s |\n|---|---|---|")
     print(f"| transformers | {hf_tokens} | {hf_rate:,.0f} |")
     print(f"| vLLM | {vllm_tokens} | {vllm_rate:,.0f} |")
     print(f"vLLM / transformers: {vllm_rate / hf_rate:.2f}x")

@@ -20,6 +20,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from leaderboard.records import atomic_write_text
+
 ALGOS = ("grpo", "rloo", "gigpo", "hgpo", "ptgpo")
 
 
@@ -78,10 +80,7 @@ def main() -> int:
         summary[algo] = {"final_success_mean": sum(finals) / len(finals), "final_success": finals,
                          "auc_mean": sum(aucs) / len(aucs), "auc": aucs,
                          "decisions_saved": [r["decisions_saved"] for r in mine]}
-    path = Path(args.out) / "summary.json"
-    tmp = path.with_name(".summary.json.tmp")
-    tmp.write_text(json.dumps({"args": vars(args), "algorithms": summary}, indent=1))
-    os.replace(tmp, path)
+    atomic_write_text(Path(args.out) / "summary.json", json.dumps({"args": vars(args), "algorithms": summary}, indent=1))
     for algo, row in summary.items():
         print(f"{algo:6s} final {row['final_success_mean']:.3f}  auc {row['auc_mean']:.3f}")
     return 0

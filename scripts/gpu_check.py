@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from leaderboard.records import atomic_write_text
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 #: About 100M parameters: 12 layers of width 768 (head size 64) and a tied embedding.
@@ -29,9 +31,7 @@ GPU_MEMORY_UTILIZATION = 0.3
 
 
 def _write(out: Path, phase: str, data: dict) -> None:
-    tmp = out / f".{phase}.json.tmp"
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, out / f"{phase}.json")
+    atomic_write_text(out / f"{phase}.json", json.dumps(data, indent=1))
 
 
 def _read(out: Path, name: str) -> dict:
