@@ -15,10 +15,10 @@ __all__ = ["run"]
 
 def run(job: BaselineRun) -> BaselineOutcome:
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.policy.agent import PolicyAgent
 
-    # The trainer's own builder, so the zero-shot policy cannot drift from the trained methods' start.
-    from ptgpo_algos.trainer import _device, build_policy
+    # The trainer's own builder and evaluation protocol, so the zero-shot policy cannot drift from the
+    # trained methods' start.
+    from ptgpo_algos.trainer import _device, build_policy, evaluation_agent
 
     if job.options:
         raise ValueError(f"baseline 'zero_shot' takes no options (it uses the policy section), got {sorted(job.options)}")
@@ -34,9 +34,7 @@ def run(job: BaselineRun) -> BaselineOutcome:
         }
     )
     policy = build_policy(config, _device(config))
-    # The trainer's evaluation protocol (greedy, or sampled at eval_temperature), with its seed.
-    agent = PolicyAgent(policy, greedy=config.eval_temperature is None, name="zero_shot", seed=config.seed,
-                        temperature=config.eval_temperature)
+    agent = evaluation_agent(policy, config, name="zero_shot")
     final = evaluate(
         agent, job.env_id, job.eval_seeds, job.evaluation_kwargs,
         max_steps=job.max_steps, batch_size=config.eval_batch_size,

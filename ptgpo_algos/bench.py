@@ -10,6 +10,7 @@ Config schema (YAML; unknown keys are errors)::
 
     name: household-cpu          # names the output folder: bench_results/<name>/
     budget: 3000                 # matched budget: policy decisions of training per RL/SB3 run
+                                 # (an environment's own `budget` overrides it for that environment)
     seeds: [0, 1]                # one cell per seed per (environment, method)
     workers: 2                   # optional: parallel cells (default: the number of CPU cores)
     policy:                      # TrainConfig fields shared by every method (model, mode, group
@@ -23,6 +24,7 @@ Config schema (YAML; unknown keys are errors)::
         eval_kwargs: {}          # optional: kwargs that override `kwargs` in evaluation (e.g. a split)
         max_steps: 30            # optional: horizon (default: the environment's)
         train_seeds: {start: 0, count: 10000}     # a range of task seeds for training
+        budget: 20000            # optional: this environment's matched budget (default: the top one)
         eval_seeds: {start: 1000000, count: 50}   # or an explicit list [3, 5, 8]
     methods:                     # RL cells: TrainConfig = policy + these (+ env, seed, budget)
       - name: gigpo              # method name in records (defaults to algo)
@@ -35,8 +37,9 @@ Config schema (YAML; unknown keys are errors)::
       - name: sb3_ppo
         options: {max_slots: 48} # the baseline's own settings
     quick:                       # optional: overrides applied by `ptgpo bench --quick`
-      budget: 300                # any of: name, budget, seeds, workers, policy (merged key by
-      seeds: [0]                 # key), max_eval_episodes (caps every environment's eval seeds)
+      budget: 300                # any of: name, budget (replaces every environment's), seeds, workers,
+      seeds: [0]                 # policy (merged key by key), max_eval_episodes (caps every
+                                 # environment's eval seeds)
       max_eval_episodes: 10
 
 The matched budget counts policy decisions (environment steps chosen by the policy) spent in training.
@@ -44,8 +47,10 @@ Tree rollouts count every decision they take, like linear ones, so prefix reuse 
 episodes for the same budget. An RL run stops after the first iteration that reaches the budget (it
 may exceed it by less than one iteration); SB3 PPO spends it exactly or slightly under (whole
 rollouts). Records store the decisions actually spent. Random, expert and zero-shot do not train: their
-records have ``budget: null`` and ``decisions: 0``. Every cell evaluates greedily on the same
-``eval_seeds``; ``final_success`` is the last evaluation and ``best_success`` the best along the curve.
+records have ``budget: null`` and ``decisions: 0``. Every cell evaluates on the same ``eval_seeds``
+(the LLM policies with the policy section's protocol: greedy, or sampled at ``eval_temperature``;
+random plays uniformly, SB3 PPO greedily); ``final_success`` is the last evaluation and
+``best_success`` the best along the curve.
 
 Output folder (default ``bench_results/<name>/``, ``<name>-quick`` with ``--quick``)::
 
@@ -67,6 +72,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -128,6 +134,7 @@ class EnvironmentEntry:
     eval_seeds: list[int]
     eval_kwargs: dict[str, Any] | None = None
     max_steps: int | None = None
+    budget: int | None = None
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:
@@ -194,6 +201,9 @@ class BenchConfig:
             _environment(entry, f"environments[{i}]", max_eval)
             for i, entry in enumerate(_list(data.get("environments"), "environments"))
         ]
+        if quick and "budget" in quick_section:
+            # A quick run is small everywhere: its budget replaces the environments' own.
+            environments = [dataclasses.replace(env, budget=None) for env in environments]
         methods = [_method(entry, f"methods[{i}]") for i, entry in enumerate(_list(data.get("methods", []) or [], "methods"))]
         baselines = [
             _baseline(entry, f"baselines[{i}]") for i, entry in enumerate(_list(data.get("baselines", []) or [], "baselines"))
@@ -291,7 +301,7 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
     import ptgpo_envs
 
     entry = _mapping(entry, where)
-    _known_keys(entry, ("label", "id", "kwargs", "eval_kwargs", "max_steps", "train_seeds", "eval_seeds"), where)
+    _known_keys(entry, ("label", "id", "kwargs", "eval_kwargs", "max_steps", "train_seeds", "eval_seeds", "budget"), where)
     env_id = _string(entry.get("id"), f"{where}.id")
     if env_id not in ptgpo_envs.env_ids():
         raise BenchError(f"{where}.id: unknown environment {env_id!r}; registered: {', '.join(ptgpo_envs.env_ids())}")
@@ -313,6 +323,9 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
     eval_kwargs = entry.get("eval_kwargs")
     if eval_kwargs is not None:
         eval_kwargs = dict(_mapping(eval_kwargs, f"{where}.eval_kwargs"))
+    budget = entry.get("budget")
+    if budget is not None:
+        budget = _positive_int(budget, f"{where}.budget")
     return EnvironmentEntry(
         label=_string(entry.get("label", env_id), f"{where}.label"),
         id=env_id,
@@ -321,6 +334,7 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
         eval_seeds=evaluation,
         eval_kwargs=eval_kwargs,
         max_steps=max_steps,
+        budget=budget,
     )
 
 
@@ -397,6 +411,7 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
 
     cells = []
     for env in config.environments:
+        env_budget = env.budget if env.budget is not None else config.budget
         for method in config.methods:
             for seed in config.seeds:
                 spec = {
@@ -411,20 +426,20 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
                     "algo": method.algo,
                     "algo_config": method.algo_config,
                     "rollout": method.rollout,
-                    "total_decisions": config.budget,
+                    "total_decisions": env_budget,
                     "train_seeds": list(env.train_seeds),
                     "eval_seeds": env.eval_seeds,
                     "seed": seed,
                 }
                 if env.eval_kwargs is not None:
                     spec["eval_env_kwargs"] = env.eval_kwargs
-                cells.append(Cell(cell_name(env.label, method.name, seed), "rl", method.name, env, seed, config.budget, spec))
+                cells.append(Cell(cell_name(env.label, method.name, seed), "rl", method.name, env, seed, env_budget, spec))
         for baseline in config.baselines:
             kind = BASELINES[baseline.name]
             spec = {"baseline": baseline.name, "options": baseline.options}
             if kind.uses_policy:
                 spec["policy"] = config.policy
-            budget = config.budget if kind.trains else None
+            budget = env_budget if kind.trains else None
             for seed in config.seeds:
                 cells.append(Cell(cell_name(env.label, baseline.name, seed), "baseline", baseline.name, env, seed,
                                   budget, spec))

@@ -331,10 +331,19 @@ def sync_weights(rollout_policy, policy, prompts: Sequence[Sequence[int]], toler
             "sync_tokens_equal": report.tokens_equal}
 
 
+def evaluation_agent(policy, config: TrainConfig, name: str = "policy") -> PolicyAgent:
+    """The run's evaluation protocol (greedy, or sampled at ``config.evaluation_temperature``).
+
+    A fresh generator seeded by the run seed each time: every evaluation of the same weights plays the
+    same episodes.
+    """
+    temperature = config.evaluation_temperature
+    return PolicyAgent(policy, greedy=temperature == 0.0, name=name, seed=config.seed,
+                       temperature=temperature or None)
+
+
 def _evaluate(policy, config: TrainConfig) -> dict[str, Any]:
-    greedy = config.eval_temperature is None
-    # A fresh generator per evaluation: every evaluation of the same weights plays the same episodes.
-    agent = PolicyAgent(policy, greedy=greedy, name="policy", seed=config.seed, temperature=config.eval_temperature)
+    agent = evaluation_agent(policy, config)
     result = evaluate(
         agent, config.env_id, config.eval_seeds, {**config.env_kwargs, **config.eval_env_kwargs},
         max_steps=config.max_steps, batch_size=config.eval_batch_size,
@@ -453,7 +462,7 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
         update = ppo_update(
             policy, optimizer, samples, clip_ratio=config.clip_ratio, entropy_coef=config.entropy_coef,
             kl_coef=config.kl, reference=reference, max_grad_norm=config.max_grad_norm,
-            epochs=config.epochs, minibatch_size=config.minibatch_size, rng=rng,
+            epochs=config.epochs, minibatch_size=config.minibatch, rng=rng,
         )
         train_time = time.perf_counter() - train_start
         if rollout_policy is not policy:

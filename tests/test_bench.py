@@ -113,6 +113,21 @@ def test_cells_cross_environments_methods_and_seeds():
     assert cells[2].kind == "baseline" and cells[2].budget is None
 
 
+def test_an_environment_budget_overrides_the_top_one_except_in_quick_runs():
+    hard = {"label": "hard", "id": HOUSEHOLD, "kwargs": {"difficulty": "hard"}, "budget": 40,
+            "train_seeds": {"start": 0, "count": 10}, "eval_seeds": [100]}
+    data = _config(environments=[_config()["environments"][0], hard], methods=[{"algo": "grpo"}],
+                   baselines=["random", "sb3_ppo"], quick={"budget": 7})
+    budgets = {(c.env.label, c.method): (c.budget, c.spec.get("total_decisions"))
+               for c in plan_cells(BenchConfig.from_dict(data))}
+    assert budgets[("easy", "grpo")] == (100, 100) and budgets[("hard", "grpo")] == (40, 40)
+    assert budgets[("hard", "sb3_ppo")] == (40, None) and budgets[("hard", "random")] == (None, None)
+    quick = plan_cells(BenchConfig.from_dict(data, quick=True))
+    assert {c.spec["total_decisions"] for c in quick if c.kind == "rl"} == {7}
+    with pytest.raises(BenchError, match=r"environments\[1\]\.budget must be a positive integer"):
+        BenchConfig.from_dict({**data, "environments": [_config()["environments"][0], {**hard, "budget": 0}]})
+
+
 def test_a_failing_cell_is_recorded_with_its_error(tmp_path):
     config = BenchConfig.from_dict(_config(environments=[
         {"label": "broken", "id": HOUSEHOLD, "kwargs": {"difficulty": "impossible"},

@@ -14,7 +14,7 @@ from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Step, Trajectory
 from ptgpo_algos.losses import low_var_kl, policy_loss, ppo_clip_loss, weighted_token_mean
 from ptgpo_algos.policy.base import Decision
-from ptgpo_algos.trainer import flatten_batch, run_training
+from ptgpo_algos.trainer import evaluation_agent, flatten_batch, run_training
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
 
@@ -127,7 +127,7 @@ def test_ppo_clip_loss_shape():
         ({"algo_config": {"gama": 0.9}}, "algo_config: unknown config key"),
         ({"resume": "yes"}, "resume: expected true or false"),
         ({"loss_agg": "sum"}, "loss_agg: 'sum' is not valid"),
-        ({"eval_temperature": 0.0}, "eval_temperature: expected a number > 0"),
+        ({"eval_temperature": -0.5}, "eval_temperature: expected a number >= 0"),
         ({"tiny": {"hiden_size": 32}}, "tiny: unknown field"),
         ({"tiny": {"pretrain_steps": -1}}, "tiny.pretrain_steps: expected an integer >= 0"),
     ],
@@ -140,7 +140,18 @@ def test_bad_configs_fail_with_clear_messages(change, message):
 
 def test_config_defaults_and_yaml(tmp_path):
     config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "algo": "ptgpo", "eval_seeds": 3})
-    assert config.rollout_mode == "tree" and config.kl == 0.0 and config.lr > 0
+    assert config.rollout_mode == "tree" and config.kl == 0.0
+    # Resolved from the model: the tiny model's measured settings, or a pretrained LLM's.
+    assert (config.lr, config.epochs, config.minibatch) == (5e-4, 2, 512)
+    (tmp_path / "llm").mkdir()
+    (tmp_path / "llm" / "config.json").write_text("{}")
+    pretrained = TrainConfig.from_dict({"model": str(tmp_path / "llm"), "minibatch_size": 32})
+    assert (pretrained.lr, pretrained.epochs, pretrained.minibatch, pretrained.kl) == (1e-6, 1, 32, 0.01)
+    # Evaluation: sampled at 0.4 for the tiny model, greedy for a pretrained one; 0 asks for greedy.
+    assert (config.evaluation_temperature, pretrained.evaluation_temperature) == (0.4, 0.0)
+    greedy = evaluation_agent(None, TrainConfig.from_dict({"eval_temperature": 0}))
+    sampled = evaluation_agent(None, TrainConfig.from_dict({"eval_temperature": 0.7}))
+    assert (greedy.greedy, sampled.greedy, sampled.temperature) == (True, False, 0.7)
     assert config.eval_seeds == [1_000_000, 1_000_001, 1_000_002]
     assert TrainConfig.from_dict({"algo": "grpo"}).rollout_mode == "linear"
     path = tmp_path / "run.yaml"
@@ -223,6 +234,7 @@ def test_short_run_improves_success_on_an_easy_environment(tmp_path, monkeypatch
         env_id="ptgpo/FrozenLake-v0", env_kwargs=LAKE, max_steps=8, algo="gigpo", group_size=8,
         tasks_per_iteration=4, iterations=12, eval_every=12, eval_seeds=4, learning_rate=1e-2,
         ppo_epochs=4, minibatch_size=64, out_dir=str(tmp_path / "run"), tiny={"pretrain_steps": 0},
+        eval_temperature=0,
     ))
     summary = run_training(config, progress=False)
     curve = [json.loads(line) for line in open(summary.curve_path)]

@@ -20,10 +20,10 @@ _FLAGS = {
     "iterations": ("iterations", int, "maximum number of iterations [100]"),
     "total-decisions": ("total_decisions", int, "stop once this many policy decisions are spent"),
     "time-limit": ("time_limit_s", float, "stop after this many seconds of wall time"),
-    "lr": ("learning_rate", float, "learning rate [1e-2 tiny, 1e-6 pretrained]"),
+    "lr": ("learning_rate", float, "learning rate [5e-4 tiny, 1e-6 pretrained]"),
     "eval-every": ("eval_every", int, "evaluate every N iterations [10]"),
     "eval-episodes": ("eval_seeds", int, "number of held-out evaluation seeds [64]"),
-    "eval-temperature": ("eval_temperature", float, "sample evaluation episodes at this temperature [greedy]"),
+    "eval-temperature": ("eval_temperature", float, "sample evaluation episodes at this temperature; 0 = greedy [0.4 tiny, 0 pretrained]"),
     "seed": ("seed", int, "run seed [0]"),
     "out": ("out_dir", str, "output folder [runs/<env>-<algo>-s<seed>]"),
 }
