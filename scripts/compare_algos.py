@@ -23,6 +23,7 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from statistics import fmean as mean
 
 from leaderboard.records import atomic_write_text
 
@@ -92,8 +93,6 @@ def main() -> int:
     summary = {}
     for algo in args.algos:
         mine = [r for r in results if r["algo"] == algo]
-        def mean(values):
-            return sum(values) / len(values)
         aucs = [_auc(r["curve"], args.decisions) for r in mine]
         keys = sorted(set().union(*(r["diagnostics"] for r in mine)))
         summary[algo] = {
