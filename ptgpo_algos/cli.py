@@ -13,6 +13,7 @@ COMMANDS = {
     "bench": "bench",
     "demo": "demo",
     "envs": "envs",
+    "evaluate": "evaluate",
     "leaderboard": "leaderboard",
     "train": "train",
 }

@@ -20,10 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "EVAL_SEED_BASE"]
+__all__ = ["TrainConfig", "EVAL_SEED_BASE", "default_evaluation_temperature"]
 
 #: Evaluation seeds start here by default; training seeds are drawn below it, so they never overlap.
 EVAL_SEED_BASE = 1_000_000
+
+
+def default_evaluation_temperature(tiny: bool) -> float:
+    """The evaluation protocol when none is given: sampled at 0.4 for the tiny model, greedy otherwise.
+
+    The tiny model acts on one or two history pairs: greedily it falls into two-step loops (take X /
+    put X back) and scored 0.0 on Look tasks where the same weights sampled at 0.4 scored 0.52 (issue
+    4's notes); on Sokoban, 0.0 greedy against 0.20 sampled at 0.4. A pretrained LLM is evaluated
+    greedily, as usual.
+    """
+    return 0.4 if tiny else 0.0
 
 
 @dataclass
@@ -155,16 +166,10 @@ class TrainConfig:
 
     @property
     def evaluation_temperature(self) -> float:
-        """The evaluation protocol: 0.0 is greedy, a positive value samples at that temperature.
-
-        The tiny model acts on one or two history pairs: greedily it falls into two-step loops (take X
-        / put X back) and scored 0.0 on Look tasks where the same weights sampled at 0.4 scored 0.52
-        (issue 4's notes); on Sokoban, 0.0 greedy against 0.20 sampled at 0.4. A pretrained LLM is
-        evaluated greedily, as usual.
-        """
+        """The evaluation protocol: 0.0 is greedy, a positive value samples at that temperature."""
         if self.eval_temperature is not None:
             return float(self.eval_temperature)
-        return 0.4 if self.is_tiny else 0.0
+        return default_evaluation_temperature(self.is_tiny)
 
     @property
     def minibatch(self) -> int:

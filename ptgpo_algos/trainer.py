@@ -295,6 +295,44 @@ def build_policy(config: TrainConfig, device: str):
     )
 
 
+def is_run_folder(path: str | Path) -> bool:
+    """Whether ``path`` is the output folder of a training run (a model folder has a config.json too)."""
+    return any((Path(path) / name).exists() for name in ("final_model", "checkpoint.pt", "metrics.jsonl"))
+
+
+def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, TrainConfig, str]:
+    """The policy a training run left in ``run_dir``, its config, and which weights were loaded.
+
+    ``final_model/`` when the run finished; otherwise the weights of its last ``checkpoint.pt`` (a
+    killed or still running run) on the run's own base model. The acting settings (mode, history
+    length, prompt budget...) come from the run's ``config.json``, so the policy sees the prompts it
+    was trained on.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise ValueError(f"{str(run_dir)!r} is not a training run folder (no config.json); pass the --out "
+                         "folder of `ptgpo train`")
+    config = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    final = run_dir / "final_model"
+    if final.is_dir():
+        policy = load_policy(
+            final, mode=config.mode, score=config.score, temperature=config.temperature,
+            history_length=config.history_length, max_prompt_tokens=config.max_prompt_tokens,
+            max_new_tokens=config.max_new_tokens, device=device, dtype=config.dtype,
+        )
+        return policy, config, str(final)
+    checkpoint = run_dir / "checkpoint.pt"
+    if not checkpoint.is_file():
+        raise ValueError(f"{str(run_dir)!r} holds no final_model/ and no checkpoint.pt yet: the run has not "
+                         "reached its first checkpoint")
+    policy = build_policy(config, device)
+    state = torch.load(checkpoint, map_location=device, weights_only=False)
+    trainable = policy.named_trainable()
+    for name, tensor in state["weights"].items():
+        trainable[name].data.copy_(tensor)
+    return policy, config, f"{checkpoint} (iteration {state['counters']['iteration']})"
+
+
 def build_rollout_policy(config: TrainConfig, policy, device: str):
     """The policy that collects rollouts: ``policy`` itself, or a vLLM engine serving its weights."""
     if config.rollout_backend == "transformers":

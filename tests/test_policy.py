@@ -58,6 +58,21 @@ def test_tiny_model_saves_and_reloads_offline(tiny_path, monkeypatch):
     assert len(first.tokenizer.encode(" go left")) <= 3
 
 
+def test_saved_policy_reloads_with_the_settings_it_acted_with(tiny_path, tmp_path):
+    trained = load_policy(tiny_path, mode="generate", score="sum", temperature=0.7, history_length=1,
+                          max_prompt_tokens=300, max_new_tokens=9)
+    trained.save_pretrained(tmp_path / "saved")
+    loaded = load_policy(tmp_path / "saved")
+    assert (loaded.mode, loaded.score_mode, loaded.temperature, loaded.max_new_tokens) == ("generate", "sum", 0.7, 9)
+    assert (loaded.prompts.history_length, loaded.prompts.max_tokens, loaded.prompts.mode) == (1, 300, "generate")
+    context = _context(history=[("first", "go left"), ("second", "go right")])
+    assert loaded.prompts.prompt_ids(context) == trained.prompts.prompt_ids(context)
+    # Explicit arguments still win over the saved ones.
+    assert load_policy(tmp_path / "saved", mode="choose", history_length=2).prompts.history_length == 2
+    # A plain model folder has no saved settings: the defaults apply.
+    assert load_policy(tiny_path).prompts.history_length == 2
+
+
 def test_tiny_model_is_deterministic_per_seed(tiny_path, tmp_path):
     from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -257,3 +258,42 @@ def test_generate_mode_run_penalises_unparsable_responses(tmp_path, monkeypatch)
     assert row["invalid_rate"] == 1.0 and row["trained_steps"] == row["decisions"]
     assert row["adv_steps"] == 2 * 4 * 8
     assert summary.final_eval["invalid_rate"] == 1.0
+
+
+def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch, capsys):
+    from ptgpo_algos.cli import main
+    from ptgpo_algos.policy.hf import saved_policy_settings
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    run_dir = tmp_path / "run"
+    summary = run_training(_small(run_dir, iterations=2, history_length=1, eval_seeds=8, eval_temperature=0.7,
+                                  max_new_tokens=7), progress=False)
+    # The saved model keeps the settings it acted with, not the loader's defaults (history 2).
+    assert saved_policy_settings(run_dir / "final_model") == {
+        "mode": "choose", "score": "mean", "temperature": 1.0, "history_length": 1,
+        "max_prompt_tokens": 1024, "max_new_tokens": 7,
+    }
+    keys = ("success", "return", "length", "invalid_rate")
+
+    def evaluate(*argv):
+        out = tmp_path / "eval.json"
+        assert main(["evaluate", *map(str, argv), "--no-progress", "--out", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    replay = evaluate(run_dir)
+    assert {k: replay[k] for k in keys} == {k: summary.final_eval[k] for k in keys}
+    assert replay["temperature"] == 0.7 and len(replay["per_episode"]) == 8
+    # Without final_model/, the last checkpoint (the same iteration here) is loaded on the base model.
+    shutil.rmtree(run_dir / "final_model")
+    assert {k: evaluate(run_dir)[k] for k in keys} == {k: summary.final_eval[k] for k in keys}
+    other = evaluate(run_dir, "--episodes", 3, "--first-seed", 5_000_000, "--temperature", 0)
+    assert [e["seed"] for e in other["per_episode"]] == [5_000_000, 5_000_001, 5_000_002]
+    assert other["temperature"] == 0.0
+
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "cache"), "--no-progress"]) == 2
+    assert main(["evaluate", str(tmp_path / "missing")]) == 2
+    assert main(["evaluate", str(run_dir), "--env", "ptgpo/NoSuchEnv-v0", "--no-progress"]) == 2
+    errors = capsys.readouterr().err
+    assert "say which environment with --env" in errors and "is not a folder" in errors
+    assert "unknown environment 'ptgpo/NoSuchEnv-v0'" in errors

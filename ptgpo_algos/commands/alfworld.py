@@ -4,7 +4,7 @@ Examples::
 
     ptgpo alfworld eval --split eval_out_of_distribution --agent expert --data-path ../shared/alfworld/json_2.1.1 --out runs/alfworld
     ptgpo alfworld eval --split eval_in_distribution --agent random --seed 0 --out runs/alfworld
-    ptgpo alfworld eval --split eval_in_distribution --agent runs/ptgpo/checkpoint --out runs/alfworld
+    ptgpo alfworld eval --split eval_in_distribution --agent runs/ptgpo --out runs/alfworld
     ptgpo alfworld generate 600            # the train split's default set (~/.cache/ptgpo/alfworld/generated)
 """
 
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     ev = sub.add_parser("eval", help="play every game of a split with an agent; report success per task type")
     ev.add_argument("--split", default="eval_out_of_distribution", choices=list(SPLIT_LABELS))
-    ev.add_argument("--agent", default="expert", help="'expert', 'random', or a trained checkpoint directory")
+    ev.add_argument("--agent", default="expert", help="'expert', 'random', a training run folder or a saved model folder")
     ev.add_argument("--data-path", default=None, help="ALFWorld data root or its json_2.1.1 folder (default $ALFWORLD_DATA)")
     ev.add_argument("--episodes", type=int, default=None, help="play only the first N games (default: all)")
     ev.add_argument("--max-steps", type=int, default=50)
@@ -71,11 +71,13 @@ def _make_agent(spec: str, seed: int, sample: bool):
 
         return RandomAgent(seed=seed), "baseline"
     if not Path(spec).exists():
-        raise SystemExit(f"--agent must be 'expert', 'random' or a checkpoint directory; {spec!r} does not exist")
+        raise SystemExit(f"--agent must be 'expert', 'random', a training run folder or a saved model folder; "
+                         f"{spec!r} does not exist")
     from ptgpo_algos.policy import load_policy
     from ptgpo_algos.policy.agent import PolicyAgent
+    from ptgpo_algos.trainer import is_run_folder, load_trained_policy
 
-    policy = load_policy(spec)
+    policy = load_trained_policy(spec)[0] if is_run_folder(spec) else load_policy(spec)
     return PolicyAgent(policy, greedy=not sample, name=Path(spec).name, seed=seed), "rl"
 
 

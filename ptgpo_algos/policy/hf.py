@@ -25,7 +25,11 @@ from ptgpo_algos.policy.base import Context, Decision, ScoredBatch, call_tempera
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
 
-__all__ = ["CausalLMPolicy", "load_model_and_tokenizer"]
+__all__ = ["CausalLMPolicy", "POLICY_SETTINGS_FILE", "load_model_and_tokenizer", "saved_policy_settings"]
+
+#: Written by :meth:`CausalLMPolicy.save_pretrained` beside the weights; read back by ``from_pretrained``.
+POLICY_SETTINGS_FILE = "ptgpo_policy.json"
+SAVED_SETTINGS = ("mode", "score", "temperature", "history_length", "max_prompt_tokens", "max_new_tokens")
 
 
 def load_model_and_tokenizer(
@@ -123,6 +127,19 @@ def _cache_names(model_type: type) -> tuple[str, str]:
     return _CACHE_NAMES[model_type]
 
 
+def saved_policy_settings(name_or_path: str | Path) -> dict[str, Any]:
+    """The acting settings a saved policy folder records (empty for a plain model folder or a hub name).
+
+    A policy acts on the prompt it was trained on: loading it with other settings (another history
+    length, ``choose`` for a ``generate`` policy) silently changes what it does.
+    """
+    path = Path(name_or_path) / POLICY_SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    saved = json.loads(path.read_text())
+    return {key: saved[key] for key in SAVED_SETTINGS if key in saved}
+
+
 class CausalLMPolicy:
     """A causal LM acting in ``choose`` or ``generate`` mode (see :mod:`ptgpo_algos.policy.base`)."""
 
@@ -162,10 +179,12 @@ class CausalLMPolicy:
         gradient_checkpointing: bool = False,
         **kwargs: Any,
     ) -> "CausalLMPolicy":
+        """Load a model folder or hub name; the acting settings a saved policy recorded
+        (:data:`POLICY_SETTINGS_FILE`) are the defaults, and keyword arguments override them."""
         model, tokenizer = load_model_and_tokenizer(
             name_or_path, device=device, dtype=dtype, lora=lora, gradient_checkpointing=gradient_checkpointing
         )
-        return cls(model, tokenizer, **kwargs)
+        return cls(model, tokenizer, **{**saved_policy_settings(name_or_path), **kwargs})
 
     @property
     def device(self) -> torch.device:
@@ -487,6 +506,9 @@ class CausalLMPolicy:
         source = Path(getattr(self.model, "name_or_path", "") or "")
         if (source / TINY_MARKER).exists():
             (folder / TINY_MARKER).write_text((source / TINY_MARKER).read_text())
-        (folder / "ptgpo_policy.json").write_text(
-            json.dumps({"mode": self.mode, "score": self.score_mode, "temperature": self.temperature})
-        )
+        settings = {
+            "mode": self.mode, "score": self.score_mode, "temperature": self.temperature,
+            "history_length": self.prompts.history_length, "max_prompt_tokens": self.prompts.max_tokens,
+            "max_new_tokens": self.max_new_tokens,
+        }
+        (folder / POLICY_SETTINGS_FILE).write_text(json.dumps(settings, indent=1))

@@ -1,0 +1,119 @@
+"""How far can a policy get by imitating the expert? Behaviour cloning on expert decisions of Household.
+
+A reference for RL, not a training method of the suite: it bounds what a model of a given size, acting
+on a given prompt (history length), reaches when every label is right. The expert knows what the
+agent has seen so far (``expert_action()``), so its decisions can in principle be imitated from the
+episode's history, but not from a truncated one.
+
+The policy is built exactly as ``ptgpo train`` builds it from ``--config`` (plus ``--set`` overrides;
+``choose`` mode), trained by minimising the negative log-probability of the expert's action under the
+softmax over admissible actions (the quantity PPO trains in ``choose`` mode), ``--batch`` decisions per
+AdamW step, and evaluated with the run's protocol (held-out seeds, ``eval_temperature``) every
+``--eval-every`` steps. Writes one JSON row per evaluation to ``--out`` (held-out success, per task
+type, and the mean training loss since the previous row).
+
+Usage::
+
+    OMP_NUM_THREADS=1 python scripts/imitation_ceiling.py --steps 600                        # the easy config
+    OMP_NUM_THREADS=1 python scripts/imitation_ceiling.py --set history_length=2 --steps 1500
+    OMP_NUM_THREADS=1 python scripts/imitation_ceiling.py --set 'tiny={hidden_size: 128, num_attention_heads: 4, intermediate_size: 256}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="configs/train_household_easy_gigpo.yaml")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="TrainConfig field override; VALUE is parsed as YAML (repeatable)")
+    parser.add_argument("--demo-seeds", type=int, default=400, help="expert episodes on training seeds 0..N-1")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--out", default="runs/imitation_ceiling.jsonl")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+    import numpy as np
+    import torch
+    import yaml
+
+    from leaderboard.records import atomic_write_text
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.evaluation import make_env
+    from ptgpo_algos.policy.base import Context
+    from ptgpo_algos.trainer import _evaluate, build_policy
+
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set takes KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    config = TrainConfig.from_yaml(args.config, overrides)
+    config.validate()
+    if config.mode != "choose" or not config.env_id.startswith("ptgpo/Household"):
+        parser.error("imitation needs choose mode on ptgpo/Household-v0 (its expert_action())")
+    torch.manual_seed(config.seed)
+    policy = build_policy(config, "cpu")
+
+    contexts, labels = [], []
+    for seed in range(args.demo_seeds):
+        env = make_env(config.env_id, config.env_kwargs, config.max_steps)
+        observation, info = env.reset(seed=seed)
+        history: list[tuple[str, str]] = []
+        done = False
+        while not done:
+            action = env.unwrapped.expert_action()
+            admissible = list(info["admissible_actions"])
+            contexts.append(Context(info["task"], observation, admissible, list(history)))
+            labels.append(admissible.index(action))
+            history.append((observation, action))
+            observation, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+    print(f"{len(contexts)} expert decisions from {args.demo_seeds} episodes", flush=True)
+
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr)
+    rng = np.random.default_rng(config.seed)
+    rows: list[dict] = []
+    started = time.time()
+
+    def record(step: int, loss: float | None) -> None:
+        summary = _evaluate(policy, config)
+        rows.append({"step": step, "mean_loss": loss, "success": summary["success"],
+                     "success_by_type": summary["success_by_type"], "wall_time_s": time.time() - started})
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(args.out), "".join(json.dumps(r) + "\n" for r in rows))
+        print(f"step {step:5d}  loss {loss if loss is None else round(loss, 3)}  held-out success "
+              f"{summary['success']:.3f}  ({time.time() - started:.0f} s)", flush=True)
+
+    record(0, None)
+    losses: list[float] = []
+    for step in range(1, args.steps + 1):
+        index = rng.choice(len(contexts), size=min(args.batch, len(contexts)), replace=False)
+        # decide() builds the prompts and candidates; the chosen index is then set to the expert's.
+        decisions = policy.decide([contexts[i] for i in index], greedy=True)
+        for decision, i in zip(decisions, index):
+            decision.choice = labels[i]
+        loss = -policy.score(decisions).logprobs[:, 0].mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        if step % args.eval_every == 0 or step == args.steps:
+            record(step, sum(losses) / len(losses))
+            losses = []
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
