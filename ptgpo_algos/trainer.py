@@ -300,6 +300,15 @@ def is_run_folder(path: str | Path) -> bool:
     return any((Path(path) / name).exists() for name in ("final_model", "checkpoint.pt", "metrics.jsonl"))
 
 
+def load_run_config(run_dir: str | Path) -> TrainConfig:
+    """The config a training run recorded in its ``config.json``."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{str(run_dir)!r} is not a training run folder (no config.json); pass the --out "
+                         "folder of `ptgpo train`")
+    return TrainConfig.from_dict(json.loads(path.read_text()))
+
+
 def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, TrainConfig, str]:
     """The policy a training run left in ``run_dir``, its config, and which weights were loaded.
 
@@ -309,10 +318,7 @@ def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, 
     was trained on.
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise ValueError(f"{str(run_dir)!r} is not a training run folder (no config.json); pass the --out "
-                         "folder of `ptgpo train`")
-    config = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    config = load_run_config(run_dir)
     final = run_dir / "final_model"
     if final.is_dir():
         policy = load_policy(

@@ -293,6 +293,12 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     capsys.readouterr()
     assert main(["evaluate", str(tmp_path / "cache"), "--no-progress"]) == 2
     assert main(["evaluate", str(tmp_path / "missing")]) == 2
+    import ptgpo_algos.trainer as trainer
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a bad environment must fail before the model is loaded")
+
+    monkeypatch.setattr(trainer, "load_trained_policy", no_loading)
     assert main(["evaluate", str(run_dir), "--env", "ptgpo/NoSuchEnv-v0", "--no-progress"]) == 2
     errors = capsys.readouterr().err
     assert "say which environment with --env" in errors and "is not a folder" in errors

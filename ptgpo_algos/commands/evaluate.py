@@ -54,51 +54,55 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
     if args.batch_size is not None and args.batch_size < 1:
         return _fail(f"--batch-size must be at least 1, got {args.batch_size}")
-    from ptgpo_algos.trainer import is_run_folder, load_trained_policy
+    import torch
+
+    from ptgpo_algos.evaluation import evaluate, make_env
+    from ptgpo_algos.policy import load_policy
+    from ptgpo_algos.policy.agent import PolicyAgent
+    from ptgpo_algos.policy.tiny import TINY_MARKER
+    from ptgpo_algos.trainer import is_run_folder, load_run_config, load_trained_policy
 
     is_run = is_run_folder(target)
     if not is_run and args.env is None:
         return _fail(f"{args.target!r} is a model folder, not a run folder: say which environment with --env")
 
-    import torch
-
-    from ptgpo_algos.evaluation import evaluate, make_env
-    from ptgpo_algos.policy.agent import PolicyAgent
-
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    # Everything but the weights first, so that a bad environment fails before a model is loaded.
     env_id, env_kwargs, max_steps, seeds = args.env, {}, args.max_steps, None
     temperature, seed, batch_size = args.temperature, args.seed, args.batch_size
-    try:
-        if is_run:
-            policy, config, source = load_trained_policy(target, device)
-            if env_id is None or env_id == config.env_id:
-                env_id, env_kwargs = config.env_id, {**config.env_kwargs, **config.eval_env_kwargs}
-                max_steps = max_steps if max_steps is not None else config.max_steps
-            seeds = config.eval_seeds
-            temperature = temperature if temperature is not None else config.evaluation_temperature
-            seed = seed if seed is not None else config.seed
-            batch_size = batch_size or config.eval_batch_size
-        else:
-            from ptgpo_algos.policy import load_policy
-            from ptgpo_algos.policy.tiny import TINY_MARKER
-
-            policy, source = load_policy(target, device=device), str(target)
-            if temperature is None:
-                temperature = default_evaluation_temperature(tiny=(target / TINY_MARKER).exists())
-    except (ValueError, OSError) as error:
-        return _fail(str(error))
+    if is_run:
+        try:
+            config = load_run_config(target)
+        except ValueError as error:
+            return _fail(str(error))
+        if env_id is None or env_id == config.env_id:
+            env_id, env_kwargs = config.env_id, {**config.env_kwargs, **config.eval_env_kwargs}
+            max_steps = max_steps if max_steps is not None else config.max_steps
+        seeds = config.eval_seeds
+        temperature = temperature if temperature is not None else config.evaluation_temperature
+        seed = seed if seed is not None else config.seed
+        batch_size = batch_size or config.eval_batch_size
+    elif temperature is None:
+        temperature = default_evaluation_temperature(tiny=(target / TINY_MARKER).exists())
     if args.difficulty is not None:
         env_kwargs = {**env_kwargs, "difficulty": args.difficulty}
     if seeds is None or args.episodes is not None or args.first_seed is not None:
         first = args.first_seed if args.first_seed is not None else EVAL_SEED_BASE
         seeds = list(range(first, first + (args.episodes or 64)))
     seed, batch_size = seed or 0, batch_size or 64
-    agent = PolicyAgent(policy, greedy=temperature == 0.0, name=target.name, seed=seed, temperature=temperature or None)
-
     try:
         make_env(env_id, env_kwargs, max_steps).close()
     except Exception as error:  # gymnasium's unknown-id errors, or a keyword the environment rejects
         return _fail(f"cannot make {env_id!r} with {env_kwargs}: {error} (`ptgpo envs` lists the environments)")
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        if is_run:
+            policy, _, source = load_trained_policy(target, device)
+        else:
+            policy, source = load_policy(target, device=device), str(target)
+    except (ValueError, OSError) as error:
+        return _fail(str(error))
+    agent = PolicyAgent(policy, greedy=temperature == 0.0, name=target.name, seed=seed, temperature=temperature or None)
 
     started = time.time()
     result = evaluate(agent, env_id, seeds, env_kwargs, max_steps=max_steps, batch_size=batch_size,
