@@ -286,6 +286,10 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     # Without final_model/, the last checkpoint (the same iteration here) is loaded on the base model.
     shutil.rmtree(run_dir / "final_model")
     assert {k: evaluate(run_dir)[k] for k in keys} == {k: summary.final_eval[k] for k in keys}
+    from ptgpo_algos.commands.alfworld import _make_agent
+
+    agent, kind = _make_agent(str(run_dir), 0, False)  # `ptgpo alfworld eval --agent RUN` takes runs too
+    assert kind == "rl" and agent.policy.prompts.history_length == 1
     other = evaluate(run_dir, "--episodes", 3, "--first-seed", 5_000_000, "--temperature", 0)
     assert [e["seed"] for e in other["per_episode"]] == [5_000_000, 5_000_001, 5_000_002]
     assert other["temperature"] == 0.0
