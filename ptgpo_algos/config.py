@@ -172,6 +172,11 @@ class TrainConfig:
         return default_evaluation_temperature(self.is_tiny)
 
     @property
+    def evaluation_env_kwargs(self) -> dict[str, Any]:
+        """The environment's keywords in evaluation: ``env_kwargs`` with ``eval_env_kwargs`` over them."""
+        return {**self.env_kwargs, **self.eval_env_kwargs}
+
+    @property
     def minibatch(self) -> int:
         return self.minibatch_size if self.minibatch_size is not None else (512 if self.is_tiny else 64)
 

@@ -31,7 +31,7 @@ import random
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -321,12 +321,9 @@ def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, 
     config = load_run_config(run_dir)
     final = run_dir / "final_model"
     if final.is_dir():
-        policy = load_policy(
-            final, mode=config.mode, score=config.score, temperature=config.temperature,
-            history_length=config.history_length, max_prompt_tokens=config.max_prompt_tokens,
-            max_new_tokens=config.max_new_tokens, device=device, dtype=config.dtype,
-        )
-        return policy, config, str(final)
+        # The exported model has any LoRA adapter merged into it; only the weights' source changes.
+        exported = replace(config, model=str(final), lora=None, gradient_checkpointing=False)
+        return build_policy(exported, device), config, str(final)
     checkpoint = run_dir / "checkpoint.pt"
     if not checkpoint.is_file():
         raise ValueError(f"{str(run_dir)!r} holds no final_model/ and no checkpoint.pt yet: the run has not "
@@ -381,15 +378,13 @@ def evaluation_agent(policy, config: TrainConfig, name: str = "policy") -> Polic
     A fresh generator seeded by the run seed each time: every evaluation of the same weights plays the
     same episodes.
     """
-    temperature = config.evaluation_temperature
-    return PolicyAgent(policy, greedy=temperature == 0.0, name=name, seed=config.seed,
-                       temperature=temperature or None)
+    return PolicyAgent.at_temperature(policy, config.evaluation_temperature, name=name, seed=config.seed)
 
 
 def _evaluate(policy, config: TrainConfig) -> dict[str, Any]:
     agent = evaluation_agent(policy, config)
     result = evaluate(
-        agent, config.env_id, config.eval_seeds, {**config.env_kwargs, **config.eval_env_kwargs},
+        agent, config.env_id, config.eval_seeds, config.evaluation_env_kwargs,
         max_steps=config.max_steps, batch_size=config.eval_batch_size,
     )
     return result.summary()

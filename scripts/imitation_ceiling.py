@@ -45,22 +45,19 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
     import torch
-    import yaml
 
     from leaderboard.records import atomic_write_text
+    from ptgpo_algos.commands.train import parse_set
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.evaluation import make_env
     from ptgpo_algos.policy.base import Context
     from ptgpo_algos.trainer import _evaluate, build_policy
 
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"--set takes KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = yaml.safe_load(value)
-    config = TrainConfig.from_yaml(args.config, overrides)
-    config.validate()
+    try:
+        config = TrainConfig.from_yaml(args.config, parse_set(args.set))
+        config.validate()
+    except ValueError as error:
+        parser.error(str(error))
     if config.mode != "choose" or not config.env_id.startswith("ptgpo/Household"):
         parser.error("imitation needs choose mode on ptgpo/Household-v0 (its expert_action())")
     torch.manual_seed(config.seed)

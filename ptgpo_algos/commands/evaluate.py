@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             return _fail(str(error))
         if env_id is None or env_id == config.env_id:
-            env_id, env_kwargs = config.env_id, {**config.env_kwargs, **config.eval_env_kwargs}
+            env_id, env_kwargs = config.env_id, config.evaluation_env_kwargs
             max_steps = max_steps if max_steps is not None else config.max_steps
         seeds = config.eval_seeds
         temperature = temperature if temperature is not None else config.evaluation_temperature
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             policy, source = load_policy(target, device=device), str(target)
     except (ValueError, OSError) as error:
         return _fail(str(error))
-    agent = PolicyAgent(policy, greedy=temperature == 0.0, name=target.name, seed=seed, temperature=temperature or None)
+    agent = PolicyAgent.at_temperature(policy, temperature, name=target.name, seed=seed)
 
     started = time.time()
     result = evaluate(agent, env_id, seeds, env_kwargs, max_steps=max_steps, batch_size=batch_size,

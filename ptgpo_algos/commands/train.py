@@ -41,9 +41,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def build_config(args: argparse.Namespace):
+def parse_set(items: list[str]) -> dict:
+    """``--set KEY=VALUE`` items as config overrides, each VALUE parsed as YAML."""
     import yaml
 
+    overrides = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def build_config(args: argparse.Namespace):
     from ptgpo_algos.config import TrainConfig
 
     overrides: dict = {}
@@ -51,11 +62,7 @@ def build_config(args: argparse.Namespace):
         value = getattr(args, flag.replace("-", "_"))
         if value is not None:
             overrides[field] = value
-    for item in args.set:
-        if "=" not in item:
-            raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = yaml.safe_load(value)
+    overrides.update(parse_set(args.set))
     if args.difficulty is not None:
         overrides.setdefault("env_kwargs", {})
         overrides["env_kwargs"] = {**overrides["env_kwargs"], "difficulty": args.difficulty}

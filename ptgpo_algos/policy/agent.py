@@ -40,6 +40,11 @@ class PolicyAgent:
         self.name = name
         self.generator = torch.Generator().manual_seed(seed)
 
+    @classmethod
+    def at_temperature(cls, policy: RolloutPolicy, temperature: float, name: str = "policy", seed: int = 0) -> "PolicyAgent":
+        """The evaluation protocols' agent: greedy when ``temperature`` is 0, else sampled at it."""
+        return cls(policy, greedy=temperature == 0.0, name=name, seed=seed, temperature=temperature or None)
+
     def act(self, episodes: Sequence[EpisodeView]) -> list[str]:
         decisions = self.policy.decide(
             [context_from_view(v) for v in episodes], greedy=self.greedy, generator=self.generator,
