@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.evaluation import make_env
     from ptgpo_algos.policy.base import Context
-    from ptgpo_algos.trainer import _evaluate, build_policy
+    from ptgpo_algos.trainer import build_policy, evaluate_policy
 
     try:
         config = TrainConfig.from_yaml(args.config, parse_set(args.set))
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
 
     def record(step: int, loss: float | None) -> None:
-        summary = _evaluate(policy, config)
+        summary = evaluate_policy(policy, config)
         rows.append({"step": step, "mean_loss": loss, "success": summary["success"],
                      "success_by_type": summary["success_by_type"], "wall_time_s": time.time() - started})
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

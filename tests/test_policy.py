@@ -161,6 +161,54 @@ def test_choose_score_recomputes_behaviour_logprobs_with_gradients(policy):
     policy.model.zero_grad(set_to_none=True)
 
 
+
+@pytest.mark.parametrize("mode", ["choose", "generate"])
+def test_repeated_contexts_are_scored_once_with_the_same_values_and_gradients(tiny_path, mode):
+    # Rollouts of a group repeat contexts (the first step always): the policy computes each distinct
+    # context once. Values and gradients must equal scoring every decision on its own.
+    policy = load_policy(tiny_path, mode=mode, max_new_tokens=6)
+    contexts = [_context(), _context(("go up", "go down", "go left")), _context(), _context()]
+    decisions = policy.decide(contexts, generator=torch.Generator().manual_seed(4))
+    if mode == "choose":  # the same context with another choice must still get its own log-prob
+        decisions[3].choice = 1 - decisions[0].choice
+    else:  # the same prompt and response, and one response that differs
+        decisions[2] = decisions[0]
+    weights = torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+    def loss_and_grads(batch_scores):
+        policy.model.zero_grad(set_to_none=True)
+        loss = (batch_scores.logprobs.sum(-1) * weights).sum() + batch_scores.entropy.sum()
+        loss.backward()
+        grads = [p.grad.clone() for p in policy.parameters()]
+        policy.model.zero_grad(set_to_none=True)
+        return batch_scores.logprobs.detach(), grads
+
+    together, grads = loss_and_grads(policy.score(decisions))
+    calls = []
+    original = policy.model.forward
+    policy.model.forward = lambda *a, **k: calls.append(k["input_ids"].shape[0]) or original(*a, **k)
+    try:
+        policy.score(decisions)
+    finally:
+        del policy.model.forward
+    assert sum(calls) < len(decisions) * (2 if mode == "choose" else 1)  # fewer rows than decisions
+    alone_rows, alone_grads = [], None
+    for i, d in enumerate(decisions):
+        policy.model.zero_grad(set_to_none=True)
+        scored = policy.score([d])
+        loss = scored.logprobs.sum() * weights[i] + scored.entropy.sum()
+        loss.backward()
+        alone_rows.append(scored.logprobs.detach()[0])
+        step = [p.grad.clone() for p in policy.parameters()]
+        alone_grads = step if alone_grads is None else [a + b for a, b in zip(alone_grads, step)]
+    policy.model.zero_grad(set_to_none=True)
+    for i, row in enumerate(alone_rows):
+        assert torch.allclose(together[i, : row.shape[0]], row, atol=1e-5)
+    if mode == "choose":
+        assert not torch.allclose(together[3], together[0])
+    for a, b in zip(grads, alone_grads):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
 def test_decide_temperature_override_rescales_the_softmax(policy):
     context = _context(("go up", "go down", "go left", "go right"))
     base = policy.action_distribution([context])[0]

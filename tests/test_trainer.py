@@ -102,6 +102,24 @@ def test_trajectory_mean_weighs_every_trajectory_once():
         flatten_batch([group], advantages, loss_agg="sum")
 
 
+
+def test_minibatches_keep_steps_with_the_same_prompt_together():
+    from ptgpo_algos.trainer import TrainingSample, _minibatches, _same_prompt_groups
+
+    prompts = [[1, 2], [3], [1, 2], [4], [3], [1, 2], [5], [6]]
+    samples = [TrainingSample(Decision("a", "a", p, [7], [-0.1], 0.0), 0.5, 1.0) for p in prompts]
+    groups = _same_prompt_groups(samples)
+    assert groups == [[0, 2, 5], [1, 4], [3], [6], [7]]
+    order = np.random.default_rng(0).permutation(len(groups))
+    chunks = list(_minibatches(groups, order, 3))
+    assert sorted(i for c in chunks for i in c) == list(range(8))  # every step once per epoch
+    for chunk in chunks:
+        assert len(chunk) <= 3
+        for group in groups:  # never split
+            assert set(group) <= set(chunk) or not set(group) & set(chunk)
+    # A group larger than a mini-batch stays whole rather than being cut.
+    assert list(_minibatches([[0, 1, 2, 3], [4]], [0, 1], 2)) == [[0, 1, 2, 3], [4]]
+
 def test_ppo_clip_loss_shape():
     loss, clipped = ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.tensor([1.0, -1.0]))
     assert loss.shape == (2, 3) and torch.equal(loss[0], -torch.ones(3)) and clipped.sum() == 0
