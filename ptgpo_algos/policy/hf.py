@@ -89,9 +89,9 @@ def _left_pad(rows: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Te
 
 
 def _distinct(items, key) -> tuple[list[int], list[int]]:
-    """``(index, first)``: item ``i`` equals item ``first[index[i]]``. In a group, rollouts share their
-    first context and often later ones (the states GiGPO anchors on): computing each context once
-    cut a trained policy's training forward passes by 1.7x (random 512-step mini-batches)."""
+    """``(index, first)``: item ``i`` equals item ``first[index[i]]``. The rollouts of a group share
+    their first context and often later ones (the states GiGPO anchors on), and the trainer puts
+    steps with the same prompt in one mini-batch, so each distinct context is computed once."""
     seen: dict[Any, int] = {}
     index, first = [], []
     for i, item in enumerate(items):
