@@ -155,7 +155,7 @@ def _minibatches(groups: list[list[int]], order: Sequence[int], size: int) -> It
         if chunk and len(chunk) + len(groups[g]) > size:
             yield chunk
             chunk = []
-        chunk = chunk + groups[g]
+        chunk.extend(groups[g])
     if chunk:
         yield chunk
 
@@ -323,6 +323,13 @@ def build_policy(config: TrainConfig, device: str):
     )
 
 
+def _restore_weights(policy, checkpoint_state: dict[str, Any]) -> None:
+    """Copy a ``checkpoint.pt``'s trainable weights (LoRA adapters, or the whole model) into ``policy``."""
+    trainable = policy.named_trainable()
+    for name, tensor in checkpoint_state["weights"].items():
+        trainable[name].data.copy_(tensor)
+
+
 def is_run_folder(path: str | Path) -> bool:
     """Whether ``path`` is the output folder of a training run (a model folder has a config.json too)."""
     return any((Path(path) / name).exists() for name in ("final_model", "checkpoint.pt", "metrics.jsonl"))
@@ -358,9 +365,7 @@ def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, 
                          "reached its first checkpoint")
     policy = build_policy(config, device)
     state = torch.load(checkpoint, map_location=device, weights_only=False)
-    trainable = policy.named_trainable()
-    for name, tensor in state["weights"].items():
-        trainable[name].data.copy_(tensor)
+    _restore_weights(policy, state)
     return policy, config, f"{checkpoint} (iteration {state['counters']['iteration']})"
 
 
@@ -447,9 +452,7 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
     resumed = config.resume and checkpoint_path.exists()
     if resumed:
         state = torch.load(checkpoint_path, map_location=device, weights_only=False)
-        trainable = policy.named_trainable()
-        for name, tensor in state["weights"].items():
-            trainable[name].data.copy_(tensor)
+        _restore_weights(policy, state)
         optimizer.load_state_dict(state["optimizer"])
         _set_rng_state(state["rng"], rng, sampler)
         counters = state["counters"]
