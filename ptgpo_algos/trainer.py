@@ -16,6 +16,11 @@ One iteration, top to bottom:
    with the same prompt share a mini-batch, where the policy computes their context once (the loss
    is the same as with each computed apart; ``distinct_prompts`` in the metrics counts them).
 
+With ``async_rollouts`` step 1 of iteration ``k + 1`` runs in a second process
+(:mod:`ptgpo_algos.rollout_worker`) while steps 2-4 of iteration ``k`` run here: those rollouts play
+the weights from before update ``k`` (``policy_lag`` 1 in the metrics, 0 otherwise), and the
+checkpoint keeps the request in flight so that a resumed run replays it.
+
 Outputs in ``out_dir``: ``config.json``; ``metrics.jsonl`` (one row per iteration); ``curve.jsonl`` (one
 row per evaluation, iteration 0 being the untrained policy); ``checkpoint.pt`` (atomic, every
 ``checkpoint_every`` iterations and at the end: weights, optimiser, RNG states, counters); and
@@ -49,6 +54,7 @@ from ptgpo_algos.policy import load_policy
 from ptgpo_algos.policy.agent import PolicyAgent
 from ptgpo_algos.policy.base import Decision
 from ptgpo_algos.rollout import Task, collect_rollouts
+from ptgpo_algos.rollout_worker import RolloutRequest, RolloutWorker, snapshot_weights, split_threads
 from leaderboard.records import atomic_write_text
 
 __all__ = [
@@ -491,13 +497,12 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
             "counters": dict(counters),
             "last_eval": final_eval,
             "config": config.to_dict(),
+            # The rollouts in flight, to replay them on resume (async_rollouts).
+            "pending_rollout": dict(vars(pending)) if pending is not None else None,
         }
         tmp = checkpoint_path.with_name(".checkpoint.pt.tmp")
         torch.save(state, tmp)
         os.replace(tmp, checkpoint_path)
-
-    if not resumed:
-        final_eval = evaluate_now(0)
 
     bar = None
     if progress:
@@ -518,58 +523,97 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
             or (config.time_limit_s is not None and elapsed() >= config.time_limit_s)
         )
 
-    while not budget_spent():
-        iteration = counters["iteration"] + 1
-        iteration_start = time.perf_counter()
+    def next_tasks() -> list[Task]:
         seeds = rng.integers(seed_low, seed_high, size=config.tasks_per_iteration)
-        tasks = [Task(config.env_id, int(s), dict(config.env_kwargs), config.max_steps) for s in seeds]
-        batch, rollout_stats = collect_rollouts(
-            rollout_policy, tasks, group_size=config.group_size, mode=config.rollout_mode,
-            initial_rollouts=config.initial_rollouts, branch=config.branch, rng=rng, generator=sampler,
-        )
-        advantages, diagnostics = compute_advantages_with_diagnostics(config.algo, batch, **config.algo_config)
-        samples = flatten_batch(batch, advantages, config.loss_agg, config.mode)
-        train_start = time.perf_counter()
-        update = ppo_update(
-            policy, optimizer, samples, clip_ratio=config.clip_ratio, entropy_coef=config.entropy_coef,
-            kl_coef=config.kl, reference=reference, max_grad_norm=config.max_grad_norm,
-            epochs=config.epochs, minibatch_size=config.minibatch, rng=rng,
-        )
-        train_time = time.perf_counter() - train_start
-        if rollout_policy is not policy:
-            update.update(sync_weights(rollout_policy, policy, [samples[0].decision.prompt_ids], sync_tolerance))
-        for key in ("decisions", "tokens", "decisions_saved", "tokens_saved"):
-            counters[key] += getattr(rollout_stats, key)
-        counters["iteration"] = iteration
-        flat_adv = np.array([a for g in advantages for t in g for a in t], dtype=float)
-        row = {
-            "iteration": iteration,
-            **{f"total_{k}": counters[k] for k in ("decisions", "tokens", "decisions_saved", "tokens_saved")},
-            **rollout_stats.as_dict(),
-            "trained_steps": len(samples),
-            "adv_mean": float(flat_adv.mean()) if flat_adv.size else 0.0,
-            "adv_std": float(flat_adv.std()) if flat_adv.size else 0.0,
-            "adv_abs_mean": float(np.abs(flat_adv).mean()) if flat_adv.size else 0.0,
-            **{f"adv_{k}": v for k, v in summarize_diagnostics(diagnostics).items()},
-            **update,
-            "train_time_s": train_time,
-            "train_tokens_per_s": update["train_tokens"] / train_time if train_time > 0 else 0.0,
-            "iteration_time_s": time.perf_counter() - iteration_start,
-            "wall_time_s": elapsed(),
-        }
-        logger.metrics(row)
-        finished = budget_spent()
-        if iteration % config.eval_every == 0 or finished:
-            final_eval = evaluate_now(iteration)
-        if iteration % config.checkpoint_every == 0 or finished:
-            save_checkpoint()
-        if bar is not None:
-            if config.total_decisions is not None:
-                bar.update(max(0, min(counters["decisions"], config.total_decisions) - bar.n))
+        return [Task(config.env_id, int(s), dict(config.env_kwargs), config.max_steps) for s in seeds]
+
+    def next_request() -> RolloutRequest:
+        # The weights as they are now, before this iteration's update: one update of lag.
+        return RolloutRequest(snapshot_weights(policy), next_tasks(), int(rng.integers(2**62)),
+                              updates=counters["iteration"])
+
+    pending: RolloutRequest | None = None
+    worker, threads = None, torch.get_num_threads()
+    if config.async_rollouts:
+        trainer_threads, worker_threads = split_threads(threads)
+        worker = RolloutWorker(config.to_dict(), device, worker_threads)
+        torch.set_num_threads(trainer_threads)
+    try:
+        if not resumed:
+            # (The worker builds its policy meanwhile.)
+            final_eval = evaluate_now(0)
+        if worker is not None and not budget_spent():
+            saved = state.get("pending_rollout") if resumed else None
+            pending = RolloutRequest(**saved) if saved else next_request()
+            worker.submit(pending)
+        while not budget_spent():
+            iteration = counters["iteration"] + 1
+            iteration_start = time.perf_counter()
+            if worker is None:
+                batch, rollout_stats = collect_rollouts(
+                    rollout_policy, next_tasks(), group_size=config.group_size, mode=config.rollout_mode,
+                    initial_rollouts=config.initial_rollouts, branch=config.branch, rng=rng, generator=sampler,
+                )
+                lag = 0
             else:
-                bar.update(1)
-            bar.set_postfix(success=f"{final_eval.get('success', 0.0):.2f}",
-                            rollout=f"{row['rollout_success']:.2f}", decisions=counters["decisions"])
+                batch, rollout_stats = worker.result()
+                lag = counters["iteration"] - pending.updates
+                more = iteration < config.iterations and (
+                    config.total_decisions is None
+                    or counters["decisions"] + rollout_stats.decisions < config.total_decisions)
+                pending = next_request() if more else None
+                if pending is not None:
+                    worker.submit(pending)
+            rollout_wait = time.perf_counter() - iteration_start
+            advantages, diagnostics = compute_advantages_with_diagnostics(config.algo, batch, **config.algo_config)
+            samples = flatten_batch(batch, advantages, config.loss_agg, config.mode)
+            train_start = time.perf_counter()
+            update = ppo_update(
+                policy, optimizer, samples, clip_ratio=config.clip_ratio, entropy_coef=config.entropy_coef,
+                kl_coef=config.kl, reference=reference, max_grad_norm=config.max_grad_norm,
+                epochs=config.epochs, minibatch_size=config.minibatch, rng=rng,
+            )
+            train_time = time.perf_counter() - train_start
+            if rollout_policy is not policy:
+                update.update(sync_weights(rollout_policy, policy, [samples[0].decision.prompt_ids], sync_tolerance))
+            for key in ("decisions", "tokens", "decisions_saved", "tokens_saved"):
+                counters[key] += getattr(rollout_stats, key)
+            counters["iteration"] = iteration
+            flat_adv = np.array([a for g in advantages for t in g for a in t], dtype=float)
+            row = {
+                "iteration": iteration,
+                **{f"total_{k}": counters[k] for k in ("decisions", "tokens", "decisions_saved", "tokens_saved")},
+                **rollout_stats.as_dict(),
+                "trained_steps": len(samples),
+                "adv_mean": float(flat_adv.mean()) if flat_adv.size else 0.0,
+                "adv_std": float(flat_adv.std()) if flat_adv.size else 0.0,
+                "adv_abs_mean": float(np.abs(flat_adv).mean()) if flat_adv.size else 0.0,
+                **{f"adv_{k}": v for k, v in summarize_diagnostics(diagnostics).items()},
+                **update,
+                "rollout_wait_s": rollout_wait,
+                "policy_lag": lag,
+                "train_time_s": train_time,
+                "train_tokens_per_s": update["train_tokens"] / train_time if train_time > 0 else 0.0,
+                "iteration_time_s": time.perf_counter() - iteration_start,
+                "wall_time_s": elapsed(),
+            }
+            logger.metrics(row)
+            finished = budget_spent()
+            if iteration % config.eval_every == 0 or finished:
+                final_eval = evaluate_now(iteration)
+            if iteration % config.checkpoint_every == 0 or finished:
+                save_checkpoint()
+            if bar is not None:
+                if config.total_decisions is not None:
+                    bar.update(max(0, min(counters["decisions"], config.total_decisions) - bar.n))
+                else:
+                    bar.update(1)
+                bar.set_postfix(success=f"{final_eval.get('success', 0.0):.2f}",
+                                rollout=f"{row['rollout_success']:.2f}", decisions=counters["decisions"])
+    finally:
+        if worker is not None:
+            worker.close()
+            torch.set_num_threads(threads)
     if bar is not None:
         bar.close()
     if counters["last_eval_iteration"] != counters["iteration"]:

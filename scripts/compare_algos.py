@@ -82,7 +82,8 @@ def main() -> int:
     from ptgpo_algos.config import TrainConfig
 
     base = TrainConfig.from_yaml(args.config).to_dict()
-    for key in ("algo", "seed", "out_dir", "rollout", "time_limit_s", "resume"):
+    # Cells run side by side on one core each, at a matched decision budget: on-policy rollouts.
+    for key in ("algo", "seed", "out_dir", "rollout", "time_limit_s", "resume", "async_rollouts"):
         base.pop(key, None)
     if args.difficulty:
         base["env_kwargs"] = {**base["env_kwargs"], "difficulty": args.difficulty}

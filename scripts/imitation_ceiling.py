@@ -1,9 +1,11 @@
 """How far can a policy get by imitating the expert? Behaviour cloning on expert decisions of Household.
 
-A reference for RL, not a training method of the suite: it bounds what a model of a given size, acting
-on a given prompt (history length), reaches when every label is right. The expert knows what the
-agent has seen so far (``expert_action()``), so its decisions can in principle be imitated from the
-episode's history, but not from a truncated one.
+A reference for RL, not a training method of the suite: what a model of a given size, acting on a
+given prompt (history length), reaches when every label is right. The expert knows what the agent
+has seen so far (``expert_action()``), so its decisions can in principle be imitated from the
+episode's history, but not from a truncated one. Give it enough demonstrations: with 400 episodes
+(2,656 decisions) the easy config's model overfits and stalls near 0.7, with the default 4,000 it
+reaches 0.95 (the README has the curves).
 
 The policy is built exactly as ``ptgpo train`` builds it from ``--config`` (plus ``--set`` overrides;
 ``choose`` mode), trained by minimising the negative log-probability of the expert's action under the
@@ -14,7 +16,7 @@ type, and the mean training loss since the previous row).
 
 Usage::
 
-    OMP_NUM_THREADS=1 python scripts/imitation_ceiling.py --steps 600                        # the easy config
+    OMP_NUM_THREADS=1 python scripts/imitation_ceiling.py                                    # the easy config
     OMP_NUM_THREADS=1 python scripts/imitation_ceiling.py --set history_length=2 --steps 1500
     OMP_NUM_THREADS=1 python scripts/imitation_ceiling.py --set 'tiny={hidden_size: 128, num_attention_heads: 4, intermediate_size: 256}'
 """
@@ -34,11 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="configs/train_household_easy_gigpo.yaml")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="TrainConfig field override; VALUE is parsed as YAML (repeatable)")
-    parser.add_argument("--demo-seeds", type=int, default=400, help="expert episodes on training seeds 0..N-1")
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--demo-seeds", type=int, default=4000, help="expert episodes on training seeds 0..N-1")
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--out", default="runs/imitation_ceiling.jsonl")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

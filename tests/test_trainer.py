@@ -145,6 +145,8 @@ def test_ppo_clip_loss_shape():
         ({"train_seeds": [10, 5]}, "train_seeds"),
         ({"algo_config": {"gama": 0.9}}, "algo_config: unknown config key"),
         ({"resume": "yes"}, "resume: expected true or false"),
+        ({"async_rollouts": "yes"}, "async_rollouts: expected true or false"),
+        ({"async_rollouts": True, "rollout_backend": "vllm"}, "async_rollouts: the rollout worker runs"),
         ({"loss_agg": "sum"}, "loss_agg: 'sum' is not valid"),
         ({"eval_temperature": -0.5}, "eval_temperature: expected a number >= 0"),
         ({"tiny": {"hiden_size": 32}}, "tiny: unknown field"),
@@ -211,8 +213,21 @@ def _small(out_dir, **change):
 
 def _rows(path):
     drop = {"wall_time_s", "rollout_time_s", "decisions_per_s", "train_time_s", "train_tokens_per_s",
-            "iteration_time_s"}
+            "iteration_time_s", "rollout_wait_s"}
     return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in open(path)]
+
+
+def _dies_on_call(real, n):
+    """``real``, except that its ``n``-th call raises KeyboardInterrupt (a killed run)."""
+    calls = {"n": 0}
+
+    def wrapper(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt("killed")
+        return real(*args, **kwargs)
+
+    return wrapper
 
 
 def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
@@ -221,15 +236,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch)
 
     import ptgpo_algos.trainer as trainer
 
-    real, calls = trainer.collect_rollouts, {"n": 0}
-
-    def dies_in_iteration_4(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt("killed")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(trainer, "collect_rollouts", dies_in_iteration_4)
+    real = trainer.collect_rollouts
+    monkeypatch.setattr(trainer, "collect_rollouts", _dies_on_call(real, 4))
     with pytest.raises(KeyboardInterrupt):
         run_training(_small(tmp_path / "cut", checkpoint_every=2), progress=False)
     # Iteration 3 was logged but not checkpointed: the resumed run must redo it identically.
@@ -325,3 +333,79 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     errors = capsys.readouterr().err
     assert "say which environment with --env" in errors and "is not a folder" in errors
     assert "unknown environment 'ptgpo/NoSuchEnv-v0'" in errors
+
+
+# ----------------------------------------------------------------------------- async rollouts
+def _played(batch):
+    return [[[(s.action, s.extras["decision"].choice_logprob, s.prompt_ids) for s in t.steps] for t in group]
+            for group in batch]
+
+
+def test_rollout_worker_plays_what_the_trainer_process_would(tmp_path, monkeypatch):
+    from ptgpo_algos.rollout import Task, collect_rollouts
+    from ptgpo_algos.rollout_worker import (
+        RolloutRequest,
+        RolloutWorker,
+        snapshot_weights,
+    )
+    from ptgpo_algos.trainer import build_policy
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    config = _small(tmp_path / "unused")
+    policy = build_policy(config, "cpu")
+    # Weights the worker's freshly built copy does not have: the request must carry them.
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    tasks = [Task(config.env_id, s, dict(config.env_kwargs), config.max_steps) for s in (3, 4)]
+    here, here_stats = collect_rollouts(policy, tasks, group_size=4, mode="tree", rng=np.random.default_rng(7),
+                                        generator=torch.Generator().manual_seed(7))
+    with RolloutWorker(config.to_dict(), "cpu") as worker:
+        worker.submit(RolloutRequest(snapshot_weights(policy), tasks, 7))
+        with pytest.raises(RuntimeError, match="one request at a time"):
+            worker.submit(RolloutRequest(snapshot_weights(policy), tasks, 7))
+        there, there_stats = worker.result()
+        with pytest.raises(RuntimeError, match="no rollout request in flight"):
+            worker.result()
+    assert _played(there) == _played(here)
+    assert (there_stats.decisions, there_stats.decisions_saved) == (here_stats.decisions, here_stats.decisions_saved)
+    # Tree leaves still share their prefix steps as objects after the trip between processes.
+    leaves = there[0]
+    assert any(a is b for t in leaves[1:] for a, b in zip(t.steps, leaves[0].steps))
+
+
+def test_rollout_worker_reports_a_failing_request(tmp_path, monkeypatch):
+    from ptgpo_algos.rollout import Task
+    from ptgpo_algos.rollout_worker import RolloutRequest, RolloutWorker
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    config = _small(tmp_path / "unused")
+    with RolloutWorker(config.to_dict(), "cpu") as worker:
+        worker.submit(RolloutRequest({}, [Task("ptgpo/FrozenLake-v0", 0, {"map_name": "nowhere"})], 0))
+        with pytest.raises(RuntimeError, match="the rollout worker failed"):
+            worker.result()
+
+
+def test_async_rollouts_lag_one_update_and_resume_reproduces_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    whole = run_training(_small(tmp_path / "whole", async_rollouts=True), progress=False)
+    rows = _rows(whole.metrics_path)
+    # Iteration 1 plays the initial weights, as a synchronous run does; each later one plays the
+    # weights from before the previous update.
+    assert [r["policy_lag"] for r in rows] == [0, 1, 1, 1]
+    sync = _rows(run_training(_small(tmp_path / "sync"), progress=False).metrics_path)
+    assert [r["policy_lag"] for r in sync] == [0, 0, 0, 0]
+
+    import ptgpo_algos.trainer as trainer
+
+    real = trainer.ppo_update
+    # (Rollouts run in the worker here: the run is killed in iteration 4's update.)
+    monkeypatch.setattr(trainer, "ppo_update", _dies_on_call(real, 4))
+    with pytest.raises(KeyboardInterrupt):
+        run_training(_small(tmp_path / "cut", async_rollouts=True), progress=False)
+    assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 3
+    monkeypatch.setattr(trainer, "ppo_update", real)
+    resumed = run_training(_small(tmp_path / "cut", async_rollouts=True, resume=True), progress=False)
+    assert _rows(resumed.metrics_path) == rows
+    assert _rows(resumed.curve_path) == _rows(whole.curve_path)
+    assert resumed.final_eval == whole.final_eval

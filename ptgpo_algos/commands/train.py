@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="any other TrainConfig field; VALUE is parsed as YAML (repeatable)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     parser.add_argument("--tensorboard", action="store_true", help="also write TensorBoard logs")
+    parser.add_argument("--async-rollouts", action="store_true",
+                        help="collect the next iteration's rollouts in a second process while this one trains "
+                             "(one update of policy lag; for CPUs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -70,6 +73,8 @@ def build_config(args: argparse.Namespace):
         overrides["resume"] = True
     if args.tensorboard:
         overrides["tensorboard"] = True
+    if args.async_rollouts:
+        overrides["async_rollouts"] = True
     if args.config:
         return TrainConfig.from_yaml(args.config, overrides)
     return TrainConfig.from_dict(overrides)
