@@ -29,7 +29,7 @@ import torch
 from ptgpo_algos.data import Batch
 from ptgpo_algos.rollout import RolloutStats, Task
 
-__all__ = ["RolloutRequest", "RolloutWorker", "snapshot_weights", "split_threads"]
+__all__ = ["RolloutRequest", "RolloutWorker", "restore_weights", "snapshot_weights", "split_threads"]
 
 
 @dataclass
@@ -60,13 +60,11 @@ def _serve(connection, config: dict[str, Any], device: str, threads: int) -> Non
     transformers.utils.logging.disable_progress_bar()
 
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.rollout import collect_rollouts
-    from ptgpo_algos.trainer import build_policy
+    from ptgpo_algos.trainer import build_policy, collect_iteration
 
     try:
         run = TrainConfig.from_dict(config)
         policy = build_policy(run, device)
-        trainable = policy.named_trainable()
     except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
         connection.send(("error", traceback.format_exc()))
         return
@@ -76,12 +74,9 @@ def _serve(connection, config: dict[str, Any], device: str, threads: int) -> Non
         if request is None:
             return
         try:
-            with torch.no_grad():
-                for name, tensor in request.weights.items():
-                    trainable[name].copy_(tensor)
-            batch, stats = collect_rollouts(
-                policy, request.tasks, group_size=run.group_size, mode=run.rollout_mode,
-                initial_rollouts=run.initial_rollouts, branch=run.branch,
+            restore_weights(policy, request.weights)
+            batch, stats = collect_iteration(
+                run, policy, request.tasks,
                 rng=np.random.default_rng(request.seed), generator=torch.Generator().manual_seed(request.seed),
             )
             connection.send(("batch", (batch, stats)))
@@ -130,10 +125,6 @@ class RolloutWorker:
         self._connection.send(request)
         self._pending = True
 
-    @property
-    def pending(self) -> bool:
-        return self._pending
-
     def result(self) -> tuple[Batch, RolloutStats]:
         if not self._pending:
             raise RuntimeError("no rollout request in flight: call submit() first")
@@ -162,5 +153,14 @@ class RolloutWorker:
 
 
 def snapshot_weights(policy) -> dict[str, torch.Tensor]:
-    """A detached CPU copy of ``policy``'s trainable weights (what a request carries and a checkpoint keeps)."""
+    """A detached CPU copy of ``policy``'s trainable weights (LoRA adapters, or the whole model): what
+    a request carries and a checkpoint keeps."""
     return {name: p.detach().to("cpu", copy=True) for name, p in policy.named_trainable().items()}
+
+
+def restore_weights(policy, weights: dict[str, torch.Tensor]) -> None:
+    """Copy weights taken by :func:`snapshot_weights` (from a request or a checkpoint) into ``policy``."""
+    trainable = policy.named_trainable()
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            trainable[name].copy_(tensor)

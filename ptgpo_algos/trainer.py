@@ -54,12 +54,12 @@ from ptgpo_algos.policy import load_policy
 from ptgpo_algos.policy.agent import PolicyAgent
 from ptgpo_algos.policy.base import Decision
 from ptgpo_algos.rollout import Task, collect_rollouts
-from ptgpo_algos.rollout_worker import RolloutRequest, RolloutWorker, snapshot_weights, split_threads
+from ptgpo_algos.rollout_worker import RolloutRequest, RolloutWorker, restore_weights, snapshot_weights, split_threads
 from leaderboard.records import atomic_write_text
 
 __all__ = [
     "LOSS_AGGREGATIONS", "TrainSummary", "TrainingSample", "WeightSyncError", "build_policy", "build_rollout_policy",
-    "evaluate_policy", "flatten_batch", "ppo_update", "run_training", "sync_weights",
+    "collect_iteration", "evaluate_policy", "flatten_batch", "ppo_update", "run_training", "sync_weights",
 ]
 
 
@@ -329,11 +329,12 @@ def build_policy(config: TrainConfig, device: str):
     )
 
 
-def _restore_weights(policy, checkpoint_state: dict[str, Any]) -> None:
-    """Copy a ``checkpoint.pt``'s trainable weights (LoRA adapters, or the whole model) into ``policy``."""
-    trainable = policy.named_trainable()
-    for name, tensor in checkpoint_state["weights"].items():
-        trainable[name].data.copy_(tensor)
+def collect_iteration(config: TrainConfig, policy, tasks: Sequence[Task], *, rng, generator):
+    """One iteration's rollouts of ``tasks`` as ``config`` says (group size, linear or tree, branching)."""
+    return collect_rollouts(
+        policy, tasks, group_size=config.group_size, mode=config.rollout_mode,
+        initial_rollouts=config.initial_rollouts, branch=config.branch, rng=rng, generator=generator,
+    )
 
 
 def is_run_folder(path: str | Path) -> bool:
@@ -371,7 +372,7 @@ def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, 
                          "reached its first checkpoint")
     policy = build_policy(config, device)
     state = torch.load(checkpoint, map_location=device, weights_only=False)
-    _restore_weights(policy, state)
+    restore_weights(policy, state["weights"])
     return policy, config, f"{checkpoint} (iteration {state['counters']['iteration']})"
 
 
@@ -458,7 +459,7 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
     resumed = config.resume and checkpoint_path.exists()
     if resumed:
         state = torch.load(checkpoint_path, map_location=device, weights_only=False)
-        _restore_weights(policy, state)
+        restore_weights(policy, state["weights"])
         optimizer.load_state_dict(state["optimizer"])
         _set_rng_state(state["rng"], rng, sampler)
         counters = state["counters"]
@@ -491,7 +492,7 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
     def save_checkpoint() -> None:
         counters["wall_time_s"] = elapsed()
         state = {
-            "weights": {n: p.detach().cpu() for n, p in policy.named_trainable().items()},
+            "weights": snapshot_weights(policy),
             "optimizer": optimizer.state_dict(),
             "rng": _rng_state(rng, sampler),
             "counters": dict(counters),
@@ -550,10 +551,8 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
             iteration = counters["iteration"] + 1
             iteration_start = time.perf_counter()
             if worker is None:
-                batch, rollout_stats = collect_rollouts(
-                    rollout_policy, next_tasks(), group_size=config.group_size, mode=config.rollout_mode,
-                    initial_rollouts=config.initial_rollouts, branch=config.branch, rng=rng, generator=sampler,
-                )
+                batch, rollout_stats = collect_iteration(config, rollout_policy, next_tasks(), rng=rng,
+                                                         generator=sampler)
                 lag = 0
             else:
                 batch, rollout_stats = worker.result()
