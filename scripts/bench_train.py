@@ -8,7 +8,10 @@ Measures, with the untrained tiny model on ``ptgpo/Household-v0`` (easy):
    (10 by default), evaluating on 64 held-out seeds; reports the curve and the time to reach 0.8.
 
 Usage: ``python scripts/bench_train.py [--minutes 10] [--out runs/bench_train]``. Set
-``OMP_NUM_THREADS=1`` to measure one core (what parallel benchmark cells get).
+``OMP_NUM_THREADS=1`` to measure one core (what parallel benchmark cells get). ``--profile`` runs
+only parts 1 and 2, under cProfile, and writes ``profile.txt`` (functions by own time, and the share
+spent in torch's kernels): where a rollout and an update spend their time. Profiling slows the
+Python side a little, so its throughput figures read low.
 """
 
 from __future__ import annotations
@@ -67,13 +70,42 @@ def throughput(config) -> dict:
     return result
 
 
+def profile_throughput(config, target: Path) -> dict:
+    """``throughput(config)`` under cProfile; writes the 40 functions with the most own time, after a
+    line giving the share of all time spent inside torch's compiled functions (built-ins named torch…)."""
+    import cProfile
+    import io
+    import pstats
+
+    from ptgpo_algos.trainer import build_policy
+
+    build_policy(config, "cpu")  # imports and first loads stay out of the profile
+    profiler = cProfile.Profile()
+    result = profiler.runcall(throughput, config)
+    stats = pstats.Stats(profiler)
+    total = sum(entry[2] for entry in stats.stats.values())  # own time of every function
+    kernels = sum(entry[2] for (filename, _, name), entry in stats.stats.items()
+                  if filename == "~" and "torch" in name)
+    text = io.StringIO()
+    share = kernels / total
+    text.write(f"own time: {total:.2f} s in all, {kernels:.2f} s ({share:.0%}) in torch's compiled functions\n")
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
+    atomic_write_text(target, text.getvalue())
+    result["profile_torch_kernel_share"] = share
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--config", default=str(ROOT / "configs" / "train_household_easy_gigpo.yaml"))
     parser.add_argument("--out", default="runs/bench_train")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the throughput part, write profile.txt and stop (no training run)")
     args = parser.parse_args()
+    if args.profile and args.skip_throughput:
+        parser.error("--profile profiles the throughput part: drop --skip-throughput")
 
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.trainer import run_training
@@ -88,11 +120,17 @@ def main() -> int:
     # Timings on a shared machine depend on what else runs: keep the load next to them.
     report = {"config": args.config, "minutes": args.minutes, "threads": os.environ.get("OMP_NUM_THREADS"),
               "load_average_at_start": os.getloadavg()}
+    if args.profile:
+        report["throughput"] = profile_throughput(config, out / "profile.txt")
+        print(json.dumps(report["throughput"], indent=1))
+        print(f"profile: {out / 'profile.txt'}")
+        atomic_write_text(out / "bench_train_profile.json", json.dumps(report, indent=1))
+        return 0
     if not args.skip_throughput:
         report["throughput"] = throughput(config)
         print(json.dumps(report["throughput"], indent=1), flush=True)
     summary = run_training(config, progress=True)
-    curve = [json.loads(line) for line in open(summary.curve_path)]
+    curve = [json.loads(line) for line in Path(summary.curve_path).read_text().splitlines()]
     reached = [row for row in curve if row["success"] >= 0.8]
     report.update(
         curve=[{k: row[k] for k in ("iteration", "decisions", "success", "wall_time_s")} for row in curve],
