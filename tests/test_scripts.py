@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,3 +32,22 @@ def test_imitation_ceiling_fits_the_expert_decisions(tmp_path, monkeypatch):
     # Two episodes' expert decisions are memorised: the loss falls well below its first stretch's.
     losses = [r["mean_loss"] for r in rows[1:]]
     assert losses[-1] < 0.6 * losses[0], losses
+
+
+def test_bench_train_profile_says_where_the_time_goes(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    for key in ("OMP_WAIT_POLICY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM"):  # the script sets these on import; undo after
+        monkeypatch.setenv(key, os.environ.get(key, ""))
+    from ptgpo_algos.config import TrainConfig
+
+    module = _script("bench_train")
+    config = TrainConfig.from_yaml(ROOT / "configs" / "train_household_easy_gigpo.yaml", {
+        "tiny": {"hidden_size": 32, "pretrain_steps": 0}, "env_kwargs": {"difficulty": "easy", "max_steps": 3}})
+    target = tmp_path / "profile.txt"
+    result = module.profile_throughput(config, target)
+    lines = target.read_text().splitlines()
+    assert lines[0].startswith("own time:") and "in torch's compiled functions" in lines[0]
+    assert any("run_backward" in line for line in lines)  # the update is inside the profile
+    assert 0.0 < result["profile_torch_kernel_share"] < 1.0
+    assert 0 < result["linear_decisions"] <= 8 * 8 * 3 and result["train_steps"] > 0
