@@ -34,7 +34,8 @@ for key, value in (("OMP_WAIT_POLICY", "PASSIVE"), ("MALLOC_MMAP_THRESHOLD_", "1
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def throughput(config) -> dict:
+def throughput(config, policy=None) -> dict:
+    """Parts 1 and 2 with ``policy`` (built from ``config`` when not given; the update trains it)."""
     import numpy as np
     import torch
 
@@ -42,7 +43,7 @@ def throughput(config) -> dict:
     from ptgpo_algos.rollout import Task, collect_rollouts
     from ptgpo_algos.trainer import build_policy, flatten_batch, ppo_update
 
-    policy = build_policy(config, "cpu")
+    policy = policy if policy is not None else build_policy(config, "cpu")
     tasks = [Task(config.env_id, seed, dict(config.env_kwargs)) for seed in range(8)]
     result = {}
     for mode in ("linear", "tree"):
@@ -79,17 +80,17 @@ def profile_throughput(config, target: Path) -> dict:
 
     from ptgpo_algos.trainer import build_policy
 
-    build_policy(config, "cpu")  # imports and first loads stay out of the profile
+    policy = build_policy(config, "cpu")  # built outside: imports and loading stay out of the profile
     profiler = cProfile.Profile()
-    result = profiler.runcall(throughput, config)
-    stats = pstats.Stats(profiler)
+    result = profiler.runcall(throughput, config, policy)
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
     total = sum(entry[2] for entry in stats.stats.values())  # own time of every function
     kernels = sum(entry[2] for (filename, _, name), entry in stats.stats.items()
                   if filename == "~" and "torch" in name)
-    text = io.StringIO()
     share = kernels / total
     text.write(f"own time: {total:.2f} s in all, {kernels:.2f} s ({share:.0%}) in torch's compiled functions\n")
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
+    stats.sort_stats("tottime").print_stats(40)
     atomic_write_text(target, text.getvalue())
     result["profile_torch_kernel_share"] = share
     return result
@@ -112,8 +113,6 @@ def main() -> int:
 
     out = Path(args.out)
     run_dir = out / "run"
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = TrainConfig.from_yaml(args.config, {"out_dir": str(run_dir), "time_limit_s": args.minutes * 60,
                                                  "iterations": 100_000})
@@ -126,6 +125,8 @@ def main() -> int:
         print(f"profile: {out / 'profile.txt'}")
         atomic_write_text(out / "bench_train_profile.json", json.dumps(report, indent=1))
         return 0
+    if run_dir.exists():  # only now: --profile leaves an earlier training run in place
+        shutil.rmtree(run_dir)
     if not args.skip_throughput:
         report["throughput"] = throughput(config)
         print(json.dumps(report["throughput"], indent=1), flush=True)
