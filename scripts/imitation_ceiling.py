@@ -12,7 +12,7 @@ The policy is built exactly as ``ptgpo train`` builds it from ``--config`` (plus
 softmax over admissible actions (the quantity PPO trains in ``choose`` mode), ``--batch`` decisions per
 AdamW step, and evaluated with the run's protocol (held-out seeds, ``eval_temperature``) every
 ``--eval-every`` steps. Writes one JSON row per evaluation to ``--out`` (held-out success, per task
-type, and the mean training loss since the previous row).
+type, and the mean training loss since the previous row), and with ``--save DIR`` the final policy.
 
 Usage::
 
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--out", default="runs/imitation_ceiling.jsonl")
+    parser.add_argument("--save", metavar="DIR", help="save the final policy there (a model folder for ptgpo evaluate)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.eval_every == 0 or step == args.steps:
             record(step, sum(losses) / len(losses))
             losses = []
+    if args.save:
+        policy.save_pretrained(args.save)
     return 0
 
 

@@ -184,6 +184,54 @@ def test_look_wins_with_the_lamp_on_and_the_object_in_hand_in_either_order():
         assert action.startswith(f"take {env.layout.task.obj} ") and reward == 1.0
 
 
+@pytest.mark.parametrize("difficulty", ["easy", "medium"])
+def test_achieved_tasks_hold_the_own_task_exactly_when_the_step_wins(difficulty):
+    """Hindsight relabelling's contract: what ``achieved_tasks`` reports is what winning means."""
+    env = HouseholdEnv(difficulty=difficulty)
+    rng = np.random.default_rng(0)
+    wins = relabelled = 0
+    for seed in range(300):
+        _, info = env.reset(seed=seed)
+        assert env.achieved_tasks() == []
+        terminated = truncated = False
+        while not (terminated or truncated):
+            # Half expert, half random: many wins, and many completions of other tasks on the way.
+            actions = info["admissible_actions"]
+            action = env.expert_action() if rng.random() < 0.5 else actions[int(rng.integers(len(actions)))]
+            _, reward, terminated, truncated, info = env.step(action)
+            achieved = env.achieved_tasks()
+            assert (info["task"] in achieved) == (reward == 1.0), (seed, action, achieved)
+            wins += reward == 1.0
+            relabelled += bool(achieved) and reward == 0.0
+            if not action.startswith(("move ", "take ", "use ")):
+                assert achieved == []
+            for sentence in achieved:
+                kind = (action.split(" ")[1] if not action.startswith("use ") else
+                        env.layout.object_kinds[env._state.held])
+                assert f" {kind} " in sentence, (action, sentence)
+    assert wins >= 50 and relabelled >= 100, (wins, relabelled)
+
+
+def test_achieved_tasks_are_cleared_by_restore_and_name_every_condition():
+    env = HouseholdEnv(difficulty="easy", task_type="Heat")
+    _, info = env.reset(seed=5)
+    info = expert_until(env, info, lambda _: holding_goal(env))
+    snapshot = env.snapshot()
+    while True:
+        action = env.expert_action()
+        _, reward, terminated, _, info = env.step(action)
+        if terminated:
+            break
+    obj, target = env.layout.task.obj, env.layout.task.target
+    assert sorted(env.achieved_tasks()) == sorted([
+        f"put a {obj} in {target}.", f"put some {obj} on {target}.",
+        f"put a hot {obj} in {target}.", f"heat some {obj} and put it in {target}.",
+    ])
+    env.restore(snapshot)
+    assert env.achieved_tasks() == []
+    assert gym.make("ptgpo/FrozenLake-v0").unwrapped.achieved_tasks() is None
+
+
 # ----------------------------------------------------------------------------- text and grammar
 def test_reset_observation_is_alfworld_style():
     env = HouseholdEnv()

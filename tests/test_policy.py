@@ -4,6 +4,7 @@ scoring, the prompt template's truncation, and the evaluation adapter."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -112,6 +113,35 @@ def test_pretraining_learns_the_text_of_random_play_deterministically(tmp_path):
 
     # A bare model predicts ~log(vocabulary) nats per token; 40 steps already learn much of the text.
     assert loss(models[0]) < loss(models[2]) - 1.0
+
+
+def test_hindsight_transcripts_state_tasks_that_concern_what_the_random_play_did(tmp_path):
+    from ptgpo_algos.policy.tiny import TinyModelSpec, _random_play_transcripts, build_tiny_model, load_tiny_tokenizer
+
+    household = "ptgpo/Household-v0"
+    path = build_tiny_model(TinyModelSpec(seed=5, hidden_size=32, intermediate_size=64, pretrain_steps=0),
+                            env_ids=[household], cache_dir=tmp_path)
+    tokenizer = load_tiny_tokenizer(path)
+
+    def acts_on_task_object(hindsight: bool) -> float:
+        """The share of transcript rows whose action handles an object of the kind the task names."""
+        hits = 0
+        rows = _random_play_transcripts([household], tokenizer, 1500, seed=7, hindsight=hindsight)
+        for prompt, response in rows:
+            text = tokenizer.decode(prompt)
+            task = text.split("Task: ")[1].split("\n")[0]
+            # The first observation repeats the task: relabelling rewrites it there too.
+            assert all(seen == task for seen in re.findall(r"Your task is to: ([^\n]*)", text))
+            action = tokenizer.decode(response, skip_special_tokens=True).strip()
+            action = action.removeprefix("<think></think><action>").removesuffix("</action>")
+            verb, _, rest = action.partition(" ")
+            hits += verb in ("take", "move", "heat", "cool", "clean") and f" {rest.split(' ')[0]} " in f" {task} "
+        return hits / len(rows)
+
+    given, relabelled = acts_on_task_object(False), acts_on_task_object(True)
+    assert relabelled > 2 * given + 0.05, (given, relabelled)
+    with pytest.raises(ValueError, match="pretrain_tasks"):
+        TinyModelSpec(pretrain_tasks="expert")
 
 
 # ----------------------------------------------------------------------------- choose mode

@@ -51,3 +51,37 @@ def test_bench_train_profile_says_where_the_time_goes(tmp_path, monkeypatch):
     assert any("run_backward" in line for line in lines)  # the update is inside the profile
     assert 0.0 < result["profile_torch_kernel_share"] < 1.0
     assert 0 < result["linear_decisions"] <= 8 * 8 * 3 and result["train_steps"] > 0
+
+
+def test_task_sensitivity_pairs_states_and_averages_total_variation(tmp_path, monkeypatch, capsys):
+    import math
+
+    import torch
+
+    module = _script("task_sensitivity")
+    own, other = module.sample_contexts(episodes=12, first_seed=3_000_000, seed=0)
+    assert len(own) == len(other) > 0
+    for a, b in zip(own, other):
+        assert a.task != b.task and a.admissible_actions == b.admissible_actions
+        assert b.observation == a.observation.replace(a.task, b.task)
+        assert all(a.task not in o for o, _ in b.history)
+        assert [act for _, act in a.history] == [act for _, act in b.history]
+
+    class Table:
+        """Hands out fixed distributions: own[0]/other[0] agree, own[1]/other[1] are disjoint."""
+        def action_distribution(self, contexts):
+            first = contexts[0] is own[0]
+            return [torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0] if first else [0.0, 1.0])]
+
+    result = module.task_sensitivity(Table(), own[:2], other[:2])
+    assert result["states"] == 2 and result["mean_tv"] == 0.5
+    assert math.isclose(result["mean_entropy"], math.log(2) / 2, rel_tol=1e-6)
+
+    # End to end on a bare tiny model.
+    from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
+
+    path = build_tiny_model(TinyModelSpec(seed=2, hidden_size=32, pretrain_steps=0),
+                            env_ids=["ptgpo/Household-v0"], cache_dir=tmp_path)
+    assert module.main([str(path), "--episodes", "6", "--history-length", "1"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["target"] == str(path) and 0.0 <= row["mean_tv"] <= 1.0 and row["states"] > 0

@@ -12,6 +12,7 @@ from ptgpo_envs.household.world import (
     COOL,
     DEFAULT_DIFFICULTY,
     HOT,
+    TASK_TYPES,
     Layout,
     State,
     generate,
@@ -77,6 +78,7 @@ class HouseholdEnv(TextEnv):
         )
         self._layout: Layout | None = None
         self._state: State | None = None
+        self._last_action: str | None = None
 
     @property
     def layout(self) -> Layout:
@@ -88,6 +90,7 @@ class HouseholdEnv(TextEnv):
     # ----------------------------------------------------------------- episode
     def _new_episode(self, options: dict[str, Any] | None) -> str:
         self._layout, self._state = generate(self.np_random, self.difficulty, self.task_type)
+        self._last_action = None
         return (
             f"{WELCOME}\n\n{self._room_description()}\n\n"
             f"Your task is to: {self._layout.task.sentence}"
@@ -99,6 +102,7 @@ class HouseholdEnv(TextEnv):
     def _set_state(self, state: tuple[Layout | None, State | None]) -> None:
         self._layout, saved = state
         self._state = None if saved is None else saved.copy()
+        self._last_action = None
 
     # ----------------------------------------------------------------- what can be done
     def _admissible_actions(self) -> list[str]:
@@ -138,6 +142,7 @@ class HouseholdEnv(TextEnv):
     # ----------------------------------------------------------------- what happens
     def _apply(self, action: str) -> tuple[str, float, bool]:
         layout, state = self._layout, self._state
+        self._last_action = action
         verb, _, rest = action.partition(" ")
         if verb == "go":
             state.location = layout.receptacle_index[rest[3:]]
@@ -206,6 +211,43 @@ class HouseholdEnv(TextEnv):
             return sum(kinds[o] == task.obj for o in self._state.contents[receptacle]) >= 2
         condition = task.type.condition
         return self._state.conditions[obj] & condition == condition
+
+    def achieved_tasks(self) -> list[str]:
+        """The tasks (both of ALFWorld's wordings of each) that the last action completed.
+
+        Moving an object into a receptacle completes "put a <object> in <receptacle>", and the clean,
+        heat or cool task too when the object is in that condition (not into the appliance that gives
+        it, which the game never asks), and "put two" when two of its kind are now there; taking an
+        object while the lamp is on, or turning the lamp on while holding one, completes the look task.
+        Cleared by ``reset`` and ``restore``.
+        """
+        action = self._last_action
+        if action is None:
+            return []
+        layout, state = self._layout, self._state
+        verb = action.partition(" ")[0]
+        if verb == "move":
+            obj = layout.object_index[action[len("move "):].partition(" to ")[0]]
+            kind, target = layout.object_kinds[obj], layout.receptacle_kinds[state.location]
+            done = []
+            for task_type in TASK_TYPES:
+                if task_type.short == "Look":
+                    continue
+                if task_type.short == "Pick2":
+                    if sum(layout.object_kinds[o] == kind for o in state.contents[state.location]) < 2:
+                        continue
+                elif task_type.condition and (
+                    state.conditions[obj] & task_type.condition != task_type.condition
+                    or target == task_type.appliance
+                    or kind not in task_type.eligible
+                ):
+                    continue
+                done += [t.format(obj=kind, recep=target) for t in task_type.templates]
+            return done
+        if verb in ("take", "use") and state.lamp_on and state.held >= 0:
+            look = next(t for t in TASK_TYPES if t.short == "Look")
+            return [t.format(obj=layout.object_kinds[state.held]) for t in look.templates]
+        return []
 
     # ----------------------------------------------------------------- text
     def _room_description(self) -> str:
