@@ -97,6 +97,8 @@ class TextEnv(gym.Env[str, str]):
         self._done = True
         self._observation = ""
         self._admissible_cache: list[str] | None = None
+        #: The admissible action the last step applied (None after an invalid one, reset or restore).
+        self._last_action: str | None = None
 
     # ----------------------------------------------------------------- world (subclass hooks)
     def _new_episode(self, options: dict[str, Any] | None) -> str:
@@ -152,6 +154,7 @@ class TextEnv(gym.Env[str, str]):
         self._steps = 0
         self._done = False
         self._admissible_cache = None
+        self._last_action = None
         self._observation = self._new_episode(options)
         return self._observation, self._info()
 
@@ -165,6 +168,7 @@ class TextEnv(gym.Env[str, str]):
         canonical = self.match_action(action)
         self._steps += 1
         self._admissible_cache = None
+        self._last_action = canonical
         if canonical is None:
             observation, reward, terminated = INVALID_ACTION_OBSERVATION, 0.0, False
         else:
@@ -247,4 +251,5 @@ class TextEnv(gym.Env[str, str]):
         self._steps, self._done, self._observation = steps, done, observation
         self.np_random.bit_generator.state = copy.deepcopy(rng_state)
         self._admissible_cache = None
+        self._last_action = None
         return observation, self._info()

@@ -227,8 +227,17 @@ def test_achieved_tasks_are_cleared_by_restore_and_name_every_condition():
         f"put a {obj} in {target}.", f"put some {obj} on {target}.",
         f"put a hot {obj} in {target}.", f"heat some {obj} and put it in {target}.",
     ])
-    env.restore(snapshot)
+    _, info = env.restore(snapshot)
     assert env.achieved_tasks() == []
+    # Put the object, not heated yet, back where it was taken from: a pick task there, no heat task.
+    act(env, info, first(info["admissible_actions"], "move "))
+    here = env.layout.receptacle_kinds[env._state.location]
+    achieved = env.achieved_tasks()
+    assert {f"put a {obj} in {here}.", f"put some {obj} on {here}."} <= set(achieved)
+    assert not any("hot" in sentence or "heat" in sentence for sentence in achieved)
+    env.step("fly to the moon")
+    assert env.achieved_tasks() == [], "an invalid step completes nothing"
+
     assert gym.make("ptgpo/FrozenLake-v0").unwrapped.achieved_tasks() is None
 
 

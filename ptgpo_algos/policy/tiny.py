@@ -26,8 +26,8 @@ episodes at temperature 0.4, against 2.7 % from transcripts of the episode's own
 task no more than that one does, and 10-minute GiGPO runs from it were not better. The README has
 the numbers.)
 
-Model and tokenizer are saved with ``save_pretrained`` to ``$PTGPO_CACHE/tiny-<hash>`` (default ``~/.cache/ptgpo``), where the hash covers the corpus and the
-configuration, so a change in an environment's text builds a new model rather than reusing a stale
+Model and tokenizer are saved with ``save_pretrained`` to ``$PTGPO_CACHE/tiny-<hash>`` (default
+``~/.cache/ptgpo``), where the hash covers the corpus and the configuration, so a change in an environment's text builds a new model rather than reusing a stale
 vocabulary. The folder is built in a temporary directory and renamed into place, so concurrent runs
 never see a half-written model. Reload it by path like any Hugging Face checkpoint (the tokenizer
 with ``PreTrainedTokenizerFast``; see :func:`load_tiny_tokenizer`).

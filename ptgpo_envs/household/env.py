@@ -78,7 +78,6 @@ class HouseholdEnv(TextEnv):
         )
         self._layout: Layout | None = None
         self._state: State | None = None
-        self._last_action: str | None = None
 
     @property
     def layout(self) -> Layout:
@@ -90,7 +89,6 @@ class HouseholdEnv(TextEnv):
     # ----------------------------------------------------------------- episode
     def _new_episode(self, options: dict[str, Any] | None) -> str:
         self._layout, self._state = generate(self.np_random, self.difficulty, self.task_type)
-        self._last_action = None
         return (
             f"{WELCOME}\n\n{self._room_description()}\n\n"
             f"Your task is to: {self._layout.task.sentence}"
@@ -102,7 +100,6 @@ class HouseholdEnv(TextEnv):
     def _set_state(self, state: tuple[Layout | None, State | None]) -> None:
         self._layout, saved = state
         self._state = None if saved is None else saved.copy()
-        self._last_action = None
 
     # ----------------------------------------------------------------- what can be done
     def _admissible_actions(self) -> list[str]:
@@ -142,7 +139,6 @@ class HouseholdEnv(TextEnv):
     # ----------------------------------------------------------------- what happens
     def _apply(self, action: str) -> tuple[str, float, bool]:
         layout, state = self._layout, self._state
-        self._last_action = action
         verb, _, rest = action.partition(" ")
         if verb == "go":
             state.location = layout.receptacle_index[rest[3:]]
@@ -219,7 +215,7 @@ class HouseholdEnv(TextEnv):
         heat or cool task too when the object is in that condition (not into the appliance that gives
         it, which the game never asks), and "put two" when two of its kind are now there; taking an
         object while the lamp is on, or turning the lamp on while holding one, completes the look task.
-        Cleared by ``reset`` and ``restore``.
+        Empty after an invalid action, ``reset`` and ``restore``.
         """
         action = self._last_action
         if action is None:
