@@ -58,19 +58,8 @@ def sample_contexts(episodes: int, first_seed: int, seed: int, difficulty: str =
         task = context.task
         while task == context.task:
             task = tasks[int(rng.integers(len(tasks)))]
-        other.append(swap_task(context, task))
+        other.append(context.with_task(task))
     return own, other
-
-
-def swap_task(context, task: str):
-    """``context`` with ``task`` in place of its own, also where the observations quote it."""
-    from ptgpo_algos.policy.base import Context
-
-    def fix(text: str) -> str:
-        return text.replace(context.task, task)
-
-    return Context(task, fix(context.observation), context.admissible_actions,
-                   [(fix(o), a) for o, a in context.history])
 
 
 def task_sensitivity(policy, own: Sequence, other: Sequence) -> dict[str, float]:

@@ -71,6 +71,12 @@ class Context:
     admissible_actions: list[str]
     history: list[tuple[str, str]] = field(default_factory=list)
 
+    def with_task(self, task: str) -> "Context":
+        """The same moment under another task, also where the observations quote the task (an
+        episode's first observation says "Your task is to: ...")."""
+        return Context(task, self.observation.replace(self.task, task), self.admissible_actions,
+                       [(o.replace(self.task, task), a) for o, a in self.history])
+
 
 @dataclass
 class Decision:

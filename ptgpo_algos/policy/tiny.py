@@ -27,8 +27,8 @@ task no more than that one does, and 10-minute GiGPO runs from it were not bette
 the numbers.)
 
 Model and tokenizer are saved with ``save_pretrained`` to ``$PTGPO_CACHE/tiny-<hash>`` (default
-``~/.cache/ptgpo``), where the hash covers the corpus and the configuration, so a change in an environment's text builds a new model rather than reusing a stale
-vocabulary. The folder is built in a temporary directory and renamed into place, so concurrent runs
+``~/.cache/ptgpo``), where the hash covers the corpus and the configuration, so a change in an
+environment's text builds a new model rather than reusing a stale vocabulary. The folder is built in a temporary directory and renamed into place, so concurrent runs
 never see a half-written model. Reload it by path like any Hugging Face checkpoint (the tokenizer
 with ``PreTrainedTokenizerFast``; see :func:`load_tiny_tokenizer`).
 
@@ -223,13 +223,11 @@ def _random_play_transcripts(
                 break
         if not relabel or not achieved:
             continue
-        old, new = steps[0][0].task, achieved[int(rng.integers(len(achieved)))]
+        task = achieved[int(rng.integers(len(achieved)))]
         for context, action in steps:
             if len(out) >= rows:
                 break
-            # The task is also part of the first observation ("Your task is to: ...").
-            history = [(o.replace(old, new), a) for o, a in context.history]
-            render(Context(new, context.observation.replace(old, new), context.admissible_actions, history), action)
+            render(context.with_task(task), action)
     for env in envs:
         env.close()
     return out

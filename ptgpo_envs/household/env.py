@@ -202,11 +202,15 @@ class HouseholdEnv(TextEnv):
             return False
         if layout.object_kinds[obj] != task.obj:
             return False
-        if task.type.short == "Pick2":
-            kinds = layout.object_kinds
-            return sum(kinds[o] == task.obj for o in self._state.contents[receptacle]) >= 2
-        condition = task.type.condition
-        return self._state.conditions[obj] & condition == condition
+        return self._placing_done(task.type, obj, receptacle)
+
+    def _placing_done(self, task_type, obj: int, receptacle: int) -> bool:
+        """Whether ``obj``, just moved into ``receptacle``, is placed as ``task_type`` asks, whatever
+        the kinds: two of its kind there for Pick2, in the type's condition for the others."""
+        if task_type.short == "Pick2":
+            kinds = self._layout.object_kinds
+            return sum(kinds[o] == kinds[obj] for o in self._state.contents[receptacle]) >= 2
+        return self._state.conditions[obj] & task_type.condition == task_type.condition
 
     def achieved_tasks(self) -> list[str]:
         """The tasks (both of ALFWorld's wordings of each) that the last action completed.
@@ -227,17 +231,10 @@ class HouseholdEnv(TextEnv):
             kind, target = layout.object_kinds[obj], layout.receptacle_kinds[state.location]
             done = []
             for task_type in TASK_TYPES:
-                if task_type.short == "Look":
+                if task_type.short == "Look" or not self._placing_done(task_type, obj, state.location):
                     continue
-                if task_type.short == "Pick2":
-                    if sum(layout.object_kinds[o] == kind for o in state.contents[state.location]) < 2:
-                        continue
-                elif task_type.condition and (
-                    state.conditions[obj] & task_type.condition != task_type.condition
-                    or target == task_type.appliance
-                    or kind not in task_type.eligible
-                ):
-                    continue
+                if task_type.condition and (target == task_type.appliance or kind not in task_type.eligible):
+                    continue  # a task the game never poses
                 done += [t.format(obj=kind, recep=target) for t in task_type.templates]
             return done
         if verb in ("take", "use") and state.lamp_on and state.held >= 0:
