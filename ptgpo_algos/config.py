@@ -88,6 +88,10 @@ class TrainConfig:
     loss_agg: str = "token-mean"
     ppo_epochs: int | None = None
     minibatch_size: int | None = None
+    # Hindsight relabelling (ptgpo_algos.hindsight): None is off; a mapping of HindsightConfig's
+    # fields ({} takes its defaults) adds cross-entropy steps on failed rollouts relabelled with a task
+    # they completed. Needs an environment that reports achieved_tasks() (Household).
+    hindsight: dict[str, Any] | None = None
     # Evaluation, logging, checkpoints.
     eval_every: int = 10
     eval_seeds: list[int] = field(default_factory=lambda: list(range(EVAL_SEED_BASE, EVAL_SEED_BASE + 64)))
@@ -188,6 +192,13 @@ class TrainConfig:
         return self.kl_coef if self.kl_coef is not None else (0.0 if self.is_tiny else 0.01)
 
     @property
+    def hindsight_config(self):
+        """The validated :class:`~ptgpo_algos.hindsight.HindsightConfig`, or None when off."""
+        from ptgpo_algos.hindsight import HindsightConfig
+
+        return None if self.hindsight is None else HindsightConfig.from_dict(self.hindsight)
+
+    @property
     def run_dir(self) -> Path:
         if self.out_dir:
             return Path(self.out_dir)
@@ -286,6 +297,10 @@ class TrainConfig:
                              "evaluation needs seeds outside the training range")
         if self.lora is not None:
             _check_mapping("lora", self.lora)
+        if self.hindsight is not None:
+            _check_mapping("hindsight", self.hindsight)
+            self.hindsight_config  # validates the fields
+            _check_reports_achieved_tasks(self.env_id, self.env_kwargs)
         for name in ("gradient_checkpointing",):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
@@ -333,6 +348,19 @@ def _check_number(name: str, value: Any, low: float, high: float = math.inf, exc
         low_text = f"> {low}" if exclusive_low else f">= {low}"
         high_text = "" if high == math.inf else f" and <= {high}"
         raise ValueError(f"{name}: expected a number {low_text}{high_text}, got {value!r}")
+
+
+def _check_reports_achieved_tasks(env_id: str, env_kwargs: dict[str, Any]) -> None:
+    from ptgpo_algos.evaluation import make_env
+
+    env = make_env(env_id, env_kwargs).unwrapped
+    try:
+        env.reset(seed=0)
+        if env.achieved_tasks() is None:
+            raise ValueError(f"hindsight: {env_id} does not report which tasks its steps complete "
+                             "(achieved_tasks()), so nothing can be relabelled; leave hindsight unset")
+    finally:
+        env.close()
 
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

@@ -17,8 +17,10 @@ Two modes (:data:`ROLLOUT_MODES`):
 
 The result is a :class:`~ptgpo_algos.data.Batch` (one group per task, in task order, leaves in the
 order they finished) plus :class:`RolloutStats`, which counts the decisions and generated tokens
-spent and those that prefix reuse saved. Each step keeps the policy's :class:`Decision` in
-``step.extras["decision"]`` for the trainer.
+spent and those that prefix reuse saved. Each step keeps, for the trainer, the policy's
+:class:`Decision` in ``step.extras["decision"]``, the :class:`Context` it decided in
+(``extras["context"]``) and what the environment's :meth:`~ptgpo_envs.core.TextEnv.achieved_tasks`
+said after it (``extras["achieved"]``, for hindsight relabelling).
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ def collect_rollouts(
         ]
         decisions = policy.decide(contexts, generator=generator)
         still: list[_Episode] = []
-        for episode, node, decision in zip(live, nodes, decisions):
+        for episode, node, context, decision in zip(live, nodes, contexts, decisions):
             group = groups[episode.group]
             node.entropy = decision.entropy
             sent = decision.action if decision.action is not None else ""
@@ -181,7 +183,8 @@ def collect_rollouts(
                     prompt_ids=decision.prompt_ids,
                     response_ids=decision.response_ids,
                     logprobs=decision.logprobs,
-                    extras={"decision": decision, "entropy": decision.entropy, "sent": sent},
+                    extras={"decision": decision, "entropy": decision.entropy, "sent": sent, "context": context,
+                            "achieved": episode.env.achieved_tasks()},
                 )
             )
             if terminated or truncated:

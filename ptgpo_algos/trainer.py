@@ -14,7 +14,9 @@ One iteration, top to bottom:
    with optional low-variance KL to a frozen reference and an entropy bonus, AdamW and gradient
    clipping. The old log-probabilities are the behaviour policy's, recorded at rollout time. Steps
    with the same prompt share a mini-batch, where the policy computes their context once (the loss
-   is the same as with each computed apart; ``distinct_prompts`` in the metrics counts them).
+   is the same as with each computed apart; ``distinct_prompts`` in the metrics counts them);
+5. with ``hindsight`` set, cross-entropy steps on failed rollouts relabelled with a task they
+   completed (:mod:`ptgpo_algos.hindsight`; its buffer is part of the checkpoint).
 
 With ``async_rollouts`` step 1 of iteration ``k + 1`` runs in a second process
 (:mod:`ptgpo_algos.rollout_worker`) while steps 2-4 of iteration ``k`` run here: those rollouts play
@@ -49,6 +51,7 @@ from ptgpo_algos.advantages import compute_advantages_with_diagnostics, summariz
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch
 from ptgpo_algos.evaluation import evaluate
+from ptgpo_algos.hindsight import HindsightBuffer, hindsight_update, relabel_batch
 from ptgpo_algos.losses import policy_loss
 from ptgpo_algos.policy import load_policy
 from ptgpo_algos.policy.agent import PolicyAgent
@@ -451,6 +454,8 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
     # Engine and trainer agree to float32 rounding; bf16 kernels differ by much more.
     sync_tolerance = config.sync_tolerance or (1e-3 if device == "cpu" and config.dtype in ("auto", "float32") else 0.1)
     reference = policy.frozen_copy() if config.kl > 0 else None
+    hindsight = config.hindsight_config
+    relabels = HindsightBuffer(hindsight.buffer_size) if hindsight is not None else None
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=config.lr, weight_decay=config.weight_decay)
     counters = {"iteration": 0, "decisions": 0, "tokens": 0, "decisions_saved": 0, "tokens_saved": 0,
                 "wall_time_s": 0.0, "best_success": 0.0, "last_eval_iteration": -1}
@@ -464,6 +469,8 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
         _set_rng_state(state["rng"], rng, sampler)
         counters = state["counters"]
         final_eval = state.get("last_eval", {})
+        if relabels is not None:
+            relabels.add(state.get("hindsight_buffer") or [])
         if rollout_policy is not policy:
             rollout_policy.load_weights(policy.export_weights())
         _trim_jsonl(logger.metrics_path, counters["iteration"])
@@ -500,6 +507,7 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
             "config": config.to_dict(),
             # The rollouts in flight, to replay them on resume (async_rollouts).
             "pending_rollout": dict(vars(pending)) if pending is not None else None,
+            "hindsight_buffer": list(relabels.items) if relabels is not None else None,
         }
         tmp = checkpoint_path.with_name(".checkpoint.pt.tmp")
         torch.save(state, tmp)
@@ -572,6 +580,11 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
                 kl_coef=config.kl, reference=reference, max_grad_norm=config.max_grad_norm,
                 epochs=config.epochs, minibatch_size=config.minibatch, rng=rng,
             )
+            if relabels is not None:
+                relabelled = relabel_batch(batch, policy.prompts, hindsight.window, hindsight.types, rng)
+                relabels.add(relabelled)
+                update.update(hindsight_update(policy, optimizer, relabels, hindsight, config.max_grad_norm, rng))
+                update.update(hindsight_relabelled=len(relabelled), hindsight_buffer=len(relabels))
             train_time = time.perf_counter() - train_start
             if rollout_policy is not policy:
                 update.update(sync_weights(rollout_policy, policy, [samples[0].decision.prompt_ids], sync_tolerance))

@@ -13,9 +13,9 @@ A :class:`TextEnv` is a :class:`gymnasium.Env` whose observations and actions ar
 * ``snapshot()`` / ``restore(snapshot)`` on the unwrapped environment fork an episode at any step:
   restoring and replaying reproduces the original continuation exactly. The horizon is counted inside
   the environment, so a restored episode truncates where the original would have.
-* ``achieved_tasks()`` on the unwrapped environment lists the tasks (worded like ``info["task"]``) that
-  the last step completed, whatever the episode's own task, for hindsight relabelling; None where an
-  environment does not track it (Household does).
+* ``achieved_tasks()`` on the unwrapped environment maps the tasks (worded like ``info["task"]``) that
+  the last step completed, whatever the episode's own task, to their types (as ``info["task_type"]``
+  names them), for hindsight relabelling; None where an environment does not track it (Household does).
 * Bad input never crashes nor corrupts state: an action that is not admissible (empty, malformed,
   100 KB long, control characters...) uses up a step, earns reward 0, sets ``action_valid=False`` and
   gets an observation saying it was not understood. Case and surrounding whitespace are ignored when
@@ -137,11 +137,12 @@ class TextEnv(gym.Env[str, str]):
         """An action of an optimal (or near-optimal) solver from the current state."""
         raise NotImplementedError(f"{type(self).__name__} has no expert")
 
-    def achieved_tasks(self) -> list[str] | None:
+    def achieved_tasks(self) -> dict[str, str | None] | None:
         """Tasks, worded as ``info["task"]`` words them, that the last step completed, whatever the
-        episode's own task: hindsight relabelling turns any play into successes at these.
+        episode's own task, each mapped to its type as ``info["task_type"]`` would name it (None on an
+        environment without types): hindsight relabelling turns any play into successes at these.
 
-        ``[]`` when the last step completed none (or no step has been taken); None when the
+        ``{}`` when the last step completed none (or no step has been taken); None when the
         environment does not track it (the default).
         """
         return None

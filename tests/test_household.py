@@ -192,7 +192,7 @@ def test_achieved_tasks_hold_the_own_task_exactly_when_the_step_wins(difficulty)
     wins = relabelled = 0
     for seed in range(300):
         _, info = env.reset(seed=seed)
-        assert env.achieved_tasks() == []
+        assert env.achieved_tasks() == {}
         terminated = truncated = False
         while not (terminated or truncated):
             # Half expert, half random: many wins, and many completions of other tasks on the way.
@@ -201,10 +201,12 @@ def test_achieved_tasks_hold_the_own_task_exactly_when_the_step_wins(difficulty)
             _, reward, terminated, truncated, info = env.step(action)
             achieved = env.achieved_tasks()
             assert (info["task"] in achieved) == (reward == 1.0), (seed, action, achieved)
+            if reward == 1.0:
+                assert achieved[info["task"]] == info["task_type"], "a task's type as info names it"
             wins += reward == 1.0
             relabelled += bool(achieved) and reward == 0.0
             if not action.startswith(("move ", "take ", "use ")):
-                assert achieved == []
+                assert achieved == {}
             for sentence in achieved:
                 kind = (action.split(" ")[1] if not action.startswith("use ") else
                         env.layout.object_kinds[env._state.held])
@@ -223,12 +225,12 @@ def test_achieved_tasks_are_cleared_by_restore_and_name_every_condition():
         if terminated:
             break
     obj, target = env.layout.task.obj, env.layout.task.target
-    assert sorted(env.achieved_tasks()) == sorted([
-        f"put a {obj} in {target}.", f"put some {obj} on {target}.",
-        f"put a hot {obj} in {target}.", f"heat some {obj} and put it in {target}.",
-    ])
+    assert env.achieved_tasks() == {
+        f"put a {obj} in {target}.": "Pick", f"put some {obj} on {target}.": "Pick",
+        f"put a hot {obj} in {target}.": "Heat", f"heat some {obj} and put it in {target}.": "Heat",
+    }
     _, info = env.restore(snapshot)
-    assert env.achieved_tasks() == []
+    assert env.achieved_tasks() == {}
     # Put the object, not heated yet, back where it was taken from: a pick task there, no heat task.
     act(env, info, first(info["admissible_actions"], "move "))
     here = env.layout.receptacle_kinds[env._state.location]
@@ -236,7 +238,7 @@ def test_achieved_tasks_are_cleared_by_restore_and_name_every_condition():
     assert {f"put a {obj} in {here}.", f"put some {obj} on {here}."} <= set(achieved)
     assert not any("hot" in sentence or "heat" in sentence for sentence in achieved)
     env.step("fly to the moon")
-    assert env.achieved_tasks() == [], "an invalid step completes nothing"
+    assert env.achieved_tasks() == {}, "an invalid step completes nothing"
 
     assert gym.make("ptgpo/FrozenLake-v0").unwrapped.achieved_tasks() is None
 

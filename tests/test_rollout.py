@@ -34,13 +34,18 @@ def _collect(policy, tasks, seed=0, **kwargs):
 
 
 def _replay(task: Task, trajectory) -> None:
-    """Replaying the recorded actions from reset reproduces every recorded state, reward and outcome."""
+    """Replaying the recorded actions from reset reproduces every recorded state, context, reward,
+    completed task and outcome."""
     env = make_env(task.env_id, task.env_kwargs, task.max_steps).unwrapped
-    _, info = env.reset(seed=task.seed)
+    observation, info = env.reset(seed=task.seed)
     for step in trajectory.steps:
         assert step.state_key == info["state_key"]
-        _, reward, terminated, truncated, info = env.step(step.extras["sent"])
+        context = step.extras["context"]
+        assert (context.task, context.observation, context.admissible_actions) == (
+            info["task"], observation, info["admissible_actions"])
+        observation, reward, terminated, truncated, info = env.step(step.extras["sent"])
         assert reward == step.reward and info["action_valid"] == step.valid
+        assert step.extras["achieved"] == env.achieved_tasks()
     assert terminated or truncated
     assert info["won"] == trajectory.meta["won"]
 

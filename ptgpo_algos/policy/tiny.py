@@ -218,7 +218,7 @@ def _random_play_transcripts(
                 render(context, action)
             history.append((observation, action))
             observation, _, terminated, truncated, info = env.step(action)
-            achieved = env.achieved_tasks() if relabel else []
+            achieved = list(env.achieved_tasks()) if relabel else []
             if achieved or terminated or truncated or len(out) >= rows:
                 break
         if not relabel or not achieved:

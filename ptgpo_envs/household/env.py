@@ -212,8 +212,9 @@ class HouseholdEnv(TextEnv):
             return sum(kinds[o] == kinds[obj] for o in self._state.contents[receptacle]) >= 2
         return self._state.conditions[obj] & task_type.condition == task_type.condition
 
-    def achieved_tasks(self) -> list[str]:
-        """The tasks (both of ALFWorld's wordings of each) that the last action completed.
+    def achieved_tasks(self) -> dict[str, str]:
+        """The tasks (both of ALFWorld's wordings of each) that the last action completed, mapped to
+        their short type names (Pick, Look, Clean, Heat, Cool, Pick2).
 
         Moving an object into a receptacle completes "put a <object> in <receptacle>", and the clean,
         heat or cool task too when the object is in that condition (not into the appliance that gives
@@ -223,24 +224,24 @@ class HouseholdEnv(TextEnv):
         """
         action = self._last_action
         if action is None:
-            return []
+            return {}
         layout, state = self._layout, self._state
         verb = action.partition(" ")[0]
         if verb == "move":
             obj = layout.object_index[action[len("move "):].partition(" to ")[0]]
             kind, target = layout.object_kinds[obj], layout.receptacle_kinds[state.location]
-            done = []
+            done = {}
             for task_type in TASK_TYPES:
                 if task_type.short == "Look" or not self._placing_done(task_type, obj, state.location):
                     continue
                 if task_type.condition and (target == task_type.appliance or kind not in task_type.eligible):
                     continue  # a task the game never poses
-                done += [t.format(obj=kind, recep=target) for t in task_type.templates]
+                done.update((t.format(obj=kind, recep=target), task_type.short) for t in task_type.templates)
             return done
         if verb in ("take", "use") and state.lamp_on and state.held >= 0:
             look = next(t for t in TASK_TYPES if t.short == "Look")
-            return [t.format(obj=layout.object_kinds[state.held]) for t in look.templates]
-        return []
+            return {t.format(obj=layout.object_kinds[state.held]): look.short for t in look.templates}
+        return {}
 
     # ----------------------------------------------------------------- text
     def _room_description(self) -> str:

@@ -1,0 +1,158 @@
+"""Hindsight relabelling: a rollout that failed its task but completed another one demonstrates that one.
+
+Group estimators contrast the rollouts of one task with each other, never with another task's, so a
+policy that learns routines good for many tasks (go to a counter, take what is there) scores as
+well within a group as one that reads the task; on Household the RL policies barely read it (the
+README's task-sensitivity figures). Hindsight relabelling gives the cross-task signal directly, as
+hindsight experience replay (Andrychowicz et al., 2017) and goal-conditioned supervised learning
+(Ghosh et al., 2019) do: when a failed rollout's step completed another task (the environment says
+which, :meth:`~ptgpo_envs.core.TextEnv.achieved_tasks`), the steps that led there, shown with that
+task instead of their own, are correct decisions for it.
+
+After each PPO update the trainer takes ``updates`` AdamW steps of cross-entropy on ``batch_size``
+relabelled decisions drawn from a buffer of the last ``buffer_size``. Per failed trajectory:
+
+* the first step whose completed tasks include one of the wanted ``types`` (``same``: the episode's
+  own task type, so that the relabels keep the training mix of types -- random play completes
+  pick-and-place far more often than heating; ``any``: every type);
+* one of those tasks, chosen at random (both wordings of a task are candidates);
+* the last ``window`` valid steps up to and including it, their prompts rebuilt with that task.
+
+A completion in the shared prefix of several trajectories of a prefix tree is relabelled once.
+
+Measured on Household easy (the README has the commands): added to the easy config's 10-minute
+GiGPO run, the policy reads the task as much as behaviour cloning does (task sensitivity 0.26-0.30
+against 0.02-0.04 without it, 0.24 for cloning) and held-out success rose a little on both seeds
+(+0.02 and +0.14 sampled at 0.4); the types that failed rollouts rarely complete (heat, cool,
+clean, two objects) gain little from it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from ptgpo_algos.data import Batch, Trajectory
+from ptgpo_algos.policy.base import Context, Decision
+
+__all__ = ["HINDSIGHT_TYPES", "HindsightConfig", "HindsightBuffer", "relabel_trajectory", "relabel_batch",
+           "hindsight_loss", "hindsight_update"]
+
+HINDSIGHT_TYPES = ("same", "any")
+
+
+@dataclass(frozen=True)
+class HindsightConfig:
+    """The ``hindsight`` field of a training config (see the module docstring); bad values raise
+    ``ValueError`` naming the field."""
+
+    updates: int = 1
+    batch_size: int = 256
+    window: int = 4
+    buffer_size: int = 4096
+    types: str = "same"
+
+    def __post_init__(self) -> None:
+        for name, low in (("updates", 0), ("batch_size", 1), ("window", 1), ("buffer_size", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"hindsight.{name}: expected an integer >= {low}, got {value!r}")
+        if self.types not in HINDSIGHT_TYPES:
+            raise ValueError(f"hindsight.types: {self.types!r} is not valid; choose one of {', '.join(HINDSIGHT_TYPES)}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HindsightConfig":
+        fields = cls.__dataclass_fields__
+        unknown = sorted(k for k in data if k not in fields)
+        if unknown:
+            raise ValueError(f"hindsight: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(fields)}")
+        return cls(**data)
+
+
+def relabel_trajectory(
+    trajectory: Trajectory, window: int, types: str, rng: np.random.Generator
+) -> tuple[str, list[tuple[Any, Context]]] | None:
+    """``(task, [(step, relabelled context), ...])`` for a failed trajectory that completed another
+    task of the wanted ``types``, else None. Steps need ``extras["context"]`` and
+    ``extras["achieved"]`` (rollouts record both)."""
+    if trajectory.meta.get("won"):
+        return None
+    own_type = trajectory.meta.get("task_type")
+    for end, step in enumerate(trajectory.steps):
+        achieved = step.extras.get("achieved")
+        if not achieved:
+            continue
+        own_task = step.extras["context"].task
+        tasks = [t for t, kind in achieved.items() if t != own_task and (types == "any" or kind == own_type)]
+        if not tasks:
+            continue
+        task = tasks[int(rng.integers(len(tasks)))]
+        valid = [s for s in trajectory.steps[: end + 1] if s.valid][-window:]
+        return task, [(s, s.extras["context"].with_task(task)) for s in valid]
+    return None
+
+
+def relabel_batch(batch: Batch, prompts, window: int, types: str, rng: np.random.Generator) -> list[Decision]:
+    """The relabelled decisions of a batch, their prompts rebuilt by ``prompts`` (a
+    :class:`~ptgpo_algos.policy.prompts.PromptBuilder`)."""
+    seen: set[tuple[int, int]] = set()
+    out: list[Decision] = []
+    for group in batch:
+        for trajectory in group:
+            found = relabel_trajectory(trajectory, window, types, rng)
+            if found is None:
+                continue
+            task, steps = found
+            completing = id(steps[-1][0])  # valid, since it completed something
+            for step, context in steps:
+                if (id(step), completing) in seen:
+                    continue
+                seen.add((id(step), completing))
+                out.append(replace(step.extras["decision"], prompt_ids=prompts.prompt_ids(context)))
+    return out
+
+
+class HindsightBuffer:
+    """The last ``capacity`` relabelled decisions (oldest dropped first)."""
+
+    def __init__(self, capacity: int, items: Iterable[Decision] = ()):
+        self.items: deque[Decision] = deque(items, maxlen=capacity)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, decisions: Iterable[Decision]) -> None:
+        self.items.extend(decisions)
+
+    def sample(self, size: int, rng: np.random.Generator) -> list[Decision]:
+        """``min(size, len(self))`` distinct decisions, uniformly."""
+        picks = rng.choice(len(self.items), size=min(size, len(self.items)), replace=False)
+        return [self.items[int(i)] for i in picks]
+
+
+def hindsight_loss(policy, decisions: Sequence[Decision]) -> torch.Tensor:
+    """Cross-entropy of the decisions' actions under ``policy``: in ``choose`` mode the negative
+    log-softmax of the chosen candidate, in ``generate`` mode of the response tokens (token mean)."""
+    scored = policy.score(decisions)
+    mask = scored.mask.float()
+    return -(scored.logprobs.float() * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def hindsight_update(
+    policy, optimizer: torch.optim.Optimizer, buffer: HindsightBuffer, config: HindsightConfig,
+    max_grad_norm: float, rng: np.random.Generator,
+) -> dict[str, float]:
+    """``config.updates`` AdamW steps of :func:`hindsight_loss` on samples of ``buffer``."""
+    losses = []
+    for _ in range(config.updates if len(buffer) else 0):
+        loss = hindsight_loss(policy, buffer.sample(config.batch_size, rng))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(policy.parameters()), max_grad_norm)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return {"hindsight_loss": float(np.mean(losses)) if losses else 0.0, "hindsight_updates": len(losses)}
