@@ -22,9 +22,9 @@ A completion in the shared prefix of several trajectories of a prefix tree is re
 
 Measured on Household easy (the README has the commands): added to the easy config's 10-minute
 GiGPO run, the policy reads the task as much as behaviour cloning does (task sensitivity 0.26-0.30
-against 0.02-0.04 without it, 0.24 for cloning) and held-out success rose a little on both seeds
-(+0.02 and +0.14 sampled at 0.4); the types that failed rollouts rarely complete (heat, cool,
-clean, two objects) gain little from it.
+against 0.02-0.04 without it, 0.24 for cloning), but held-out success did not change beyond the
+spread between seeds (three seeds, 0.21 against 0.19 sampled at 0.4): the types that failed
+rollouts rarely complete (heat, cool, two objects) gain little from it.
 """
 
 from __future__ import annotations
