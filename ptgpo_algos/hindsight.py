@@ -57,12 +57,11 @@ class HindsightConfig:
     types: str = "same"
 
     def __post_init__(self) -> None:
+        from ptgpo_algos.config import _check_choice, _check_int
+
         for name, low in (("updates", 0), ("batch_size", 1), ("window", 1), ("buffer_size", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"hindsight.{name}: expected an integer >= {low}, got {value!r}")
-        if self.types not in HINDSIGHT_TYPES:
-            raise ValueError(f"hindsight.types: {self.types!r} is not valid; choose one of {', '.join(HINDSIGHT_TYPES)}")
+            _check_int(f"hindsight.{name}", getattr(self, name), low)
+        _check_choice("hindsight.types", self.types, HINDSIGHT_TYPES)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "HindsightConfig":

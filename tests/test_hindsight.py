@@ -3,7 +3,6 @@ against a hand computation, and a training run that relabels, learns from it and
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -22,6 +21,7 @@ from ptgpo_algos.hindsight import (
 )
 from ptgpo_algos.policy.base import Context, Decision, ScoredBatch
 from ptgpo_algos.trainer import run_training
+from test_trainer import _dies_on_call, _rows
 
 TASK = "put a bowl in sinkbasin."
 
@@ -147,11 +147,6 @@ def _household(out_dir, **change):
     return TrainConfig.from_dict(data)
 
 
-def _rows(path):
-    timing = ("_s", "per_s")
-    return [{k: v for k, v in json.loads(line).items() if not k.endswith(timing)} for line in open(path)]
-
-
 def test_run_relabels_trains_on_relabels_and_resumes_exactly(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     whole = run_training(_household(tmp_path / "whole"), progress=False)
@@ -163,15 +158,7 @@ def test_run_relabels_trains_on_relabels_and_resumes_exactly(tmp_path, monkeypat
     import ptgpo_algos.trainer as trainer
 
     real = trainer.collect_rollouts
-    calls = {"n": 0}
-
-    def dies_on_the_fourth(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt("killed")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(trainer, "collect_rollouts", dies_on_the_fourth)
+    monkeypatch.setattr(trainer, "collect_rollouts", _dies_on_call(real, 4))
     with pytest.raises(KeyboardInterrupt):
         run_training(_household(tmp_path / "cut"), progress=False)
     monkeypatch.setattr(trainer, "collect_rollouts", real)
