@@ -1,13 +1,13 @@
 """Hindsight relabelling: a rollout that failed its task but completed another one demonstrates that one.
 
 Group estimators contrast the rollouts of one task with each other, never with another task's, so a
-policy that learns routines good for many tasks (go to a counter, take what is there) scores as
-well within a group as one that reads the task; on Household the RL policies barely read it (the
-README's task-sensitivity figures). Hindsight relabelling gives the cross-task signal directly, as
-hindsight experience replay (Andrychowicz et al., 2017) and goal-conditioned supervised learning
-(Ghosh et al., 2019) do: when a failed rollout's step completed another task (the environment says
-which, :meth:`~ptgpo_envs.core.TextEnv.achieved_tasks`), the steps that led there, shown with that
-task instead of their own, are correct decisions for it.
+policy that learns routines good for many tasks (go to a counter, take what is there) scores as well
+within a group as one that reads the task; on Household the RL policies barely read it (the
+task-sensitivity figures in docs/learning-household.md). Hindsight relabelling gives the cross-task
+signal directly, as hindsight experience replay (Andrychowicz et al., 2017) and goal-conditioned
+supervised learning (Ghosh et al., 2019) do: when a failed rollout's step completed another task
+(the environment says which, :meth:`~ptgpo_envs.core.TextEnv.achieved_tasks`), the steps that led
+there, shown with that task instead of their own, are correct decisions for it.
 
 After each PPO update the trainer takes ``updates`` AdamW steps of cross-entropy on ``batch_size``
 relabelled decisions drawn from a buffer of the last ``buffer_size``. Per failed trajectory:
@@ -20,11 +20,11 @@ relabelled decisions drawn from a buffer of the last ``buffer_size``. Per failed
 
 A completion in the shared prefix of several trajectories of a prefix tree is relabelled once.
 
-Measured on Household easy (the README has the commands): added to the easy config's 10-minute
-GiGPO run, the policy reads the task as much as behaviour cloning does (task sensitivity 0.26-0.30
-against 0.02-0.04 without it, 0.24 for cloning), but held-out success did not change beyond the
-spread between seeds (three seeds, 0.21 against 0.19 sampled at 0.4): the types that failed
-rollouts rarely complete (heat, cool, two objects) gain little from it.
+Measured on Household easy (docs/learning-household.md has the commands): added to the easy config's
+10-minute GiGPO run, the policy reads the task as much as behaviour cloning does (task sensitivity
+0.26-0.30 against 0.02-0.04 without it, 0.24 for cloning), but held-out success did not change
+beyond the spread between seeds (three seeds, 0.21 against 0.19 sampled at 0.4): the types that
+failed rollouts rarely complete (heat, cool, two objects) gain little from it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The measurement scripts that the README cites run end to end (at toy sizes)."""
+"""The measurement scripts that the README and docs/ cite run end to end (at toy sizes)."""
 
 from __future__ import annotations
 

@@ -308,7 +308,11 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
 
     replay = evaluate(run_dir)
     assert {k: replay[k] for k in keys} == {k: summary.final_eval[k] for k in keys}
-    assert replay["temperature"] == 0.7 and len(replay["per_episode"]) == 8
+    assert replay["temperature"] == 0.7 and len(replay["per_episode"]) == 8 and replay["history_length"] == 1
+    # A model folder acts with its saved settings unless --history-length says otherwise.
+    model = (run_dir / "final_model", "--env", "ptgpo/FrozenLake-v0", "--episodes", 2)
+    assert evaluate(*model)["history_length"] == 1
+    assert evaluate(*model, "--history-length", 0)["history_length"] == 0
     # Without final_model/, the last checkpoint (the same iteration here) is loaded on the base model.
     shutil.rmtree(run_dir / "final_model")
     assert {k: evaluate(run_dir)[k] for k in keys} == {k: summary.final_eval[k] for k in keys}
@@ -323,6 +327,8 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     capsys.readouterr()
     assert main(["evaluate", str(tmp_path / "cache"), "--no-progress"]) == 2
     assert main(["evaluate", str(tmp_path / "missing")]) == 2
+    assert main(["evaluate", str(run_dir), "--history-length", "0", "--no-progress"]) == 2
+    assert main(["evaluate", str(run_dir), "--history-length", "-1", "--no-progress"]) == 2
     import ptgpo_algos.trainer as trainer
 
     def no_loading(*args, **kwargs):
@@ -332,6 +338,7 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     assert main(["evaluate", str(run_dir), "--env", "ptgpo/NoSuchEnv-v0", "--no-progress"]) == 2
     errors = capsys.readouterr().err
     assert "say which environment with --env" in errors and "is not a folder" in errors
+    assert "--history-length applies to a model folder" in errors and "--history-length must be >= 0" in errors
     assert "unknown environment 'ptgpo/NoSuchEnv-v0'" in errors
 
 

@@ -5,9 +5,13 @@ Examples::
     ptgpo evaluate runs/household-gigpo                       # the run's own evaluation, again
     ptgpo evaluate runs/household-gigpo --episodes 256 --first-seed 2000000 --temperature 1.0
     ptgpo evaluate runs/household-gigpo/final_model --env ptgpo/Household-v0 --difficulty hard --temperature 0
+    ptgpo evaluate ~/.cache/ptgpo/tiny-<hash> --env ptgpo/Household-v0 --difficulty easy --history-length 1
 
 A run folder (the ``--out`` of ``ptgpo train``) brings its environment, evaluation seeds and evaluation
-temperature; any of them can be overridden. A saved model folder needs ``--env``.
+temperature; any of them can be overridden, and it acts as it was trained. A saved model folder
+needs ``--env``; it acts with the settings saved with it (``ptgpo_policy.json``), else the loader's
+defaults, and ``--history-length`` overrides how many observation/action pairs its prompts show (to
+evaluate the untrained tiny model as a config with ``history_length: 1`` acts, say).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float,
                         help="sample at this temperature; 0 = greedy (default: the run's evaluation protocol)")
     parser.add_argument("--seed", type=int, help="seed of the sampling generator (default: the run's seed, else 0)")
+    parser.add_argument("--history-length", type=int,
+                        help="a model folder: observation/action pairs in its prompts (default: as saved, else 2)")
     parser.add_argument("--batch-size", type=int, help="episodes played side by side (default: the run's, else 64)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto [auto]")
     parser.add_argument("--out", help="write the summary and every episode to this JSON file (atomically)")
@@ -54,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
     if args.batch_size is not None and args.batch_size < 1:
         return _fail(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.history_length is not None and args.history_length < 0:
+        return _fail(f"--history-length must be >= 0, got {args.history_length}")
     import torch
 
     from ptgpo_algos.evaluation import evaluate, make_env
@@ -65,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     is_run = is_run_folder(target)
     if not is_run and args.env is None:
         return _fail(f"{args.target!r} is a model folder, not a run folder: say which environment with --env")
+    if is_run and args.history_length is not None:
+        return _fail("--history-length applies to a model folder; a run acts with the history it was trained "
+                     f"with: pass {str(target / 'final_model')!r} to override it")
 
     # Everything but the weights first, so that a bad environment fails before a model is loaded.
     env_id, env_kwargs, max_steps, seeds = args.env, {}, args.max_steps, None
@@ -99,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         if is_run:
             policy, _, source = load_trained_policy(target, device)
         else:
-            policy, source = load_policy(target, device=device), str(target)
+            overrides = {"history_length": args.history_length} if args.history_length is not None else {}
+            policy, source = load_policy(target, device=device, **overrides), str(target)
     except (ValueError, OSError) as error:
         return _fail(str(error))
     agent = PolicyAgent.at_temperature(policy, temperature, name=target.name, seed=seed)
@@ -120,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
 
         payload = {
             "source": source, "env_id": env_id, "env_kwargs": env_kwargs, "max_steps": max_steps,
-            "temperature": temperature, "seed": seed, "wall_time_s": wall, **result.to_dict(),
+            "temperature": temperature, "seed": seed, "history_length": policy.prompts.history_length,
+            "wall_time_s": wall, **result.to_dict(),
         }
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(args.out), json.dumps(payload, indent=1))

@@ -23,8 +23,8 @@ transcripts of the episode's own task teach that the actions ignore it. No rewar
 in: the actions are still random, but they concern the objects and places the task names. (Measured
 on Household easy with the easy config's spec: the untrained policy wins 1.6-4.7 % of 256 held-out
 episodes at temperature 0.4, against 2.7 % from transcripts of the episode's own task; it reads the
-task no more than that one does, and 10-minute GiGPO runs from it were not better. The README has
-the numbers.)
+task no more than that one does, and 10-minute GiGPO runs from it were not better. The numbers are in
+docs/learning-household.md.)
 
 Model and tokenizer are saved with ``save_pretrained`` to ``$PTGPO_CACHE/tiny-<hash>`` (default
 ``~/.cache/ptgpo``), where the hash covers the corpus and the configuration, so a change in an
