@@ -409,6 +409,49 @@ def play_from(env: HouseholdEnv, info: dict) -> list:
             return outputs
 
 
+# ----------------------------------------------------------------------------- subgoal rewards
+SUBGOALS_PER_TYPE = {"Pick": 1, "Look": 2, "Clean": 2, "Heat": 2, "Cool": 2, "Pick2": 3}
+
+
+@pytest.mark.parametrize("task_type", SHORT_NAMES)
+def test_subgoal_rewards_pay_each_subgoal_of_the_plan_once(task_type):
+    sparse = HouseholdEnv(difficulty="easy", task_type=task_type)
+    shaped = HouseholdEnv(difficulty="easy", task_type=task_type, subgoal_reward=0.125)
+    for seed in range(10):
+        won, steps, plain = play_expert(sparse, seed)
+        won_shaped, steps_shaped, transcript = play_expert(shaped, seed)
+        assert (won_shaped, steps_shaped) == (won, steps) and won
+        assert [r for _, _, r, _ in plain] == [0.0] * (steps - 1) + [1.0]
+        rewards = [r for _, _, r, _ in transcript]
+        assert sum(rewards) == 1.0 + 0.125 * SUBGOALS_PER_TYPE[task_type]
+        assert set(rewards) <= {0.0, 0.125, 1.0, 1.125}
+        # Observations, infos and success are those of the sparse game.
+        assert [(a, o, i) for a, o, _, i in transcript] == [(a, o, i) for a, o, _, i in plain]
+
+
+def test_subgoal_rewards_are_paid_once_per_episode_and_forks_keep_what_was_paid():
+    env = HouseholdEnv(difficulty="easy", task_type="Heat", subgoal_reward=0.25)
+    _, info = env.reset(seed=4)
+    start = env.snapshot()
+    actions, rewards = [], []
+    while not holding_goal(env):
+        actions.append(env.expert_action(omniscient=True))
+        _, reward, _, info = act(env, info, actions[-1])
+        rewards.append(reward)
+    assert rewards[-1] == 0.25 and sum(rewards) == 0.25
+    obj, here = env.layout.objects[env._state.held], env.layout.receptacles[env._state.location]
+    assert act(env, info, f"move {obj} to {here}")[1] == 0.0
+    dropped = env.snapshot()
+    _, info = env.restore(dropped)
+    assert act(env, info, f"take {obj} from {here}")[1:3] == (0.0, False)  # held before: paid already
+    _, info = env.restore(start)
+    replayed = []
+    for action in actions:
+        _, reward, _, info = act(env, info, action)
+        replayed.append(reward)
+    assert replayed == rewards  # restoring the start forgets the payment
+
+
 # ----------------------------------------------------------------------------- kwargs
 def test_kwargs_are_validated_with_helpful_messages():
     with pytest.raises(ValueError, match="easy, medium, hard"):
@@ -422,6 +465,10 @@ def test_kwargs_are_validated_with_helpful_messages():
     assert HouseholdEnv().difficulty.name == "medium"
     assert [HouseholdEnv(difficulty=d.name).max_steps for d in DIFFICULTIES] == [30, 40, 50]
     assert HouseholdEnv(difficulty="hard", max_steps=7).max_steps == 7
+    for bad in (-0.1, 1.0, "0.1", True, float("nan")):
+        with pytest.raises(ValueError, match="subgoal_reward must be a number in \\[0, 1\\)"):
+            HouseholdEnv(subgoal_reward=bad)
+    assert HouseholdEnv(subgoal_reward=0).subgoal_reward == 0.0
 
 
 def test_registered_env_passes_gymnasium_checks():

@@ -32,6 +32,10 @@ _CONDITION_WORDS = tuple(
 _CONDITION_TAGS = tuple(f":{words.replace(' and ', '+')}" if words else "" for words in _CONDITION_WORDS)
 
 
+# Bits of State.subgoals: the subgoals HouseholdEnv's docstring lists under ``subgoal_reward``.
+_HOLD, _CONDITIONED, _LAMP, _PLACED, _HOLD_SECOND = 1, 2, 4, 8, 16
+
+
 def list_things(names: list[str]) -> str:
     """ALFWorld's enumeration: "nothing", "a apple 1", "a apple 1, and a egg 2", "a x, a y, and a z"."""
     if not names:
@@ -52,12 +56,17 @@ class HouseholdEnv(TextEnv):
     * ``task_type``: None (any of the six) or one of ALFWorld's task types, by its name
       (``pick_heat_then_place``) or short name (``Heat``), case-insensitive.
     * ``max_steps``: the horizon; defaults to the difficulty's.
+    * ``subgoal_reward``: reward for each subgoal of the task's plan, the first time the episode
+      reaches it [0.0: the sparse outcome only]. The subgoals: holding an object of the goal's kind;
+      holding it in the task's condition (Clean, Heat, Cool); the lamp on (Look); one of the two
+      objects placed, then holding another while it is there (Pick2). Like TextWorld's intermediate
+      rewards, they guide exploration; ``won`` and success are unchanged.
 
     ``info["task_type"]`` is the short name (Pick, Look, Clean, Heat, Cool, Pick2). The agent holds one
     object at a time; closed containers hide their contents until opened; heating, cooling and cleaning
     need the object in hand at the microwave, fridge or sink basin; the look task is done once the desk
     lamp is on (``use desklamp 1``) and the object is in hand, in either order, as in ALFWorld's PDDL.
-    Reward is 1.0 when the task is done.
+    Reward is 1.0 when the task is done (plus ``subgoal_reward`` per new subgoal, when set).
     """
 
     default_max_steps = 50
@@ -68,10 +77,21 @@ class HouseholdEnv(TextEnv):
         difficulty: str = DEFAULT_DIFFICULTY,
         task_type: str | None = None,
         max_steps: int | None = None,
+        subgoal_reward: float = 0.0,
         render_mode: str | None = None,
     ):
         self.difficulty = parse_difficulty(difficulty)
         self.task_type = parse_task_type(task_type)
+        if (
+            isinstance(subgoal_reward, bool)
+            or not isinstance(subgoal_reward, (int, float))
+            or not 0.0 <= subgoal_reward < 1.0
+        ):
+            raise ValueError(
+                "subgoal_reward must be a number in [0, 1): the reward per subgoal reached, below the "
+                f"task's 1.0 (0 for the sparse outcome only); got {subgoal_reward!r}"
+            )
+        self.subgoal_reward = float(subgoal_reward)
         super().__init__(
             max_steps=self.difficulty.max_steps if max_steps is None else max_steps,
             render_mode=render_mode,
@@ -138,6 +158,37 @@ class HouseholdEnv(TextEnv):
 
     # ----------------------------------------------------------------- what happens
     def _apply(self, action: str) -> tuple[str, float, bool]:
+        observation, reward, terminated = self._play(action)
+        if self.subgoal_reward:
+            reached = self._subgoals_reached()
+            new = reached & ~self._state.subgoals
+            self._state.subgoals |= reached
+            reward += self.subgoal_reward * new.bit_count()
+        return observation, reward, terminated
+
+    def _subgoals_reached(self) -> int:
+        """The subgoal bits that hold in the current state."""
+        layout, state = self._layout, self._state
+        task, held = layout.task, state.held
+        reached = 0
+        if task.type.short == "Look" and state.lamp_on:
+            reached |= _LAMP
+        placed = task.type.short == "Pick2" and any(
+            kind == task.target and any(layout.object_kinds[o] == task.obj for o in state.contents[r])
+            for r, kind in enumerate(layout.receptacle_kinds)
+        )
+        if placed:
+            reached |= _PLACED
+        if held >= 0 and layout.object_kinds[held] == task.obj:
+            reached |= _HOLD
+            condition = task.type.condition
+            if condition and state.conditions[held] & condition == condition:
+                reached |= _CONDITIONED
+            if placed:
+                reached |= _HOLD_SECOND
+        return reached
+
+    def _play(self, action: str) -> tuple[str, float, bool]:
         layout, state = self._layout, self._state
         verb, _, rest = action.partition(" ")
         if verb == "go":

@@ -179,11 +179,12 @@ class State:
     seen: int  # bit r set: the agent has seen inside r (only it moves things, so what it saw holds)
     lamp_on: bool  # ALFWorld's look goal: the lamp is on and the object is in hand, in either order
     won: bool
+    subgoals: int = 0  # bit set of the task's subgoals reached so far (household/env.py's _HOLD...)
 
     def copy(self) -> State:
         return State(
             self.location, self.held, list(self.contents), self.opened,
-            list(self.conditions), self.seen, self.lamp_on, self.won,
+            list(self.conditions), self.seen, self.lamp_on, self.won, self.subgoals,
         )
 
 
