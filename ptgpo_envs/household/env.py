@@ -169,7 +169,7 @@ class HouseholdEnv(TextEnv):
     def _subgoals_reached(self) -> int:
         """The subgoal bits that hold in the current state."""
         layout, state = self._layout, self._state
-        task, held = layout.task, state.held
+        task = layout.task
         reached = 0
         if task.type.short == "Look" and state.lamp_on:
             reached |= _LAMP
@@ -179,10 +179,10 @@ class HouseholdEnv(TextEnv):
         )
         if placed:
             reached |= _PLACED
-        if held >= 0 and layout.object_kinds[held] == task.obj:
+        if self._holds_goal_kind():
             reached |= _HOLD
             condition = task.type.condition
-            if condition and state.conditions[held] & condition == condition:
+            if condition and state.conditions[state.held] & condition == condition:
                 reached |= _CONDITIONED
             if placed:
                 reached |= _HOLD_SECOND
@@ -242,9 +242,13 @@ class HouseholdEnv(TextEnv):
             return f"You turn on the {rest}.", float(state.won), state.won
         raise AssertionError(f"_apply got a non-admissible action {action!r}")
 
+    def _holds_goal_kind(self) -> bool:
+        """Whether the agent holds an object of the kind the task names."""
+        held = self._state.held
+        return held >= 0 and self._layout.object_kinds[held] == self._layout.task.obj
+
     def _holds_goal_to_look_at(self) -> bool:
-        task, held = self._layout.task, self._state.held
-        return task.type.short == "Look" and held >= 0 and self._layout.object_kinds[held] == task.obj
+        return self._layout.task.type.short == "Look" and self._holds_goal_kind()
 
     def _placed_goal(self, obj: int, receptacle: int) -> bool:
         """Whether moving ``obj`` into ``receptacle`` completed a placing task."""
