@@ -422,6 +422,7 @@ def evaluate_policy(policy, config: TrainConfig) -> dict[str, Any]:
         evaluation_agent(policy, config), config.env.id, config.evaluation.seeds, config.env.evaluation_kwargs,
         max_steps=config.env.max_steps, batch_size=config.evaluation.batch_size,
         env_backend=config.env_workers.backend, env_workers=config.env_workers.num_workers,
+        env_options=config.env_workers.options,
     ).summary()
 
 
