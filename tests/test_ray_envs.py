@@ -1,7 +1,7 @@
 """Environments on Ray actors (``env_workers: {backend: ray}``): the same results as in process, a dead
 actor replaced mid-rollout with nothing lost or doubled, and the config's checks.
 
-Runs on a local two-CPU cluster (``ray.init(num_cpus=2)``), started once for the module.
+Runs on a local two-CPU cluster (the ``ray_cluster`` fixture: ``ray.init(num_cpus=2)``).
 """
 
 from __future__ import annotations
@@ -16,17 +16,6 @@ from ptgpo_envs.ray_vector import RayVectorTextEnv
 from ptgpo_envs.vector import InProcessVectorTextEnv
 
 HOUSEHOLD = "ptgpo/Household-v0"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    ray = pytest.importorskip("ray", reason="the ray backend's tests need Ray: pip install -e '.[ray]'")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +39,12 @@ def _played(policy, backend: str, **options):
     return [[[(s.state_key, s.action, s.reward, s.achieved) for s in t] for t in g] for g in batch], stats.decisions
 
 
-def test_ray_actors_step_environments_exactly_as_in_process(cluster, policy):
+def test_ray_actors_step_environments_exactly_as_in_process(ray_cluster, policy):
     # Tree rollouts snapshot every step and restore branches into other slots, on other actors.
     assert _played(policy, "ray") == _played(policy, "in-process")
 
 
-def test_a_killed_actor_is_replaced_and_its_episodes_replayed(cluster, policy, monkeypatch):
+def test_a_killed_actor_is_replaced_and_its_episodes_replayed(ray_cluster, policy, monkeypatch):
     import ptgpo_algos.rollout as rollout
 
     made = []
@@ -84,7 +73,7 @@ def test_a_killed_actor_is_replaced_and_its_episodes_replayed(cluster, policy, m
     assert killed == _played(policy, "in-process")
 
 
-def test_snapshots_travel_by_value_between_actors(cluster):
+def test_snapshots_travel_by_value_between_actors(ray_cluster):
     kwargs = {"difficulty": "hard"}
     with RayVectorTextEnv(HOUSEHOLD, 4, num_workers=2, env_kwargs=kwargs) as far, \
             InProcessVectorTextEnv(HOUSEHOLD, 4, env_kwargs=kwargs) as near:
@@ -107,7 +96,7 @@ def test_snapshots_travel_by_value_between_actors(cluster):
         assert far.call("expert_action", slots) == near.call("expert_action", slots)
 
 
-def test_an_environment_error_is_raised_not_replayed(cluster):
+def test_an_environment_error_is_raised_not_replayed(ray_cluster):
     from ptgpo_envs.vector import WorkerError
 
     with RayVectorTextEnv(HOUSEHOLD, 2, num_workers=2) as vector:
@@ -118,7 +107,7 @@ def test_an_environment_error_is_raised_not_replayed(cluster):
         RayVectorTextEnv(HOUSEHOLD, 2, env_kwargs={"difficulty": "impossible"})
 
 
-def test_the_ray_backend_plays_an_evaluation_as_in_process(cluster):
+def test_the_ray_backend_plays_an_evaluation_as_in_process(ray_cluster):
     from baselines.expert_agent import ExpertAgent
     from ptgpo_algos.evaluation import evaluate
 
