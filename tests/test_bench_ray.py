@@ -94,8 +94,10 @@ def _kill_attempts(names: dict[str, int], stop: threading.Event) -> None:
 
 
 def test_a_task_that_dies_is_retried_up_to_the_limit_then_recorded_failed(ray_cluster, tmp_path):
-    config = BenchConfig.from_dict({**CONFIG, "methods": []})
-    kills = {"easy__random__seed0": 1, "easy__expert__seed0": 2}
+    # Its own environment label: the tasks' names (what the killer looks for) are this test's alone.
+    environment = {**CONFIG["environments"][0], "label": "killed"}
+    config = BenchConfig.from_dict({**CONFIG, "methods": [], "environments": [environment]})
+    kills = {"killed__random__seed0": 1, "killed__expert__seed0": 2}
     stop = threading.Event()
     killer = threading.Thread(target=_kill_attempts, args=(kills, stop), daemon=True)
     killer.start()
@@ -105,10 +107,10 @@ def test_a_task_that_dies_is_retried_up_to_the_limit_then_recorded_failed(ray_cl
     finally:
         stop.set()
         killer.join()
-    assert kills == {"easy__random__seed0": 0, "easy__expert__seed0": 0}
-    assert report.failed == ["easy__expert__seed0"]
-    assert read_record(record_path(tmp_path, "easy__random__seed0")).status == "ok"
-    failed = read_record(record_path(tmp_path, "easy__expert__seed0"))
+    assert kills == {"killed__random__seed0": 0, "killed__expert__seed0": 0}
+    assert report.failed == ["killed__expert__seed0"]
+    assert read_record(record_path(tmp_path, "killed__random__seed0")).status == "ok"
+    failed = read_record(record_path(tmp_path, "killed__expert__seed0"))
     assert failed.error.startswith("the cell's Ray task failed (1 retries)"), failed.error
 
 
