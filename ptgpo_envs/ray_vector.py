@@ -20,11 +20,10 @@ a bad environment, is an error, not a loop).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from ptgpo_envs.vector import WorkerError, _Slots, _SlotProxy, _VectorCalls
+from ptgpo_envs.vector import WorkerError, _Slots, _WorkerVector
 
 __all__ = ["RayVectorTextEnv", "require_ray"]
 
@@ -70,7 +69,7 @@ class _Replay:
     actions: list[str] = field(default_factory=list)
 
 
-class RayVectorTextEnv(_VectorCalls):
+class RayVectorTextEnv(_WorkerVector):
     """``num_envs`` text environments of ``env_id`` on ``num_workers`` Ray actors (see the module docstring).
 
     ``address`` is used only when this process is not connected to Ray yet (``auto``, ``ray://host:port``,
@@ -105,10 +104,6 @@ class RayVectorTextEnv(_VectorCalls):
             raise WorkerError(f"could not create {env_id} on Ray actors:\n{error}") from None
 
     # ----------------------------------------------------------------- API
-    def unwrapped(self, slot: int) -> Any:
-        self._check_slots([slot])
-        return _SlotProxy(self, slot)
-
     def actor_pids(self) -> list[int]:
         """The process id of each actor (where it runs: ``ray.util.state`` has the node)."""
         return self._ray.get([actor.pid.remote() for actor in self._actors])
@@ -137,27 +132,10 @@ class RayVectorTextEnv(_VectorCalls):
         slots = [slot for slot in range(self.num_envs) if self._worker_of[slot] == worker]
         return self._actor_class.remote(self.env_id, self._env_kwargs, slots)
 
-    def _run(self, command: str, indices: Sequence[int], payloads: list[tuple] | None) -> list[Any]:
-        if self._closed:
-            raise RuntimeError("this RayVectorTextEnv is closed")
-        indices = list(indices)
-        self._check_slots(indices)
-        by_worker: dict[int, list[tuple[int, Any]]] = defaultdict(list)
-        for position, slot in enumerate(indices):
-            item = slot if payloads is None else (slot, *payloads[position])
-            by_worker[self._worker_of[slot]].append((position, item))
-        results: list[Any] = [None] * len(indices)
-        for worker, values in self._gather(command, by_worker).items():
-            for (position, _), value in zip(by_worker[worker], values):
-                results[position] = value
-        self._remember(command, indices, payloads, results)
-        return results
-
-    def _gather(self, command: str, by_worker: dict[int, list[tuple[int, Any]]]) -> dict[int, list[Any]]:
+    def _exchange(self, command: str, items: dict[int, list[Any]]) -> dict[int, list[Any]]:
         """Send each actor its items at once, then collect; replace a dead actor and send again."""
         ray = self._ray
-        pending = {worker: self._actors[worker].run.remote(command, [item for _, item in entries])
-                   for worker, entries in by_worker.items()}
+        pending = {worker: self._actors[worker].run.remote(command, batch) for worker, batch in items.items()}
         out: dict[int, list[Any]] = {}
         errors = []
         while pending:
@@ -166,7 +144,7 @@ class RayVectorTextEnv(_VectorCalls):
                 out[worker] = ray.get(ref)
             except ray.exceptions.RayActorError as error:
                 self._replace(worker, error)
-                pending[worker] = self._actors[worker].run.remote(command, [item for _, item in by_worker[worker]])
+                pending[worker] = self._actors[worker].run.remote(command, items[worker])
             except ray.exceptions.RayTaskError as error:
                 errors.append(f"worker {worker}:\n{error}")
         if errors:
@@ -199,7 +177,7 @@ class RayVectorTextEnv(_VectorCalls):
             items = [(slot, replays[slot].actions[k]) for slot in slots if len(replays[slot].actions) > k]
             ray.get(actor.run.remote("step", items))
 
-    def _remember(self, command: str, indices: list[int], payloads: list[tuple] | None, results: list[Any]) -> None:
+    def _ran(self, command: str, indices: list[int], payloads: list[tuple] | None, results: list[Any]) -> None:
         """Keep what a replacement needs to bring each slot back (see :class:`_Replay`)."""
         for position, slot in enumerate(indices):
             replay = self._replays[slot]

@@ -123,7 +123,7 @@ def test_one_row_per_episode_is_verls_grpo_formula():
 
 
 def test_bad_batches_are_refused_naming_the_key():
-    rewards, mask, responses, columns, _ = _step_rows()
+    rewards, mask, _, columns, _ = _step_rows()
     with pytest.raises(ValueError, match="anchor_obs: one row per step"):
         rows_to_batch(rewards, mask, columns["index"], traj_index=columns["traj_index"])
     with pytest.raises(ValueError, match="index: 3 rows, but response_mask has"):
