@@ -47,7 +47,8 @@ def collect_iteration(config: TrainConfig, policy, tasks: list[Task], *, rng, ge
     return collect_rollouts(
         policy, tasks, group_size=rollouts.group_size, mode=rollouts.strategy,
         initial_rollouts=rollouts.initial_rollouts, branch=rollouts.branch, rng=rng, generator=generator,
-        env_backend=workers.backend, env_workers=workers.num_workers, max_decisions=max_decisions,
+        env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
+        max_decisions=max_decisions,
     )
 
 

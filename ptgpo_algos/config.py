@@ -382,16 +382,33 @@ class HindsightConfig:
 
 @dataclass(frozen=True)
 class EnvWorkersConfig:
-    """Where environments step: ``in-process`` (fast environments) or ``processes`` (slow engines such
-    as ALFWorld, ``num_workers`` worker processes; default one per CPU core)."""
+    """Where environments step: ``in-process`` (fast environments), ``processes`` (slow engines such as
+    ALFWorld, ``num_workers`` worker processes; default one per CPU core) or ``ray`` (``num_workers``
+    Ray actors of ``num_cpus`` each, on the cluster at ``address``; default one actor per ``num_cpus``
+    of the cluster)."""
 
-    backend: str = _field("in-process", "in-process or processes")
-    num_workers: int | None = _field(None, "worker processes (processes backend)")
+    backend: str = _field("in-process", "in-process, processes or ray")
+    num_workers: int | None = _field(None, "worker processes or Ray actors (processes and ray backends)")
+    address: str | None = _field(None, "Ray cluster address (ray backend): auto, ray://host:port, or none "
+                                       "for a local cluster")
+    num_cpus: float = _field(1.0, "CPUs each Ray actor reserves (ray backend)")
 
     def __post_init__(self) -> None:
-        check_choice("env_workers.backend", self.backend, ("in-process", "processes"))
+        check_choice("env_workers.backend", self.backend, ("in-process", "processes", "ray"))
         if self.num_workers is not None:
             check_int("env_workers.num_workers", self.num_workers, 1)
+        if self.address is not None:
+            check_string("env_workers.address", self.address)
+        object.__setattr__(self, "num_cpus", check_number("env_workers.num_cpus", self.num_cpus, 0.0,
+                                                          exclusive_low=True))
+        if self.backend != "ray" and (self.address is not None or self.num_cpus != 1.0):
+            raise ValueError(f"env_workers.address and env_workers.num_cpus are Ray's: set backend: ray, "
+                             f"or leave them out (backend is {self.backend!r})")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """What :func:`~ptgpo_algos.episodes.make_vector_env` passes to the backend."""
+        return {"address": self.address, "num_cpus": self.num_cpus} if self.backend == "ray" else {}
 
 
 #: Section name -> class; ``hindsight`` may be None (off).

@@ -2,8 +2,8 @@
 
 Training rollouts (:mod:`ptgpo_algos.rollout`) and held-out evaluation (:mod:`ptgpo_algos.evaluation`)
 play episodes the same way, here: environments live in vector environments
-(:class:`~ptgpo_envs.vector.InProcessVectorTextEnv`, or :class:`~ptgpo_envs.vector.ProcessVectorTextEnv`
-for slow engines), each made by ``gymnasium.make`` with its wrappers (a reward wrapper applies to
+(:class:`~ptgpo_envs.vector.InProcessVectorTextEnv`, or for slow engines
+:class:`~ptgpo_envs.vector.ProcessVectorTextEnv` and :class:`~ptgpo_envs.ray_vector.RayVectorTextEnv`), each made by ``gymnasium.make`` with its wrappers (a reward wrapper applies to
 both), and every step of the live episodes is
 
 1. one call of the caller's ``act`` on all live :class:`Episode` objects (one forward pass of a policy);
@@ -166,9 +166,11 @@ def _by_vector(episodes: Sequence[Episode], call: Callable, items: Sequence[Any]
 
 
 def make_vector_env(env_id: str, env_kwargs: dict[str, Any] | None, num_envs: int, *,
-                    max_steps: int | None = None, backend: str = "in-process", num_workers: int | None = None):
-    """``num_envs`` environments of ``env_id`` behind the vector interface (``backend``: ``in-process``
-    or ``processes``); ``max_steps`` is the environment's own horizon keyword."""
+                    max_steps: int | None = None, backend: str = "in-process", num_workers: int | None = None,
+                    options: dict[str, Any] | None = None):
+    """``num_envs`` environments of ``env_id`` behind the vector interface (``backend``: ``in-process``,
+    ``processes`` or ``ray``); ``max_steps`` is the environment's own horizon keyword. ``options`` are
+    the Ray backend's ``address`` and ``num_cpus`` (per actor)."""
     from ptgpo_envs.vector import InProcessVectorTextEnv, ProcessVectorTextEnv
 
     kwargs = dict(env_kwargs or {})
@@ -181,4 +183,13 @@ def make_vector_env(env_id: str, env_kwargs: dict[str, Any] | None, num_envs: in
 
         workers = min(num_envs, num_workers or len(os.sched_getaffinity(0)))
         return ProcessVectorTextEnv(env_id, num_envs, num_workers=workers, env_kwargs=kwargs)
-    raise ValueError(f"env_workers.backend: {backend!r} is not valid; choose in-process or processes")
+    if backend == "ray":
+        from ptgpo_envs.ray_vector import RayVectorTextEnv, connect_ray
+
+        options = dict(options or {})
+        ray = connect_ray(options.get("address"))
+        # Default: one actor per CPU the cluster has for them, never more actors than slots.
+        cpus = float(options.get("num_cpus") or 1.0)
+        workers = min(num_envs, num_workers or max(1, int(ray.cluster_resources().get("CPU", 1) // cpus)))
+        return RayVectorTextEnv(env_id, num_envs, num_workers=workers, env_kwargs=kwargs, num_cpus=cpus)
+    raise ValueError(f"env_workers.backend: {backend!r} is not valid; choose in-process, processes or ray")

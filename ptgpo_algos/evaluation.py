@@ -125,6 +125,7 @@ def evaluate(
     progress: bool = False,
     env_backend: str = "in-process",
     env_workers: int | None = None,
+    env_options: dict[str, Any] | None = None,
 ) -> EvalResult:
     """Play one episode per seed with ``agent``, ``batch_size`` episodes at a time."""
     if batch_size < 1:
@@ -160,7 +161,7 @@ def evaluate(
     for start in range(0, len(seeds), batch_size):
         chunk = seeds[start : start + batch_size]
         with make_vector_env(env_id, env_kwargs, len(chunk), max_steps=max_steps, backend=env_backend,
-                             num_workers=env_workers) as vector:
+                             num_workers=env_workers, options=env_options) as vector:
             live = engine.reset(vector, range(len(chunk)), chunk)
             for episode in live:
                 episode.state = _Tally()

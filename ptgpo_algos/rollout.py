@@ -113,12 +113,13 @@ def collect_rollouts(
     generator: Any = None,
     env_backend: str = "in-process",
     env_workers: int | None = None,
+    env_options: dict[str, Any] | None = None,
     max_decisions: int | None = None,
 ) -> tuple[Batch, RolloutStats]:
     """Play a group of ``group_size`` episodes for each task (see the module docstring).
 
-    ``policy`` is a rollout policy (``decide``); ``env_backend``/``env_workers`` say where the
-    environments step (:func:`~ptgpo_algos.episodes.make_vector_env`). ``max_decisions`` caps the
+    ``policy`` is a rollout policy (``decide``); ``env_backend``/``env_workers``/``env_options`` say
+    where the environments step (:func:`~ptgpo_algos.episodes.make_vector_env`). ``max_decisions`` caps the
     decisions spent (a matched budget's last iteration): once it is reached, the episodes still
     running stop unfinished and are left out of the batch (their decisions count as spent), and so
     are groups left without a finished episode.
@@ -137,7 +138,7 @@ def collect_rollouts(
         raise ValueError(f"initial_rollouts must be in [1, group_size={group_size}], got {initial_rollouts}")
     collection = _Collection(policy, tasks, group_size, initial_rollouts, mode == "tree", branch,
                              rng if rng is not None else np.random.default_rng(0), generator)
-    vectors = _vectors(tasks, initial_rollouts, env_backend, env_workers)
+    vectors = _vectors(tasks, initial_rollouts, env_backend, env_workers, env_options)
     try:
         collection.run(vectors, max_decisions)
     finally:
@@ -233,7 +234,8 @@ def _node(group: _Group, episode: Episode, snapshot: Any) -> _Node:
     return _Node(episode.observation, episode.info, tuple(episode.history), snapshot, novel)
 
 
-def _vectors(tasks: Sequence[Task], per_task: int, backend: str, workers: int | None) -> list[tuple[Any, int]]:
+def _vectors(tasks: Sequence[Task], per_task: int, backend: str, workers: int | None,
+             options: dict[str, Any] | None) -> list[tuple[Any, int]]:
     """Each task's vector environment and first slot: tasks of one environment spec share a vector."""
     specs: dict[str, list[int]] = {}
     for i, task in enumerate(tasks):
@@ -242,7 +244,7 @@ def _vectors(tasks: Sequence[Task], per_task: int, backend: str, workers: int | 
     for indices in specs.values():
         task = tasks[indices[0]]
         vector = make_vector_env(task.env_id, task.env_kwargs, per_task * len(indices), max_steps=task.max_steps,
-                                 backend=backend, num_workers=workers)
+                                 backend=backend, num_workers=workers, options=options)
         for position, i in enumerate(indices):
             placed[i] = (vector, position * per_task)
     return placed

@@ -438,6 +438,7 @@ def evaluate_policy(policy, config: TrainConfig, curve: bool = False) -> dict[st
         evaluation_agent(policy, config), config.env.id, seeds, config.env.evaluation_kwargs,
         max_steps=config.env.max_steps, batch_size=config.evaluation.batch_size,
         env_backend=config.env_workers.backend, env_workers=config.env_workers.num_workers,
+        env_options=config.env_workers.options,
     ).summary()
 
 

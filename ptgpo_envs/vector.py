@@ -11,10 +11,11 @@ Every call names the slots it acts on and returns one result per slot, in the or
     vec.unwrapped(1)                                           # the slot's unwrapped environment (or a proxy)
     vec.close()
 
-Two implementations, interchangeable: :class:`InProcessVectorTextEnv` (the default: fast environments
-step in the caller's process) and :class:`ProcessVectorTextEnv` (slots spread round-robin over
+Implementations, interchangeable: :class:`InProcessVectorTextEnv` (the default: fast environments
+step in the caller's process), :class:`ProcessVectorTextEnv` (slots spread round-robin over
 ``num_workers`` worker processes, for engines whose steps cost tens of milliseconds; the slots of
-different workers run in parallel). Both make each slot with ``gymnasium.make`` and keep its wrappers
+different workers run in parallel) and, across a cluster, :class:`~ptgpo_envs.ray_vector.RayVectorTextEnv`
+(Ray actors). Both make each slot with ``gymnasium.make`` and keep its wrappers
 for ``reset`` and ``step`` (a reward wrapper applies), while ``snapshot``, ``restore`` and ``call`` go to
 the unwrapped environment, whose ``TextEnv`` counts the horizon. Their results are identical. An
 exception in a worker is raised here as :class:`WorkerError` with the worker's traceback; the worker
@@ -195,16 +196,53 @@ class InProcessVectorTextEnv(_VectorCalls):
 
 
 class _SlotProxy:
-    """A worker process's unwrapped environment, seen from here: its methods run there."""
+    """A worker's unwrapped environment, seen from here: its methods run there."""
 
-    def __init__(self, vector: ProcessVectorTextEnv, slot: int):
+    def __init__(self, vector: _WorkerVector, slot: int):
         self._vector, self._slot = vector, slot
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args: self._vector.call(name, [self._slot], *args)[0]
 
 
-class ProcessVectorTextEnv(_VectorCalls):
+class _WorkerVector(_VectorCalls):
+    """Slots spread over workers (``_worker_of[slot]``): a call split by worker, sent to all of them at
+    once (``_exchange``), the results put back in the order of the slots given."""
+
+    _worker_of: list[int]
+    _closed: bool
+
+    def unwrapped(self, slot: int) -> Any:
+        self._check_slots([slot])
+        return _SlotProxy(self, slot)
+
+    def _run(self, command: str, indices: Sequence[int], payloads: list[tuple] | None) -> list[Any]:
+        if self._closed:
+            raise RuntimeError(f"this {type(self).__name__} is closed")
+        indices = list(indices)
+        self._check_slots(indices)
+        by_worker: dict[int, list[tuple[int, Any]]] = defaultdict(list)
+        for position, slot in enumerate(indices):
+            item = slot if payloads is None else (slot, *payloads[position])
+            by_worker[self._worker_of[slot]].append((position, item))
+        results: list[Any] = [None] * len(indices)
+        answers = self._exchange(command, {worker: [item for _, item in entries] for worker, entries in by_worker.items()})
+        for worker, values in answers.items():
+            for (position, _), value in zip(by_worker[worker], values):
+                results[position] = value
+        self._ran(command, indices, payloads, results)
+        return results
+
+    def _exchange(self, command: str, items: dict[int, list[Any]]) -> dict[int, list[Any]]:
+        """Each worker's results for its ``items``; raises :class:`WorkerError` naming the workers
+        whose command failed."""
+        raise NotImplementedError
+
+    def _ran(self, command: str, indices: list[int], payloads: list[tuple] | None, results: list[Any]) -> None:
+        """Called after every successful call (a backend that replays slots keeps what it needs)."""
+
+
+class ProcessVectorTextEnv(_WorkerVector):
     """``num_envs`` text environments of ``env_id`` in ``num_workers`` processes (see module docstring)."""
 
     def __init__(
@@ -246,10 +284,6 @@ class ProcessVectorTextEnv(_VectorCalls):
                 raise WorkerError(f"worker {worker} could not create {env_id}:\n{payload}")
 
     # ----------------------------------------------------------------- API
-    def unwrapped(self, slot: int) -> Any:
-        self._check_slots([slot])
-        return _SlotProxy(self, slot)
-
     def close(self) -> None:
         if self._closed:
             return
@@ -271,26 +305,16 @@ class ProcessVectorTextEnv(_VectorCalls):
             self.close()
 
     # ----------------------------------------------------------------- plumbing
-    def _run(self, command: str, indices: Sequence[int], payloads: list[tuple] | None) -> list[Any]:
-        if self._closed:
-            raise RuntimeError("this ProcessVectorTextEnv is closed")
-        indices = list(indices)
-        self._check_slots(indices)
-        by_worker: dict[int, list[tuple[int, Any]]] = defaultdict(list)
-        for position, slot in enumerate(indices):
-            item = slot if payloads is None else (slot, *payloads[position])
-            by_worker[self._worker_of[slot]].append((position, item))
-        for worker, entries in by_worker.items():
-            self._conns[worker].send((command, [item for _, item in entries]))
-        results: list[Any] = [None] * len(indices)
-        errors = []
-        for worker, entries in by_worker.items():
+    def _exchange(self, command: str, items: dict[int, list[Any]]) -> dict[int, list[Any]]:
+        for worker, batch in items.items():
+            self._conns[worker].send((command, batch))
+        out, errors = {}, []
+        for worker in items:
             status, payload = self._conns[worker].recv()
-            if status != "ok":
+            if status == "ok":
+                out[worker] = payload
+            else:
                 errors.append(f"worker {worker}:\n{payload}")
-                continue
-            for (position, _), value in zip(entries, payload):
-                results[position] = value
         if errors:
             raise WorkerError(f"{command} failed in {len(errors)} worker(s):\n" + "\n".join(errors))
-        return results
+        return out

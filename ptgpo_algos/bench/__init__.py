@@ -2,7 +2,8 @@
 
 A layer of its own above the algorithms, the baselines and the leaderboard (nothing imports it back):
 :mod:`.config` (the YAML schema), :mod:`.plan` (the cells and the checks before the first),
-:mod:`.records` (one cell run here, and its record), :mod:`.pool` (the cell processes).
+:mod:`.records` (one cell run here, and its record), :mod:`.pool` (the cell processes),
+:mod:`.ray_pool` (the cells as tasks on a Ray cluster, ``--ray``).
 
 A benchmark is a grid. Each *environment* is crossed with each *method* (an RL estimator trained with
 the shared policy settings) and each *baseline*, for each *seed*; every such cell leaves one result
@@ -17,6 +18,8 @@ Config schema (YAML; unknown keys are errors)::
                                  # (an environment's own `budget` overrides it for that environment)
     seeds: [0, 1]                # one cell per seed per (environment, method)
     workers: 2                   # optional: parallel cells (default: the number of CPU cores)
+    resources: {cpus: 1, gpus: 0}   # optional: what each cell asks of a Ray cluster (--ray); a
+                                 # method or baseline may set its own `resources` (key by key)
     policy:                      # TrainConfig fields shared by every method (model, mode, group
       model: tiny                # size, tasks per iteration, eval_every... see
       mode: choose               # ptgpo_algos.config.TrainConfig); `iterations` is uncapped unless
@@ -67,7 +70,8 @@ Output folder (default ``bench_results/<name>/``, ``<name>-quick`` with ``--quic
     config.yaml            the resolved config the cells ran with (a resumed run must match it)
     bench.log              one line per cell started, finished, failed or skipped
 
-Each cell runs in its own spawned process with one torch thread (on small CPUs, two one-thread
+Each cell runs in its own spawned process with one torch thread (with ``--ray``, inside a Ray task
+that asked for the cell's ``resources``, on whichever node fits) (on small CPUs, two one-thread
 processes do more work than one two-thread process), at most ``workers`` at a time. An exception in
 a cell is recorded as a failed record carrying the exception's last line (the full traceback is in
 the cell's ``cell.log``); a process that dies without a record (killed, out of memory) is recorded as
@@ -76,11 +80,13 @@ failed by the harness. Either way the other cells go on.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from leaderboard.records import record_exists
 from ptgpo_algos.bench.config import (
@@ -139,25 +145,37 @@ def run_bench(
     retry_failed: bool = False,
     progress: bool = True,
     build_leaderboard: bool = True,
+    ray: bool = False,
+    ray_address: str | None = None,
+    max_retries: int = 2,
 ) -> BenchReport:
     """Run every missing cell of ``config`` (``workers`` at a time), then build the leaderboard.
 
-    ``retry_failed`` also re-runs cells whose record says ``failed``.
+    ``retry_failed`` also re-runs cells whose record says ``failed``. With ``ray`` the cells are Ray
+    tasks (:mod:`.ray_pool`) on the cluster at ``ray_address`` (None: a local one of ``workers`` CPUs),
+    each retried up to ``max_retries`` times when it leaves no record.
     """
     out_dir = Path(out_dir) if out_dir is not None else Path("bench_results") / config.name
     workers = workers or config.workers or default_workers()
     if workers < 1:
         raise BenchError(f"workers must be a positive integer, got {workers}")
+    if max_retries < 0:
+        raise BenchError(f"max_retries must be a non-negative integer, got {max_retries}")
+    runner = run_cells
+    if ray:
+        from ptgpo_algos.bench.ray_pool import run_cells_on_ray
+
+        runner = functools.partial(run_cells_on_ray, address=ray_address, max_retries=max_retries)
     cells = plan_cells(config)
     check_train_configs(cells)
     config_text = check_out_dir(out_dir, config)
     with folder_lock(out_dir, "benchmark"):
         atomic_write_text(out_dir / "config.yaml", config_text)
-        return _run_grid(config, cells, out_dir, workers, retry_failed, progress, build_leaderboard)
+        return _run_grid(config, cells, out_dir, workers, retry_failed, progress, build_leaderboard, runner)
 
 
 def _run_grid(config: BenchConfig, cells: list[Cell], out_dir: Path, workers: int, retry_failed: bool,
-              progress: bool, build_leaderboard: bool) -> BenchReport:
+              progress: bool, build_leaderboard: bool, runner: Callable = run_cells) -> BenchReport:
     logger = _file_logger(out_dir / "bench.log")
 
     todo, skipped = [], []
@@ -174,7 +192,7 @@ def _run_grid(config: BenchConfig, cells: list[Cell], out_dir: Path, workers: in
     # Long (training) cells first, so that short baseline cells fill the workers at the end.
     todo.sort(key=lambda cell: cell.budget is None)
     start = time.monotonic()
-    failed = run_cells(todo, out_dir, workers, logger, progress)
+    failed = runner(todo, out_dir, workers, logger, progress) if todo else []
     failed += [name for name in skipped if _failed(out_dir, name)]
     files: list[Path] = []
     board_error = None

@@ -30,7 +30,10 @@ _QUICK_KEYS = ("name", "budget", "seeds", "workers", "policy", "max_eval_episode
 _SET_PER_CELL = ("env.id", "env.kwargs", "env.max_steps", "env.train_seeds", "algorithm.name", "algorithm.config",
                  "rollouts.strategy", "run.seed", "run.out_dir", "run.resume", "run.total_decisions",
                  "evaluation.seeds")
-_TOP_KEYS = ("name", "budget", "seeds", "workers", "policy", "environments", "methods", "baselines", "quick")
+_TOP_KEYS = ("name", "budget", "seeds", "workers", "resources", "policy", "environments", "methods", "baselines",
+             "quick")
+#: What a cell asks of a Ray cluster (``ptgpo bench --ray``) unless its method or baseline says otherwise.
+DEFAULT_RESOURCES = {"cpus": 1.0, "gpus": 0.0}
 
 
 class BenchError(ValueError):
@@ -64,12 +67,14 @@ class MethodEntry:
     algo_config: dict[str, Any]
     rollout: str
     train: dict[str, Any]
+    resources: dict[str, float] | None = None  # overrides of the top-level resources, key by key
 
 
 @dataclass(frozen=True)
 class BaselineEntry:
     name: str
     options: dict[str, Any]
+    resources: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,11 @@ class BenchConfig:
     methods: list[MethodEntry]
     baselines: list[BaselineEntry]
     workers: int | None = None
+    resources: dict[str, float] = dataclasses.field(default_factory=lambda: dict(DEFAULT_RESOURCES))
+
+    def cell_resources(self, entry: MethodEntry | BaselineEntry) -> dict[str, float]:
+        """What one cell of ``entry`` asks of a Ray cluster: ``cpus`` and ``gpus``."""
+        return {**self.resources, **(entry.resources or {})}
 
     @classmethod
     def from_dict(cls, data: Any, *, quick: bool = False) -> BenchConfig:
@@ -110,6 +120,7 @@ class BenchConfig:
         workers = data.get("workers")
         if workers is not None:
             workers = _positive_int(workers, "workers")
+        resources = {**DEFAULT_RESOURCES, **_resources(data.get("resources", {}), "resources")}
         policy = _mapping(data.get("policy", {}) or {}, "policy")
         _not_per_cell(policy, "policy")
 
@@ -130,7 +141,7 @@ class BenchConfig:
             raise BenchError("the config must list at least one method or baseline")
         _unique([e.label for e in environments], "environments[].label")
         _unique([m.name for m in methods] + [b.name for b in baselines], "method and baseline names")
-        return cls(name, budget, seeds, policy, environments, methods, baselines, workers)
+        return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,6 +176,16 @@ def _int_list(value: Any, where: str) -> list[int]:
     if not items or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
         raise BenchError(f"{where} must be a non-empty list of integers, got {value!r}")
     return list(items)
+
+
+def _resources(value: Any, where: str) -> dict[str, float]:
+    """``{cpus: 1, gpus: 0}``, either key optional: what a cell asks of a Ray cluster."""
+    value = _mapping(value or {}, where)
+    _known_keys(value, tuple(DEFAULT_RESOURCES), where)
+    for key, amount in value.items():
+        if not isinstance(amount, (int, float)) or isinstance(amount, bool) or amount < 0:
+            raise BenchError(f"{where}.{key} must be a non-negative number, got {amount!r}")
+    return {key: float(amount) for key, amount in value.items()}
 
 
 def _not_per_cell(train_fields: dict[str, Any], where: str) -> dict[str, Any]:
@@ -260,7 +281,7 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
 
 def _method(entry: Any, where: str) -> MethodEntry:
     entry = _mapping(entry, where)
-    _known_keys(entry, ("name", "algo", "algo_config", "rollout", "train"), where)
+    _known_keys(entry, ("name", "algo", "algo_config", "rollout", "train", "resources"), where)
     algo = _string(entry.get("algo"), f"{where}.algo")
     rollout = entry.get("rollout", "linear")
     if rollout not in ("linear", "tree"):
@@ -271,6 +292,7 @@ def _method(entry: Any, where: str) -> MethodEntry:
         algo_config=dict(_mapping(entry.get("algo_config", {}) or {}, f"{where}.algo_config")),
         rollout=rollout,
         train=_not_per_cell(dict(_mapping(entry.get("train", {}) or {}, f"{where}.train")), f"{where}.train"),
+        resources=_resources(entry["resources"], f"{where}.resources") if "resources" in entry else None,
     )
 
 
@@ -280,11 +302,12 @@ def _baseline(entry: Any, where: str) -> BaselineEntry:
     if isinstance(entry, str):
         entry = {"name": entry}
     entry = _mapping(entry, where)
-    _known_keys(entry, ("name", "options"), where)
+    _known_keys(entry, ("name", "options", "resources"), where)
     name = _string(entry.get("name"), f"{where}.name")
     if name not in BASELINES:
         raise BenchError(f"{where}.name: unknown baseline {name!r}; available: {', '.join(BASELINES)}")
-    return BaselineEntry(name, dict(_mapping(entry.get("options", {}) or {}, f"{where}.options")))
+    resources = _resources(entry["resources"], f"{where}.resources") if "resources" in entry else None
+    return BaselineEntry(name, dict(_mapping(entry.get("options", {}) or {}, f"{where}.options")), resources)
 
 
 def default_config_text() -> str:

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import yaml
 
 from leaderboard.records import cell_name
-from ptgpo_algos.bench.config import BenchConfig, BenchError, EnvironmentEntry
+from ptgpo_algos.bench.config import DEFAULT_RESOURCES, BenchConfig, BenchError, EnvironmentEntry
 from ptgpo_algos.config import merge_overrides
 
 __all__ = ["Cell", "check_out_dir", "check_train_configs", "plan_cells"]
@@ -31,6 +31,8 @@ class Cell:
     seed: int
     budget: int | None
     spec: dict[str, Any] = field(default_factory=dict)
+    #: What the cell asks of a Ray cluster (``cpus``, ``gpus``); the local pool runs one per worker.
+    resources: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
 
 
 def plan_cells(config: BenchConfig) -> list[Cell]:
@@ -60,7 +62,8 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
                 })
                 if env.eval_kwargs is not None:
                     spec["eval_env_kwargs"] = env.eval_kwargs
-                cells.append(Cell(cell_name(env.label, method.name, seed), "rl", method.name, env, seed, env_budget, spec))
+                cells.append(Cell(cell_name(env.label, method.name, seed), "rl", method.name, env, seed, env_budget, spec,
+                                  config.cell_resources(method)))
         for baseline in config.baselines:
             kind = BASELINES.get(baseline.name)
             spec = {"baseline": baseline.name, "options": baseline.options}
@@ -69,7 +72,7 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
             budget = env_budget if kind.trains else None
             for seed in config.seeds:
                 cells.append(Cell(cell_name(env.label, baseline.name, seed), "baseline", baseline.name, env, seed,
-                                  budget, spec))
+                                  budget, spec, config.cell_resources(baseline)))
     return cells
 
 
@@ -104,7 +107,8 @@ def check_train_configs(cells: Sequence[Cell]) -> None:
 def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
     """The resolved config as saved in ``out_dir/config.yaml``, refusing a folder that holds another
     config's results (resuming is only sound when the skipped cells ran with the same settings;
-    ``workers`` may differ) or that is not a folder. Writes nothing."""
+    ``workers`` and ``resources``, which say where cells run and not what they do, may differ) or that
+    is not a folder. Writes nothing."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BenchError(f"{out_dir} is a file, not a results folder; choose another --out")
@@ -121,12 +125,20 @@ def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
         except (yaml.YAMLError, UnicodeDecodeError) as error:
             raise BenchError(f"{path} is damaged ({' '.join(str(error).split())[:200]}); restore it, or choose "
                              "another --out") from None
-        if not isinstance(saved, dict) or {**saved, "workers": None} != {**yaml.safe_load(text), "workers": None}:
+        if not isinstance(saved, dict) or _what_cells_do(saved) != _what_cells_do(yaml.safe_load(text)):
             raise BenchError(
                 f"{out_dir} holds results of a different benchmark config (see {path}); resume with "
                 "the same config, or choose another --out"
             )
     return text
+
+
+def _what_cells_do(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config without where its cells ran (``workers``, ``resources``: also absent from
+    folders written before they existed)."""
+    entries = {key: [{k: v for k, v in entry.items() if k != "resources"} if isinstance(entry, dict) else entry
+                     for entry in saved.get(key) or []] for key in ("methods", "baselines")}
+    return {**{k: v for k, v in saved.items() if k not in ("workers", "resources")}, **entries}
 
 
 def _compact_seeds(seeds: list[int]) -> list[int] | dict[str, int]:

@@ -17,7 +17,7 @@ from leaderboard.records import ResultRecord, read_record, record_exists, record
 from ptgpo_algos.bench.plan import Cell
 from ptgpo_algos.bench.records import run_cell
 
-__all__ = ["default_workers", "run_cells"]
+__all__ = ["cell_process", "default_workers", "died_without_record", "run_cells"]
 
 
 def _die_with_parent(parent: int) -> None:
@@ -35,7 +35,7 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _cell_process(cell: Cell, out_dir: str, parent: int) -> None:
+def cell_process(cell: Cell, out_dir: str, parent: int) -> None:
     """Entry point of a cell's spawned process: one thread, output to the cell's log, then run."""
     import sys
 
@@ -64,8 +64,9 @@ def _read_cpu_seconds(run_dir: Path) -> float | None:
         return None
 
 
-# The child reads these before importing torch (spawned processes inherit the environment).
-_CHILD_ENV = {
+# The child reads these before importing torch (spawned processes inherit the environment; a Ray
+# cell's task gets them through its runtime environment).
+CHILD_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "OMP_WAIT_POLICY": "PASSIVE",
@@ -78,8 +79,8 @@ _CHILD_ENV = {
 
 @contextlib.contextmanager
 def _child_environment() -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in _CHILD_ENV}
-    os.environ.update(_CHILD_ENV)
+    saved = {key: os.environ.get(key) for key in CHILD_ENV}
+    os.environ.update(CHILD_ENV)
     try:
         yield
     finally:
@@ -106,7 +107,7 @@ def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Lo
         while pending or running:
             while pending and len(running) < workers:
                 cell = pending.popleft()
-                process = context.Process(target=_cell_process, args=(cell, str(out_dir), os.getpid()),
+                process = context.Process(target=cell_process, args=(cell, str(out_dir), os.getpid()),
                                           name=cell.name)
                 with _child_environment():
                     process.start()
@@ -133,12 +134,20 @@ def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Lo
     return failed
 
 
-def _finish(cell: Cell, exitcode: int | None, out_dir: Path, wall: float, logger: logging.Logger) -> str:
-    """Log the cell's outcome, first recording it as failed if its process left no record."""
+def died_without_record(exitcode: int | None) -> str:
+    """Why a cell whose process ended with ``exitcode`` has no record of its own."""
+    reason = f"the cell's process exited with code {exitcode} before writing a result"
+    if exitcode is not None and exitcode < 0:
+        reason += f" (signal {-exitcode}, e.g. killed for memory)"
+    return reason
+
+
+def _finish(cell: Cell, exitcode: int | None, out_dir: Path, wall: float, logger: logging.Logger,
+            reason: str | None = None) -> str:
+    """Log the cell's outcome, first recording it as failed if it left no record (``reason``: why;
+    by default, what ``exitcode`` says)."""
     if not record_exists(out_dir, cell.name):
-        reason = f"the cell's process exited with code {exitcode} before writing a result"
-        if exitcode is not None and exitcode < 0:
-            reason += f" (signal {-exitcode}, e.g. killed for memory)"
+        reason = reason or died_without_record(exitcode)
         write_record(
             record_path(out_dir, cell.name),
             ResultRecord(

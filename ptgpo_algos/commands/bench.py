@@ -1,7 +1,8 @@
 """``ptgpo bench [CONFIG]``: run a benchmark grid (resumable) and build its leaderboard.
 
 Without CONFIG it runs the embedded CPU default (tiny model, Household easy and hard, every estimator
-and baseline, two seeds); ``--quick`` runs the config's short version. See :mod:`ptgpo_algos.bench`
+and baseline, two seeds); ``--quick`` runs the config's short version; ``--ray [ADDRESS]`` runs the
+cells as tasks on a Ray cluster (:mod:`ptgpo_algos.bench.ray_pool`). See :mod:`ptgpo_algos.bench`
 for the config schema and the output folder. Exit status: 0 when every cell succeeded, 1 when some
 cell failed (its record says why; the others still ran), 2 for a bad config.
 """
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+#: ``--ray`` without an address: a local cluster.
+LOCAL_CLUSTER = "local"
 
 HELP = "run a benchmark (environments x methods x seeds) from a YAML config and build the leaderboard"
 
@@ -25,21 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retry-failed", action="store_true", help="also re-run cells whose record says failed")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and whether each is done, run nothing")
     parser.add_argument("--print-default", action="store_true", help="print the embedded default config and exit")
+    parser.add_argument(
+        "--ray", nargs="?", const=LOCAL_CLUSTER, default=None, metavar="ADDRESS",
+        help="run each cell as a Ray task asking for its resources (the config's cpus/gpus) on the cluster at "
+             "ADDRESS (auto: the one `ray start` runs here; ray://host:10001), or on a local cluster of "
+             "--workers CPUs when no address is given; needs pip install 'ptgpo[ray]'",
+    )
+    parser.add_argument("--max-retries", type=int, default=2,
+                        help="with --ray: times a cell's task is retried when it leaves no record (default 2)")
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from leaderboard.records import record_exists
-    from ptgpo_algos.bench import (
-        BenchError,
-        check_out_dir,
-        check_train_configs,
-        default_config_text,
-        load_config,
-        plan_cells,
-        run_bench,
-    )
+    from ptgpo_algos.bench import BenchError, default_config_text, load_config, run_bench
     from ptgpo_algos.files import FolderBusyError
 
     if args.print_default:
@@ -54,20 +57,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out_dir = Path(args.out) if args.out else Path("bench_results") / config.name
     if args.dry_run:
-        # The checks a real run makes before its first cell, and nothing written.
-        cells = plan_cells(config)
+        return _dry_run(config, out_dir)
+    if args.ray is not None:
+        from ptgpo_envs.ray_vector import require_ray
+
         try:
-            check_train_configs(cells)
-            check_out_dir(out_dir, config)
-        except BenchError as error:
-            print(f"ptgpo bench: {error}", file=sys.stderr)
+            require_ray()
+        except ImportError as error:
+            print(f"ptgpo bench --ray: {error}", file=sys.stderr)
             return 2
-        for cell in cells:
-            done = "done" if record_exists(out_dir, cell.name) else "todo"
-            print(f"{done}  {cell.name}")
-        return 0
     try:
-        report = run_bench(config, out_dir, workers=args.workers, retry_failed=args.retry_failed)
+        report = run_bench(config, out_dir, workers=args.workers, retry_failed=args.retry_failed, ray=args.ray is not None,
+                           ray_address=None if args.ray == LOCAL_CLUSTER else args.ray,
+                           max_retries=args.max_retries)
     except (BenchError, FolderBusyError, ValueError) as error:
         print(f"ptgpo bench: {error}", file=sys.stderr)
         return 2
@@ -83,3 +85,22 @@ def run(args: argparse.Namespace) -> int:
     if report.leaderboard_error:
         print(f"ptgpo bench: leaderboard not built: {report.leaderboard_error}", file=sys.stderr)
     return 1 if report.failed else 0
+
+
+def _dry_run(config, out_dir) -> int:
+    """The checks a real run makes before its first cell, then each cell and whether it is done;
+    nothing written."""
+    from leaderboard.records import record_exists
+    from ptgpo_algos.bench import BenchError, check_out_dir, check_train_configs, plan_cells
+
+    cells = plan_cells(config)
+    try:
+        check_train_configs(cells)
+        check_out_dir(out_dir, config)
+    except BenchError as error:
+        print(f"ptgpo bench: {error}", file=sys.stderr)
+        return 2
+    for cell in cells:
+        done = "done" if record_exists(out_dir, cell.name) else "todo"
+        print(f"{done}  {cell.name}")
+    return 0
