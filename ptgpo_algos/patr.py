@@ -291,7 +291,8 @@ class PatrCollection(Collection):
             self.finish(leaf, transition.info)
             self.free[leaf.group].append(episode.slot)
             return None
-        if repeats([step.sent for step in leaf.steps], self.settings.repeat_limit):
+        limit = self.settings.repeat_limit
+        if limit is not None and repeats([step.sent for step in leaf.steps[-limit:]], limit):
             self.prune(episode, "repeat")
             return None
         return episode
