@@ -196,3 +196,34 @@ def test_every_seed_estimator_trains_over_patr_rollouts_from_the_command_line(al
     # PlanPO's alpha decays with the run's progress, which the trainer passes: iteration / iterations.
     expected = [0.0, 1 / 3, 2 / 3] if algo == "planpo" else [None] * 3
     assert passed == [(algo, value) for value in expected]
+
+
+def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, monkeypatch):
+    # PATR's tie-breaking draws from the run's generator, which the checkpoint keeps.
+    import ptgpo_algos.collectors as collectors
+    from ptgpo_algos.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    small = dict(total_decisions=None, iterations=4, checkpoint_every=2)
+    whole = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "whole")), progress=False)
+    real = collectors.collect_patr_rollouts
+    calls = []
+
+    def dies_on_the_fourth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(collectors, "collect_patr_rollouts", dies_on_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut")), progress=False)
+    monkeypatch.setattr(collectors, "collect_patr_rollouts", real)
+    resumed = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut"), resume=True), progress=False)
+
+    def rows(path):
+        timing = ("time", "per_s", "wait")  # wall-clock measures, which no two runs share
+        return [{k: v for k, v in json.loads(line).items() if not any(t in k for t in timing)} for line in open(path)]
+
+    assert rows(resumed.metrics_path) == rows(whole.metrics_path)
+    assert sum(row["patr_expansions"] for row in rows(whole.metrics_path)) > 0
