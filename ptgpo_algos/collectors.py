@@ -30,6 +30,7 @@ import torch
 
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
+from ptgpo_algos.patr import PatrConfig, collect_patr_rollouts
 from ptgpo_algos.rollout import RolloutStats, collect_rollouts
 
 if TYPE_CHECKING:
@@ -41,9 +42,15 @@ __all__ = ["AsyncCollector", "RolloutRequest", "RolloutWorker", "SyncCollector",
 
 def collect_iteration(config: TrainConfig, policy, tasks: list[Task], *, rng, generator,
                       max_decisions: int | None = None) -> tuple[Batch, RolloutStats]:
-    """One iteration's rollouts of ``tasks`` as ``config`` says (group size, linear or tree, branching),
-    spending at most ``max_decisions`` (what is left of a matched budget)."""
+    """One iteration's rollouts of ``tasks`` as ``config`` says (group size, linear, tree or PATR,
+    branching), spending at most ``max_decisions`` (what is left of a matched budget)."""
     rollouts, workers = config.rollouts, config.env_workers
+    if rollouts.strategy == "patr":
+        return collect_patr_rollouts(
+            policy, tasks, PatrConfig.from_mapping(rollouts.patr), rng=rng, generator=generator,
+            env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
+            max_decisions=max_decisions,
+        )
     return collect_rollouts(
         policy, tasks, group_size=rollouts.group_size, mode=rollouts.strategy,
         initial_rollouts=rollouts.initial_rollouts, branch=rollouts.branch, rng=rng, generator=generator,

@@ -6,7 +6,7 @@ one style (:mod:`ptgpo_algos.validation`)::
     env          what to play: environment id, keywords, horizon, training seeds
     algorithm    the advantage estimator (by name, with its keys), the policy loss and its aggregation
     policy       the model and how it acts: tiny or a Hugging Face model, choose/generate, prompts, dtype
-    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree
+    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr
     optim        the update: learning rate, PPO passes and mini-batches, KL, entropy, clipping
     evaluation   held-out evaluation: how often, which seeds, at which temperature
     run          when to stop, checkpoints, logs, the seed and the output folder
@@ -19,8 +19,8 @@ map onto the sections (:data:`FLAT_KEYS`), so every config written before still 
 run's ``config.json`` still resumes. Defaults that depend on other fields are resolved once, when the
 config is built: the tiny model trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL,
 evaluated sampled at 0.4; a pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01,
-evaluated greedily; ``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise. The saved
-config holds the resolved values.
+evaluated greedily; ``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise; PATR's K
+(``rollouts.patr.every``) is the environment's default. The saved config holds the resolved values.
 
 Each field's ``metadata`` carries its help text, its flat name and, for the common ones, its command
 line flag: ``ptgpo train``'s options are generated from it (:func:`cli_fields`).
@@ -219,32 +219,39 @@ class RolloutsConfig:
     vllm: dict[str, Any] = _field(help="vLLM engine arguments", flat="vllm", factory=dict)
     sync_tolerance: float | None = _field(None, "largest log-probability difference after a weight sync "
                                           "(None: 1e-3 in float32 on a CPU, else 0.1)", flat="sync_tolerance")
-    strategy: str | None = _field(None, "linear or tree (default: tree for ptgpo, linear otherwise)",
+    strategy: str | None = _field(None, "linear, tree or patr (default: tree for ptgpo, linear otherwise)",
                                   flat="rollout", flag="rollout")
     group_size: int = _field(8, "rollouts per task", flat="group_size", flag="group-size")
     initial_rollouts: int | None = _field(None, "tree: independent rollouts before branching (default: half "
                                           "the group)", flat="initial_rollouts")
     branch: str = _field("uniform", "tree: where to branch (uniform, entropy, novel)", flat="branch")
+    patr: dict[str, Any] = _field(help="patr: PATR's settings (ptgpo_algos.patr.PatrConfig: initial_branches, "
+                                  "children, top_k, every, alpha, repeat_limit, max_leaves, pruned_reward, scorer, "
+                                  "judge, lam); its groups are its leaves, so group_size and initial_rollouts do "
+                                  "not apply", flat="patr", factory=dict)
     tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flat="tasks_per_iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
                                 flag="async-rollouts")
 
     def __post_init__(self) -> None:
+        from ptgpo_algos.patr import ROLLOUT_STRATEGIES, PatrConfig
         from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
-        from ptgpo_algos.rollout import BRANCH_STRATEGIES, ROLLOUT_MODES
+        from ptgpo_algos.rollout import BRANCH_STRATEGIES
 
         check_registered("rollouts.backend (rollout_backend)", self.backend, ROLLOUT_BACKENDS)
         object.__setattr__(self, "vllm", check_mapping("rollouts.vllm (vllm)", self.vllm))
         if self.sync_tolerance is not None:
             check_number("rollouts.sync_tolerance (sync_tolerance)", self.sync_tolerance, 0.0, exclusive_low=True)
         if self.strategy is not None:
-            check_choice("rollouts.strategy (rollout)", self.strategy, ROLLOUT_MODES)
+            check_choice("rollouts.strategy (rollout)", self.strategy, ROLLOUT_STRATEGIES)
         check_int("rollouts.group_size (group_size)", self.group_size, 2,
                   hint="group methods compare at least two rollouts of a task")
         if self.initial_rollouts is not None:
             check_int("rollouts.initial_rollouts (initial_rollouts)", self.initial_rollouts, 1, self.group_size)
         check_choice("rollouts.branch (branch)", self.branch, BRANCH_STRATEGIES)
+        PatrConfig.from_mapping(self.patr)
+        object.__setattr__(self, "patr", dict(self.patr))
         check_int("rollouts.tasks_per_iteration (tasks_per_iteration)", self.tasks_per_iteration, 1)
         check_bool("rollouts.asynchronous (async_rollouts)", self.asynchronous)
         if self.asynchronous and self.backend != "transformers":
@@ -447,8 +454,13 @@ class TrainConfig:
         tiny = self.policy.is_tiny
         strategy = self.rollouts.strategy or ("tree" if self.algorithm.name == "ptgpo" else "linear")
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
+        patr = self.rollouts.patr
+        if strategy == "patr":
+            from ptgpo_algos.patr import PatrConfig
+
+            patr = PatrConfig.from_mapping(patr).resolved(self.env.id).as_dict()
         object.__setattr__(self, "rollouts", dataclasses.replace(self.rollouts, strategy=strategy,
-                                                                 initial_rollouts=initial))
+                                                                 initial_rollouts=initial, patr=patr))
         object.__setattr__(self, "optim", self.optim.resolved(tiny))
         if self.evaluation.temperature is None:
             object.__setattr__(self, "evaluation", dataclasses.replace(

@@ -10,7 +10,9 @@ both), and every step of the live episodes is
 2. one ``step`` call per vector environment, then (when asked) one ``snapshot`` and one
    ``achieved_tasks`` call for the stepped slots;
 3. one call of the caller's ``on_transition`` per episode, in order, which returns the episode to go
-   on with (the same one, advanced; or another one in its slot, a branch of a tree) or None.
+   on with (the same one, advanced; or another one in its slot, a branch of a tree) or None;
+4. when the caller gives one, its ``regroup`` on the episodes going on, which may end some and fork
+   others into free slots (PATR's checkpoints).
 
 An :class:`Episode` is also what an evaluation agent sees (``EpisodeView``): the current observation and
 ``info``, the earlier ``(observation, action)`` pairs, and ``env``, the unwrapped environment (or a
@@ -100,6 +102,11 @@ class EpisodeEngine(Generic[D]):
     def restore(vector: Any, slot: int, snapshot: Any) -> None:
         vector.restore([slot], [snapshot])
 
+    @staticmethod
+    def call(episodes: Sequence[Episode], method: str) -> list[Any]:
+        """``method()`` of each episode's unwrapped environment, one ``call`` per vector environment."""
+        return _by_vector(episodes, lambda vector, slots: vector.call(method, slots))
+
     def run(
         self,
         live: list[Episode],
@@ -110,6 +117,7 @@ class EpisodeEngine(Generic[D]):
         snapshots: bool = False,
         achieved: bool = False,
         budget: int | None = None,
+        regroup: Callable[[list[Episode]], list[Episode]] | None = None,
     ) -> int:
         """Step every live episode until none is left, or ``budget`` decisions are spent; returns the
         decisions spent.
@@ -119,13 +127,17 @@ class EpisodeEngine(Generic[D]):
         environment's snapshot after the step; with ``achieved``, what ``achieved_tasks()`` said.
         With a ``budget``, a step that would exceed it takes only the first episodes that fit, and the
         others stop where they are, unfinished (their ``on_transition`` is not called again).
+        ``regroup``, when given, is called with the live episodes before every step and returns the
+        episodes to step: it may leave some out (they end there) and add others (forks in free slots).
         """
         spent = 0
         while live:
+            if regroup is not None:
+                live = regroup(live)
             if budget is not None:
                 live = live[: max(0, budget - spent)]
-                if not live:
-                    break
+            if not live:
+                break
             spent += len(live)
             decisions = list(act(live))
             if len(decisions) != len(live):
@@ -138,9 +150,7 @@ class EpisodeEngine(Generic[D]):
                 going = [i for i, d in enumerate(done) if not d]
                 for i, snapshot in zip(going, self.snapshots([live[i] for i in going])):
                     taken[i] = snapshot
-            completed = [None] * len(live)
-            if achieved:
-                completed = _by_vector(live, lambda vector, slots: vector.call("achieved_tasks", slots))
+            completed = self.call(live, "achieved_tasks") if achieved else [None] * len(live)
             following = []
             for episode, decision, action, step, snapshot, tasks in zip(live, decisions, actions, steps, taken, completed):
                 transition = Transition(*step, snapshot=snapshot, achieved=tasks)

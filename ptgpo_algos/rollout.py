@@ -14,6 +14,9 @@ Two strategies (:data:`ROLLOUT_MODES`):
     its first steps are the very same :class:`~ptgpo_algos.data.Step` objects (actions, tokens and
     log-probabilities), and only the continuation is sampled.
 
+A third strategy, PATR's process-scored tree (``patr``), lives in :mod:`ptgpo_algos.patr` and extends
+this module's :class:`Collection` (the same leaves, steps, counts and batch).
+
 Episodes run in the :class:`~ptgpo_algos.episodes.EpisodeEngine`. The result is a
 :class:`~ptgpo_algos.data.Batch` (one group per task, in task order, leaves in the order they
 finished) plus :class:`RolloutStats`, which counts the decisions and generated tokens spent and those
@@ -68,7 +71,7 @@ class RolloutStats:
 
 
 @dataclass(eq=False)
-class _Node:
+class Node:
     """A decision point: the state before a step (kept to branch from it)."""
 
     observation: str
@@ -81,11 +84,11 @@ class _Node:
 
 
 @dataclass(eq=False)
-class _Leaf:
+class Leaf:
     """A rollout in progress: its group, the decision points it went through and its steps."""
 
     group: int
-    nodes: list[_Node]
+    nodes: list[Node]
     steps: list[Step]
     branch_point: int | None = None
     won: bool = False
@@ -94,11 +97,11 @@ class _Leaf:
 
 
 @dataclass(eq=False)
-class _Group:
+class TreeGroup:
     task: Task
     started: int = 0
     seen: set = field(default_factory=set)
-    finished: list[_Leaf] = field(default_factory=list)
+    finished: list[Leaf] = field(default_factory=list)
 
 
 def collect_rollouts(
@@ -136,9 +139,15 @@ def collect_rollouts(
         initial_rollouts = group_size
     if not 1 <= initial_rollouts <= group_size:
         raise ValueError(f"initial_rollouts must be in [1, group_size={group_size}], got {initial_rollouts}")
-    collection = _Collection(policy, tasks, group_size, initial_rollouts, mode == "tree", branch,
-                             rng if rng is not None else np.random.default_rng(0), generator)
-    vectors = _vectors(tasks, initial_rollouts, env_backend, env_workers, env_options)
+    collection = Collection(policy, tasks, group_size, initial_rollouts, mode == "tree", branch,
+                            rng if rng is not None else np.random.default_rng(0), generator)
+    return play(collection, task_vectors(tasks, initial_rollouts, env_backend, env_workers, env_options),
+                max_decisions)
+
+
+def play(collection: Collection, vectors: list[tuple[Any, int]], max_decisions: int | None) -> tuple[Batch, Any]:
+    """Run ``collection`` on ``vectors`` (each task's vector environment and first slot), close them,
+    and return its batch and stats."""
     try:
         collection.run(vectors, max_decisions)
     finally:
@@ -147,19 +156,25 @@ def collect_rollouts(
     return collection.batch(), collection.stats
 
 
-class _Collection:
-    """One call's groups, played in the episode engine: starts, the per-step bookkeeping, branching."""
+class Collection:
+    """One call's groups, played in the episode engine: starts, the per-step bookkeeping, branching.
+
+    PATR's collection (:mod:`ptgpo_algos.patr`) extends it: the same starts, steps, leaves and batch,
+    with its own checkpoints between steps.
+    """
 
     def __init__(self, policy: Any, tasks: Sequence[Task], group_size: int, initial: int, tree: bool, branch: str,
                  rng: np.random.Generator, generator: Any):
         self.policy, self.generator, self.rng = policy, generator, rng
         self.group_size, self.initial, self.tree, self.strategy = group_size, initial, tree, branch
-        self.groups = [_Group(task) for task in tasks]
+        self.groups = [TreeGroup(task) for task in tasks]
         self.engine: EpisodeEngine[Decision] = EpisodeEngine()
         self.stats = RolloutStats()
         self.started = time.perf_counter()
 
-    def run(self, vectors: list[tuple[Any, int]], max_decisions: int | None) -> None:
+    def start(self, vectors: list[tuple[Any, int]]) -> list[Episode]:
+        """``initial`` episodes of each group from reset, in its first slots, each a leaf at its first
+        decision point."""
         live: list[Episode] = []
         for g, group in enumerate(self.groups):
             vector, first = vectors[g]
@@ -170,17 +185,22 @@ class _Collection:
             group.started = self.initial
         snapshots = self.engine.snapshots(live) if self.tree else [None] * len(live)
         for episode, snapshot in zip(live, snapshots):
-            episode.state = _Leaf(episode.state, [_node(self.groups[episode.state], episode, snapshot)], [])
-        self.engine.run(live, self.act, self.on_transition, send=_sent, snapshots=self.tree, achieved=True,
-                        budget=max_decisions)
+            episode.state = Leaf(episode.state, [decision_point(self.groups[episode.state], episode, snapshot)], [])
+        return live
+
+    def run(self, vectors: list[tuple[Any, int]], max_decisions: int | None) -> None:
+        self.engine.run(self.start(vectors), self.act, self.on_transition, send=sent_action, snapshots=self.tree,
+                        achieved=True, budget=max_decisions)
 
     def act(self, episodes: list[Episode]) -> list[Decision]:
         for episode in episodes:
             episode.state.context = episode.context()
         return self.policy.decide([e.state.context for e in episodes], generator=self.generator)
 
-    def on_transition(self, episode: Episode, decision: Decision, transition: Transition) -> Episode | None:
-        leaf: _Leaf = episode.state
+    def record(self, episode: Episode, decision: Decision, transition: Transition) -> Leaf:
+        """Book a transition: its step on the episode's leaf and the counts; an episode that goes on
+        moves to its next decision point."""
+        leaf: Leaf = episode.state
         group, node, stats = self.groups[leaf.group], leaf.nodes[-1], self.stats
         node.entropy = decision.entropy
         stats.decisions += 1
@@ -193,49 +213,60 @@ class _Collection:
             context=leaf.context, achieved=transition.achieved,
         ))
         if not transition.done:
-            episode.advance(_sent(decision), transition)
-            leaf.nodes.append(_node(group, episode, transition.snapshot))
+            episode.advance(sent_action(decision), transition)
+            leaf.nodes.append(decision_point(group, episode, transition.snapshot))
+        return leaf
+
+    def finish(self, leaf: Leaf, info: dict[str, Any]) -> None:
+        """``leaf`` ends here (``info``: the last step's): its outcome, and it joins its group's leaves."""
+        leaf.won = bool(info.get("won", False))
+        leaf.task_type = info.get("task_type", leaf.nodes[-1].info.get("task_type"))
+        self.groups[leaf.group].finished.append(leaf)
+        self.stats.episodes += 1
+        self.stats.wins += leaf.won
+
+    def on_transition(self, episode: Episode, decision: Decision, transition: Transition) -> Episode | None:
+        leaf = self.record(episode, decision, transition)
+        if not transition.done:
             return episode
-        leaf.won = bool(transition.info.get("won", False))
-        leaf.task_type = transition.info.get("task_type", node.info.get("task_type"))
-        group.finished.append(leaf)
-        stats.episodes += 1
-        stats.wins += leaf.won
+        self.finish(leaf, transition.info)
+        group = self.groups[leaf.group]
         if self.tree and group.started < self.group_size:
             group.started += 1
-            return _branch(self.engine, episode, group, self.strategy, self.rng, stats)
+            return _branch(self.engine, episode, group, self.strategy, self.rng, self.stats)
         return None
+
+    def leaf_meta(self, group: TreeGroup, index: int, leaf: Leaf) -> dict[str, Any]:
+        """A finished leaf's ``Trajectory.meta``."""
+        return {"env_id": group.task.env_id, "seed": group.task.seed, "leaf": index, "won": leaf.won,
+                "task_type": leaf.task_type, "branch_point": leaf.branch_point}
 
     def batch(self) -> Batch:
         """The finished leaves of every group that has one, in the order they finished."""
         batch: Batch = []
         for group in self.groups:
-            trajectories = [
-                Trajectory(steps=leaf.steps, meta={
-                    "env_id": group.task.env_id, "seed": group.task.seed, "leaf": index, "won": leaf.won,
-                    "task_type": leaf.task_type, "branch_point": leaf.branch_point})
-                for index, leaf in enumerate(group.finished)
-            ]
+            trajectories = [Trajectory(steps=leaf.steps, meta=self.leaf_meta(group, index, leaf))
+                            for index, leaf in enumerate(group.finished)]
             if trajectories:
                 batch.append(trajectories)
         self.stats.wall_time_s = time.perf_counter() - self.started
         return batch
 
 
-def _sent(decision: Decision) -> str:
+def sent_action(decision: Decision) -> str:
     """The action text the environment gets: an unparsable response is sent as an empty (invalid) action."""
     return decision.action if decision.action is not None else ""
 
 
-def _node(group: _Group, episode: Episode, snapshot: Any) -> _Node:
+def decision_point(group: TreeGroup, episode: Episode, snapshot: Any) -> Node:
     key = episode.info["state_key"]
     novel = key not in group.seen
     group.seen.add(key)
-    return _Node(episode.observation, episode.info, tuple(episode.history), snapshot, novel)
+    return Node(episode.observation, episode.info, tuple(episode.history), snapshot, novel)
 
 
-def _vectors(tasks: Sequence[Task], per_task: int, backend: str, workers: int | None,
-             options: dict[str, Any] | None) -> list[tuple[Any, int]]:
+def task_vectors(tasks: Sequence[Task], per_task: int, backend: str, workers: int | None,
+                 options: dict[str, Any] | None = None) -> list[tuple[Any, int]]:
     """Each task's vector environment and first slot: tasks of one environment spec share a vector."""
     specs: dict[str, list[int]] = {}
     for i, task in enumerate(tasks):
@@ -250,10 +281,10 @@ def _vectors(tasks: Sequence[Task], per_task: int, backend: str, workers: int | 
     return placed
 
 
-def _branch(engine: EpisodeEngine, finished: Episode, group: _Group, strategy: str, rng, stats: RolloutStats) -> Episode:
+def _branch(engine: EpisodeEngine, finished: Episode, group: TreeGroup, strategy: str, rng, stats: RolloutStats) -> Episode:
     """A new leaf from a decision point of the group's finished episodes, in ``finished``'s slot
     (same environment class and kwargs), restored to that point."""
-    points: dict[int, tuple[_Node, _Leaf, int]] = {}
+    points: dict[int, tuple[Node, Leaf, int]] = {}
     for leaf in group.finished:
         for t, node in enumerate(leaf.nodes):
             points.setdefault(id(node), (node, leaf, t))
@@ -270,6 +301,6 @@ def _branch(engine: EpisodeEngine, finished: Episode, group: _Group, strategy: s
     prefix = source.steps[:t]
     stats.decisions_saved += t
     stats.tokens_saved += sum(len(step.response_ids or ()) for step in prefix)
-    leaf = _Leaf(finished.state.group, source.nodes[: t + 1], list(prefix), branch_point=t)
+    leaf = Leaf(finished.state.group, source.nodes[: t + 1], list(prefix), branch_point=t)
     return Episode(finished.vector, finished.slot, node.observation, node.info, list(node.history),
                    index=finished.index, state=leaf)

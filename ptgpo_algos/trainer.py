@@ -383,7 +383,8 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
 def check_environment(config: TrainConfig) -> None:
     """What the run needs of its environment, checked by building it once (before any model or file):
     the keywords, and the optional parts of the contract the config uses (``achieved_tasks()`` for
-    hindsight, ``snapshot()``/``restore()`` for tree rollouts)."""
+    hindsight, ``snapshot()``/``restore()`` for tree and PATR rollouts, ``progress()`` for PATR's
+    progress scorer)."""
     from ptgpo_algos.evaluation import make_env
 
     env = config.env
@@ -401,9 +402,12 @@ def check_environment(config: TrainConfig) -> None:
             if not isinstance(observation, str) or missing:
                 raise ValueError(f"env.id (env_id): {env.id} is not a text environment of ptgpo's contract (its "
                                  f"reset gave a {type(observation).__name__} observation; info lacks {missing})")
-        if config.rollouts.strategy == "tree" and not (hasattr(unwrapped, "snapshot") and hasattr(unwrapped, "restore")):
-            raise ValueError(f"rollouts.strategy (rollout): tree rollouts fork episodes, and {env.id} has no "
+        strategy = config.rollouts.strategy
+        if strategy in ("tree", "patr") and not (hasattr(unwrapped, "snapshot") and hasattr(unwrapped, "restore")):
+            raise ValueError(f"rollouts.strategy (rollout): {strategy} rollouts fork episodes, and {env.id} has no "
                              "snapshot()/restore(); use linear rollouts")
+        if strategy == "patr":
+            _check_progress(config, made)
         if config.hindsight is not None and getattr(unwrapped, "achieved_tasks", lambda: None)() is None:
             raise ValueError(f"hindsight: {env.id} does not report which tasks its steps complete "
                              "(achieved_tasks()), so nothing can be relabelled; leave hindsight unset")
@@ -417,6 +421,17 @@ def permuted(advantages: list, rng: np.random.Generator) -> list:
     flat = [a for group in advantages for trajectory in group for a in trajectory]
     shuffled = iter(np.asarray(flat, dtype=float)[rng.permutation(len(flat))].tolist())
     return [[[next(shuffled) for _ in trajectory] for trajectory in group] for group in advantages]
+
+
+def _check_progress(config: TrainConfig, made) -> None:
+    """PATR's ``progress`` scorer (as ``scorer`` or ``judge``) needs an environment that reports it."""
+    patr = config.rollouts.patr
+    if "progress" not in (patr["scorer"], patr["judge"]):
+        return
+    made.reset(seed=config.env.train_seeds[0])
+    if getattr(made.unwrapped, "progress", lambda: None)() is None:
+        raise ValueError(f"rollouts.patr.scorer: the progress scorer reads the environment's progress(), which "
+                         f"{config.env.id} does not report (with these kwargs); use scorer: value or auto")
 
 
 def evaluation_agent(policy, config: TrainConfig, name: str = "policy") -> PolicyAgent:

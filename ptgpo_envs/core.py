@@ -16,6 +16,9 @@ A :class:`TextEnv` is a :class:`gymnasium.Env` whose observations and actions ar
 * ``achieved_tasks()`` on the unwrapped environment maps the tasks (worded like ``info["task"]``) that
   the last step completed, whatever the episode's own task, to their types (as ``info["task_type"]``
   names them), for hindsight relabelling; None where an environment does not track it (Household does).
+* ``progress()`` on the unwrapped environment says how far the episode is towards its task, a number in
+  [0, 1] (1 once won) that depends on the current state only, for process scorers (PATR's heuristic);
+  None where an environment cannot say it cheaply (the default).
 * Bad input never crashes nor corrupts state: an action that is not admissible (empty, malformed,
   100 KB long, control characters...) uses up a step, earns reward 0, sets ``action_valid=False`` and
   gets :meth:`TextEnv._invalid_action_observation` (by default :data:`INVALID_ACTION_OBSERVATION`,
@@ -151,6 +154,12 @@ class TextEnv(gym.Env[str, str]):
         ``{}`` when the last step completed none (or no step has been taken); None when the
         environment does not track it (the default).
         """
+        return None
+
+    def progress(self) -> float | None:
+        """How far the episode is towards its task now: a number in [0, 1], 1 once the task is done,
+        from the current state alone (a heuristic, never a reward); None where the environment cannot
+        say it cheaply (the default). PATR's ``progress`` scorer reads it."""
         return None
 
     # ----------------------------------------------------------------- gymnasium API

@@ -17,7 +17,8 @@ into a hole ends the episode with 0. The observation is a sentence about the las
 the agent as ``P``, and a legend; ``state_key`` is the agent's ``"row,column"`` (0-based). Snapshots
 hold the inner Gymnasium environment's position and random generator, so slips replay exactly.
 The expert walks a shortest safe path, or on slippery ice follows the policy that value iteration on
-Gymnasium's transition table finds.
+Gymnasium's transition table finds. ``progress()`` is the share of the start's distance to the goal
+already covered.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class TextFrozenLakeEnv(TextEnv):
         self._rows: tuple[str, ...] = ()
         self._spaced_rows: list[str] = []
         self._policy: dict[int, int] | None = None
+        self._distances: dict[tuple[int, int], int | None] | None = None
 
     # ----------------------------------------------------------------- world
     def _load_map(self, rows: tuple[str, ...]) -> None:
@@ -133,6 +135,7 @@ class TextFrozenLakeEnv(TextEnv):
         self._spaced_rows = [" ".join(row) for row in rows]
         self._lake = FrozenLakeEnv(desc=list(rows), is_slippery=self.is_slippery)
         self._policy = None
+        self._distances = None
 
     def _new_episode(self, options: dict[str, Any] | None) -> str:
         if self.fixed_desc is not None:
@@ -200,6 +203,17 @@ class TextFrozenLakeEnv(TextEnv):
 
     def _won(self) -> bool:
         return self._tile() == "G"
+
+    def progress(self) -> float:
+        """``max(0, 1 - d / d_start)``: ``d`` the fewest safe moves from here to a goal, ``d_start`` from
+        the start S (1 on a goal, 0 in a hole or farther than the start). On slippery ice, the distance as
+        if the ice held."""
+        if self._distances is None:
+            self._distances = _goal_distances(self._rows)
+        here = self._distances[self._position()]
+        if here is None:
+            return 0.0
+        return max(0.0, 1.0 - here / self._distances[_find(self._rows, "S")])
 
     def _get_state(self) -> Any:
         lake = self._lake

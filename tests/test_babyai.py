@@ -402,3 +402,35 @@ def test_planner_plays_a_shortest_solution(name, seed):
 
 def test_check_env_on_a_minigrid_level():
     check_env(BabyAIEnv("MultiRoom-N2-S4"), skip_render_check=True)
+
+
+@pytest.mark.parametrize("name", ["MultiRoom-N2-S4", "DoorKey-5x5"])
+def test_progress_is_the_share_of_the_start_plan_done_on_the_planners_levels(name):
+    # Each expert action shortens the plan by its cost (1; 2 to open and pass a door), so progress
+    # climbs from 0 to 1 in steps of cost / d_start.
+    from ptgpo_envs.babyai.planner import distance_to_goal
+
+    env = BabyAIEnv(name)
+    for seed in range(5):
+        env.reset(seed=seed)
+        start = distance_to_goal(env.minigrid)
+        assert env.progress() == 0.0 and start > 0
+        while True:
+            _, _, terminated, truncated, info = env.step(env.expert_action())
+            if terminated or truncated:
+                break
+            assert env.progress() == pytest.approx(1 - distance_to_goal(env.minigrid) / start)
+        assert info["won"] and env.progress() == 1.0
+        # Restored elsewhere, an episode reports the same progress: it depends on the state only.
+        env.reset(seed=seed)
+        env.step(env.expert_action())
+        here, value = env.snapshot(), env.progress()
+        other = BabyAIEnv(name)
+        other.restore(here)
+        assert other.progress() == value > 0
+
+
+def test_progress_is_none_on_babyai_levels():
+    env = BabyAIEnv("GoToLocal")
+    env.reset(seed=0)
+    assert env.progress() is None

@@ -71,7 +71,7 @@ def test_seed_ranges_and_defaults():
         ({"colour": "red"}, r"unknown key\(s\) \['colour'\]"),
         ({"baselines": ["dqn"]}, "unknown baseline 'dqn'"),
         ({"baselines": ["random", "random"]}, "'random' appears twice"),
-        ({"methods": [{"algo": "grpo", "rollout": "forest"}]}, "rollout must be 'linear' or 'tree'"),
+        ({"methods": [{"algo": "grpo", "rollout": "forest"}]}, "rollout must be one of linear, tree, patr"),
         ({"methods": [], "baselines": []}, "at least one method or baseline"),
         ({"policy": {"seed": 3}}, "policy.seed is set per cell"),
         ({"methods": [{"algo": "grpo", "train": {"total_decisions": 9}}]}, r"methods\[0\].train.total_decisions is set"),
@@ -200,11 +200,18 @@ def test_gpu_configs_follow_the_literature_setting(path):
     assert env.max_steps == {"ptgpo/ALFWorld-v0": 50, "ptgpo/WebShop-v0": 15}[env.id]
     assert env.eval_kwargs is not None  # evaluation on the held-out split
     assert config.policy["rollout_backend"] == "vllm"  # rollouts on vLLM, updates in transformers
+    methods = {m.name: m for m in config.methods}
+    # Every estimator, and PATR as GRPO over its own rollouts.
+    assert set(methods) == {"grpo", "rloo", "gigpo", "hgpo", "ptgpo", "g2po", "planpo", "progpo", "covgpo", "patr"}
+    assert (methods["patr"].algo, methods["patr"].rollout) == ("grpo", "patr")
+    assert methods["planpo"].algo_config["alpha_init"] == 2 * methods["planpo"].algo_config["alpha_final"] == 0.1
     for cell in plan_cells(config):
         if cell.kind == "rl":
             assert cell.spec["algo_config"]["gamma"] == 0.95
             # Everything but what needs the GPU and the hub model is a valid TrainConfig.
-            TrainConfig.from_dict(merge_overrides(cell.spec, {"model": "tiny", "device": "cpu"}))
+            train = TrainConfig.from_dict(merge_overrides(cell.spec, {"model": "tiny", "device": "cpu"}))
+            if cell.method == "patr":
+                assert train.rollouts.patr["every"] == {"ptgpo/ALFWorld-v0": 5, "ptgpo/WebShop-v0": 3}[env.id]
 
 
 def test_baselines_evaluate_with_eval_kwargs(tmp_path):

@@ -260,6 +260,29 @@ def test_info_keys_and_admissible_actions_are_exactly_the_valid_ones(env_id):
             env.restore(here)
 
 
+def test_progress_is_none_or_a_share_of_the_task_that_depends_on_the_state(env_id):
+    env = make(env_id)
+    record = play(env, seed=11, steps=25, action_seed=3)
+    env = make(env_id)
+    env.reset(seed=11)
+    reported = env.progress() is not None
+    twin = make(env_id)
+    for action in [None, *_actions(record)]:
+        if action is not None:
+            *_, terminated, truncated, info = env.step(action)
+        value = env.progress()
+        assert (value is not None) == reported
+        if not reported:
+            continue
+        assert isinstance(value, float) and 0.0 <= value <= 1.0
+        if action is not None and info["won"]:
+            assert value == 1.0
+        twin.restore(env.snapshot())
+        assert twin.progress() == value
+        if action is not None and (terminated or truncated):
+            break
+
+
 def test_expert_solves_and_random_does_worse(env_id, record_property):
     env = make(env_id)
     env.reset(seed=0)

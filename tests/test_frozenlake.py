@@ -144,3 +144,30 @@ def test_registered_with_gymnasium():
     observation, info = env.reset(seed=1)
     assert len(grid(observation)) == 5 and info["state_key"] == "0,0"
     assert env.spec.max_episode_steps is None and env.unwrapped.max_steps == 100  # no TimeLimit: forkable
+
+
+def test_progress_is_the_share_of_the_start_distance_covered():
+    # CLASSIC's start is 6 safe moves from the goal.
+    env = TextFrozenLakeEnv(desc=CLASSIC)
+    env.reset(seed=0)
+    assert env.progress() == 0.0
+    expected = [1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1.0]
+    for action, share in zip(["go down", "go down", "go right", "go right", "go down", "go right"], expected):
+        env.step(action)
+        assert env.progress() == pytest.approx(share)
+    env.reset(seed=0)
+    env.step("go right")
+    assert env.progress() == pytest.approx(1 / 6)  # (0,1) is 5 moves away, by (0,2) and column 2
+    env.step("go left")
+    env.step("go left")  # the edge: still the start
+    assert env.progress() == 0.0
+    env.step("go right")
+    env.step("go down")  # a hole
+    assert env.progress() == 0.0
+    corridor = TextFrozenLakeEnv(desc=["FSFG"])
+    corridor.reset(seed=0)
+    corridor.step("go right")
+    assert corridor.progress() == 0.5
+    corridor.step("go left")
+    corridor.step("go left")
+    assert corridor.progress() == 0.0  # 3 moves away from the goal, the start 2: clipped, not -0.5

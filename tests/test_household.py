@@ -429,6 +429,33 @@ def test_subgoal_rewards_pay_each_subgoal_of_the_plan_once(task_type):
         assert [(a, o, i) for a, o, _, i in transcript] == [(a, o, i) for a, o, _, i in plain]
 
 
+@pytest.mark.parametrize("task_type", SHORT_NAMES)
+def test_progress_counts_the_plans_subgoals_that_hold_now(task_type):
+    # Along the shortest plan, progress is the subgoals paid so far (subgoal_reward's) over the
+    # subgoals + 1, and 1 at the win. Pick2 is the exception: its first object, once placed, is no
+    # longer held, so it counts 1/4 (placed) until the second is held (3/4).
+    env = HouseholdEnv(difficulty="easy", task_type=task_type)
+    shaped = HouseholdEnv(difficulty="easy", task_type=task_type, subgoal_reward=0.125)
+    shares = SUBGOALS_PER_TYPE[task_type] + 1
+    for seed in range(5):
+        env.reset(seed=seed)
+        shaped.reset(seed=seed)
+        values, paid = [env.progress()], 0
+        while True:
+            action = env.expert_action(omniscient=True)
+            *_, terminated, truncated, info = env.step(action)
+            paid += shaped.step(action)[1] == 0.125
+            values.append(env.progress())
+            if terminated or truncated:
+                break
+            if task_type != "Pick2":
+                assert values[-1] == paid / shares
+        assert info["won"] and values[0] == 0.0 and values[-1] == 1.0
+        assert values == sorted(values)
+        if task_type == "Pick2":
+            assert sorted(set(values)) == [0.0, 0.25, 0.75, 1.0]
+
+
 def test_subgoal_rewards_are_paid_once_per_episode_and_forks_keep_what_was_paid():
     env = HouseholdEnv(difficulty="easy", task_type="Heat", subgoal_reward=0.25)
     _, info = env.reset(seed=4)

@@ -1,5 +1,5 @@
-"""The reported rows of G2PO, PlanPO and CovGPO in ``leaderboard/reported.yaml`` against the "Reported
-results" table of ``shared/specs/seed-methods.md``."""
+"""The reported rows of G2PO, PlanPO, CovGPO and PATR in ``leaderboard/reported.yaml`` against the
+"Reported results" table of ``shared/specs/seed-methods.md``, and how the tables show them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from leaderboard.reported import DEFAULT_REPORTED, load_reported
 
 SPEC = Path(__file__).resolve().parents[1] / ".." / "shared" / "specs" / "seed-methods.md"
-SOURCES = {"G2PO": "g2po", "PlanPO": "planpo", "CovGPO": "covgpo"}
+SOURCES = {"G2PO": "g2po", "PlanPO": "planpo", "CovGPO": "covgpo", "PATR": "patr"}
 
 
 def spec_numbers() -> dict[str, set[float]]:
@@ -49,3 +49,26 @@ def test_seed_method_sources_carry_the_specs_caveats():
     assert "2608.17289" in sources["planpo"].citation and "Caveat" in sources["planpo"].setup
     assert "2607.22724" in sources["covgpo"].citation and "secondary" in sources["covgpo"].setup
     assert "not stated" in sources["covgpo"].setup
+    assert "2607.15610" in sources["patr"].citation and "single-run noise" in sources["patr"].setup
+    assert "secondary" in sources["patr"].setup and "λ not stated" in sources["patr"].setup
+
+
+def test_patrs_rows_render_in_the_reported_table(tmp_path):
+    # PATR's environments (FrozenLake, SWE-Bench Verified) become reported columns of their own.
+    from leaderboard.aggregate import build_leaderboard
+    from leaderboard.render import to_markdown
+
+    board = build_leaderboard(tmp_path, load_reported(DEFAULT_REPORTED))
+    rows = {(row.method, row.model): row for row in board.reported_rows if row.source == "patr"}
+    assert len(rows) == 9
+    assert [cell.mean for cell in rows["PATR", "Qwen2.5-0.5B"].cells.values()] == [75.8]
+    table = [[c.strip() for c in line.strip("|").split("|")]
+             for line in to_markdown(board).split("## Reported in papers")[1].splitlines() if line.startswith("| ")]
+    header = table[0]
+    lake, swe = header.index("FrozenLake"), header.index("SWE-Bench Verified · resolved")
+    shown = {(row[0], row[1]): (row[lake], row[swe]) for row in table[2:] if row[2] == "patr"}
+    assert shown == {("PATR", "Qwen2.5-0.5B"): ("75.8", "–"), ("GRPO", "Qwen2.5-0.5B"): ("66.5", "–"),
+                     ("PATR", "Qwen2.5-3B"): ("74.3", "–"), ("GRPO", "Qwen2.5-3B"): ("66.8", "–"),
+                     ("PATR", "Qwen3-4B"): ("–", "27.2"), ("PATR (judge)", "Qwen3-4B"): ("–", "26"),
+                     ("GRPO", "Qwen3-4B"): ("–", "22.2"), ("ARPO", "Qwen3-4B"): ("–", "25.4"),
+                     ("Tree-Random", "Qwen3-4B"): ("–", "24.8")}

@@ -10,6 +10,7 @@ import torch
 from ptgpo_algos.evaluation import make_env
 from ptgpo_algos.policy import load_policy
 from ptgpo_algos.data import Task
+from ptgpo_algos.patr import SCORERS, PatrConfig, collect_patr_rollouts
 from ptgpo_algos.rollout import collect_rollouts
 
 FROZEN = Task("ptgpo/FrozenLake-v0", 7, {"is_slippery": True}, max_steps=12)
@@ -34,9 +35,15 @@ def _collect(policy, tasks, seed=0, **kwargs):
     )
 
 
+def _collect_patr(policy, tasks, seed=0, max_decisions=None, **settings):
+    return collect_patr_rollouts(policy, tasks, PatrConfig(**settings), rng=np.random.default_rng(seed),
+                                 generator=torch.Generator().manual_seed(seed), max_decisions=max_decisions)
+
+
 def _replay(task: Task, trajectory) -> None:
     """Replaying the recorded actions from reset reproduces every recorded state, context, reward,
-    completed task and outcome."""
+    completed task and outcome. A leaf that PATR pruned ends unfinished, and its last reward carries
+    the pruned reward on top of the environment's."""
     env = make_env(task.env_id, task.env_kwargs, task.max_steps).unwrapped
     observation, info = env.reset(seed=task.seed)
     for step in trajectory.steps:
@@ -45,9 +52,9 @@ def _replay(task: Task, trajectory) -> None:
         assert (context.task, context.observation, context.admissible_actions) == (
             info["task"], observation, info["admissible_actions"])
         observation, reward, terminated, truncated, info = env.step(step.sent)
-        assert reward == step.reward and info["action_valid"] == step.valid
+        assert reward + step.extras.get("pruned_reward", 0.0) == step.reward and info["action_valid"] == step.valid
         assert step.achieved == env.achieved_tasks()
-    assert terminated or truncated
+    assert (terminated or truncated) != bool(trajectory.meta.get("pruned"))
     assert info["won"] == trajectory.meta["won"]
 
 
@@ -113,3 +120,98 @@ def test_rollout_arguments_are_checked(policy):
         _collect(policy, [FROZEN], mode="tree", branch="random")
     with pytest.raises(ValueError, match="initial_rollouts"):
         _collect(policy, [FROZEN], mode="tree", group_size=4, initial_rollouts=5)
+
+
+# ----------------------------------------------------------------------------- PATR
+LAKE = Task("ptgpo/FrozenLake-v0", 7, {"is_slippery": True}, max_steps=14)
+
+
+@pytest.fixture
+def first_is_worst():
+    """A process scorer that ranks a group's first active branch last and the others equal."""
+    SCORERS.register("first_is_worst", lambda branches, finished: [0.0] + [1.0] * (len(branches) - 1))
+    yield "first_is_worst"
+    SCORERS.unregister("first_is_worst")
+
+
+def _check_patr_groups(tasks, batch, stats, settings: PatrConfig) -> None:
+    """Every leaf replays from reset; roots, forks, prunes and counts are as PATR's rules say."""
+    every, limit = settings.every, settings.repeat_limit or 10**9
+    total_steps = 0
+    for task, group in zip(tasks, batch):
+        assert [t.meta["branch_point"] for t in group].count(None) == settings.initial_branches
+        assert len(group) <= settings.max_leaves
+        for trajectory in group:
+            _replay(task, trajectory)
+            total_steps += len(trajectory)
+            sent = [step.sent for step in trajectory.steps]
+            # A branch is pruned the turn its last `limit` actions agree, never later.
+            assert all(len(set(sent[j - limit:j])) > 1 for j in range(limit, len(sent)))
+            pruned, t = trajectory.meta["pruned"], trajectory.meta["branch_point"]
+            looped = len(sent) >= limit and len(set(sent[-limit:])) == 1
+            # A loop is pruned, unless its last turn ended the episode (a finished leaf: _replay checks it).
+            assert pruned in (("repeat", None) if looped else (None, "score"))
+            if pruned == "score":
+                assert len(trajectory) % every == 0
+            if t is not None:
+                # A child forks at a checkpoint and shares its parent's steps up to it, as objects.
+                assert t % every == 0 and t > 0
+                assert any(o is not trajectory and all(o.steps[k] is trajectory.steps[k] for k in range(t))
+                           for o in group)
+    leaves = [t for group in batch for t in group]
+    assert len(leaves) == stats.branches == stats.leaves == stats.episodes
+    assert len(leaves) == len(batch) * settings.initial_branches + stats.expansions * (settings.children - 1)
+    assert stats.pruned_score == sum(t.meta["pruned"] == "score" for t in leaves)
+    assert stats.pruned_repeat == sum(t.meta["pruned"] == "repeat" for t in leaves)
+    assert stats.decisions + stats.decisions_saved == total_steps
+
+
+def test_patr_trees_replay_and_follow_their_rules(policy):
+    tasks = [LAKE, HOUSE]
+    settings = PatrConfig(every=3, repeat_limit=3, max_leaves=8, alpha=0.2)
+    batch, stats = _collect_patr(policy, tasks, **{k: getattr(settings, k) for k in ("every", "repeat_limit",
+                                                                                       "max_leaves", "alpha")})
+    assert len(batch) == 2
+    _check_patr_groups(tasks, batch, stats, settings)
+    assert stats.expansions > 0 and stats.decisions_saved > 0 and stats.tokens_saved > 0
+    assert stats.pruned_repeat > 0 and stats.checkpoints > 0
+    row = stats.as_dict()
+    assert row["patr_expansions"] == stats.expansions and row["patr_leaves_per_group"] == stats.leaves / 2
+
+
+def test_patr_prunes_below_the_median_and_keeps_pruned_leaves_as_negatives(policy, first_is_worst):
+    tasks = [LAKE, HOUSE]
+    settings = PatrConfig(every=2, scorer=first_is_worst, repeat_limit=None, pruned_reward=-0.5, top_k=1,
+                          max_leaves=6)
+    batch, stats = _collect_patr(policy, tasks, every=2, scorer=first_is_worst, repeat_limit=None,
+                                 pruned_reward=-0.5, top_k=1, max_leaves=6)
+    _check_patr_groups(tasks, batch, stats, settings)
+    pruned = [t for group in batch for t in group if t.meta["pruned"]]
+    assert pruned and stats.pruned_score == len(pruned) and stats.pruned_repeat == 0
+    for trajectory in pruned:
+        last = trajectory.steps[-1]
+        assert last.extras["pruned_reward"] == -0.5 and last.reward <= -0.5 and not trajectory.meta["won"]
+    assert all("pruned_reward" not in step.extras for group in batch for t in group if not t.meta["pruned"]
+               for step in t.steps)
+
+
+def test_patr_spends_a_decision_budget_exactly_and_is_reproducible(policy):
+    batch, stats = _collect_patr(policy, [LAKE, HOUSE], seed=3, every=3, max_decisions=41)
+    assert stats.decisions == 41
+    for task, group in zip([LAKE, HOUSE], batch):
+        for trajectory in group:
+            _replay(task, trajectory)  # only finished or pruned leaves: the ones cut short are left out
+    again, same = _collect_patr(policy, [LAKE, HOUSE], seed=3, every=3, max_decisions=41)
+    assert [[[s.action for s in t] for t in g] for g in again] == [[[s.action for s in t] for t in g] for g in batch]
+    assert same.as_dict() | {"rollout_time_s": 0, "decisions_per_s": 0} == \
+        stats.as_dict() | {"rollout_time_s": 0, "decisions_per_s": 0}
+
+
+def test_patr_plays_the_same_in_worker_processes(policy):
+    def played(backend):
+        batch, stats = collect_patr_rollouts(policy, [LAKE, HOUSE], PatrConfig(every=3), rng=np.random.default_rng(2),
+                                             generator=torch.Generator().manual_seed(2), env_backend=backend,
+                                             env_workers=2)
+        return [[[(s.state_key, s.action, s.reward) for s in t] for t in g] for g in batch], stats.expansions
+
+    assert played("processes") == played("in-process")

@@ -161,3 +161,13 @@ def test_bad_kwargs_are_refused_with_a_reason(kwargs, message):
 def test_unplayable_levels_are_refused(level, message):
     with pytest.raises(ValueError, match=message):
         SokobanEnv().reset(options={"level": level})
+
+
+def test_progress_is_the_share_of_boxes_on_targets():
+    env = SokobanEnv()
+    env.reset(options={"level": CORRIDOR})
+    assert env.progress() == 0.0
+    env.step("push right")
+    env.step("push right")
+    observation, reward, terminated, _, info = env.step("push right")
+    assert terminated and env.progress() == info["score"] == 1.0

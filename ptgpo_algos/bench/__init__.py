@@ -37,7 +37,7 @@ Config schema (YAML; unknown keys are errors)::
       - name: gigpo              # method name in records (defaults to algo)
         algo: gigpo              # estimator name
         algo_config: {}          # estimator keyword arguments
-        rollout: linear          # linear | tree
+        rollout: linear          # linear | tree | patr (PATR's settings: train: {rollouts.patr: {...}})
         train: {}                # optional: other TrainConfig fields for this method only
     baselines:                   # baseline cells (see baselines.registry for names)
       - name: random
@@ -50,8 +50,8 @@ Config schema (YAML; unknown keys are errors)::
       max_eval_episodes: 10
 
 The matched budget counts policy decisions (environment steps chosen by the policy) spent in training.
-Tree rollouts count every decision they take, like linear ones, so prefix reuse shows up as more
-episodes for the same budget. An RL run spends its budget exactly: its last iteration stops taking
+Tree and PATR rollouts count every decision they take, like linear ones, so prefix reuse shows up as
+more episodes for the same budget. An RL run spends its budget exactly: its last iteration stops taking
 decisions when the budget is reached, and the episodes still running then are left out of that
 iteration's update (their decisions count as spent); SB3 PPO spends it exactly or slightly under
 (whole rollouts). Records store the decisions actually spent, and the leaderboard refuses a column

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import yaml
 
 from ptgpo_algos.config import MAX_SEED, key_paths
+from ptgpo_algos.patr import ROLLOUT_STRATEGIES
 
 __all__ = ["BaselineEntry", "BenchConfig", "BenchError", "DEFAULT_CONFIG_NAME", "EnvironmentEntry", "MethodEntry",
            "default_config_text", "load_config"]
@@ -284,8 +285,8 @@ def _method(entry: Any, where: str) -> MethodEntry:
     _known_keys(entry, ("name", "algo", "algo_config", "rollout", "train", "resources"), where)
     algo = _string(entry.get("algo"), f"{where}.algo")
     rollout = entry.get("rollout", "linear")
-    if rollout not in ("linear", "tree"):
-        raise BenchError(f"{where}.rollout must be 'linear' or 'tree', got {rollout!r}")
+    if rollout not in ROLLOUT_STRATEGIES:
+        raise BenchError(f"{where}.rollout must be one of {', '.join(ROLLOUT_STRATEGIES)}, got {rollout!r}")
     return MethodEntry(
         name=_string(entry.get("name", algo), f"{where}.name"),
         algo=algo,

@@ -21,18 +21,20 @@ included (:mod:`ptgpo_envs.babyai.engine`), and the actions taken, from which th
 rebuilt.
 
 ``expert_action()`` is minigrid's BabyAI bot on BabyAI levels (:mod:`ptgpo_envs.babyai.expert`) and a
-shortest-plan search on DoorKey and MultiRoom (:mod:`ptgpo_envs.babyai.planner`).
+shortest-plan search on DoorKey and MultiRoom (:mod:`ptgpo_envs.babyai.planner`), whose plan cost also
+gives ``progress()`` there (None on BabyAI levels).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ptgpo_envs.babyai import engine
 from ptgpo_envs.babyai.actions import ACTION_TEXT, ACTIONS, admissible_actions
 from ptgpo_envs.babyai.expert import BotAdvisor
 from ptgpo_envs.babyai.levels import DEFAULT_LEVEL, get_level
-from ptgpo_envs.babyai.planner import plan_to_goal
+from ptgpo_envs.babyai.planner import NoPlanError, distance_to_goal, plan_to_goal
 from ptgpo_envs.babyai.text import describe
 from ptgpo_envs.core import TextEnv
 
@@ -107,6 +109,21 @@ class BabyAIEnv(TextEnv):
             self._advisor = None
         self._minigrid_seed, self._trail = seed, list(trail)
 
+    def progress(self) -> float | None:
+        """On DoorKey and MultiRoom (the planner's levels): ``max(0, 1 - d / d_start)``, ``d`` the cost of a
+        fewest-actions plan onto the goal from here and ``d_start`` from the episode's start (1 once the
+        mission is done). None on BabyAI levels, whose missions have no single goal cell."""
+        if self.level.expert != "planner":
+            return None
+        if self._succeeded:
+            return 1.0
+        start = _start_distance(self.level.name, self.max_steps, self._minigrid_seed)
+        try:
+            here = distance_to_goal(self._minigrid)
+        except NoPlanError:
+            return 0.0
+        return max(0.0, 1.0 - here / start) if start else 1.0
+
     # ----------------------------------------------------------------- expert
     def expert_action(self) -> str:
         """The BabyAI bot's action (BabyAI levels) or a shortest plan's (DoorKey, MultiRoom)."""
@@ -117,3 +134,12 @@ class BabyAIEnv(TextEnv):
             engine.reset(shadow, self._minigrid_seed)
             self._advisor = BotAdvisor(shadow)
         return self._advisor.advise(self._trail)
+
+
+@functools.lru_cache(maxsize=4096)
+def _start_distance(level: str, max_steps: int, seed: int) -> int:
+    """The plan cost from the start of the planner level's episode of minigrid seed ``seed``, on a fresh
+    copy of the level (the episode itself may have moved on); cached, as the slots of a group share it."""
+    shadow = engine.build(get_level(level), max_steps)
+    engine.reset(shadow, seed)
+    return distance_to_goal(shadow)

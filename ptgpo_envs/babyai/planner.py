@@ -9,7 +9,7 @@ passes a door twice pays for opening it twice: plans are optimal whenever no doo
 as in these levels.
 
 It is stateless: it plans from whatever state the environment is in, so it needs no care after
-``restore()``.
+``restore()``. :func:`distance_to_goal` is the same search's cost (the environment's ``progress()``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from minigrid.core.actions import Actions
 from minigrid.core.constants import DIR_TO_VEC
 from minigrid.core.world_object import Door, Key
 
-__all__ = ["plan_to_goal", "NoPlanError"]
+__all__ = ["distance_to_goal", "plan_to_goal", "NoPlanError"]
 
 #: Search node: x, y, heading, cell the carried key was picked up from (None: carrying what it started with).
 _Node = tuple[int, int, int, "tuple[int, int] | None"]
@@ -60,6 +60,19 @@ def _moves(env, node: _Node):
 
 def plan_to_goal(env) -> Actions:
     """The first action of a fewest-actions plan that walks the agent of ``env`` onto a goal cell."""
+    cost, first = _search(env)
+    if first is None:
+        raise NoPlanError("the agent already stands on the goal")
+    return first
+
+
+def distance_to_goal(env) -> int:
+    """The cost of a fewest-actions plan onto a goal cell (a door opened and passed counts 2; 0 on the goal)."""
+    return _search(env)[0]
+
+
+def _search(env) -> tuple[int, Actions | None]:
+    """Dijkstra from the agent's state: the cheapest plan's cost and first action (None: on the goal)."""
     start: _Node = (int(env.agent_pos[0]), int(env.agent_pos[1]), int(env.agent_dir), None)
     tie = count()  # equal costs pop in insertion order, so plans are deterministic
     frontier: list[tuple[int, int, _Node, Actions | None]] = [(0, next(tie), start, None)]
@@ -71,9 +84,7 @@ def plan_to_goal(env) -> Actions:
         settled.add(node)
         here = _cell(env, node[0], node[1], node[3])
         if here is not None and here.type == "goal":
-            if first is None:
-                raise NoPlanError("the agent already stands on the goal")
-            return first
+            return cost, first
         for step_cost, action, following in _moves(env, node):
             if following not in settled:
                 heapq.heappush(frontier, (cost + step_cost, next(tie), following, first if first is not None else action))

@@ -60,7 +60,8 @@ class HouseholdEnv(TextEnv):
       reaches it [0.0: the sparse outcome only]. The subgoals: holding an object of the goal's kind;
       holding it in the task's condition (Clean, Heat, Cool); the lamp on (Look); one of the two
       objects placed, then holding another while it is there (Pick2). Like TextWorld's intermediate
-      rewards, they guide exploration; ``won`` and success are unchanged.
+      rewards, they guide exploration; ``won`` and success are unchanged. ``progress()`` counts the
+      same subgoals in the current state, whatever ``subgoal_reward`` is.
 
     ``info["task_type"]`` is the short name (Pick, Look, Clean, Heat, Cool, Pick2). The agent holds one
     object at a time; closed containers hide their contents until opened; heating, cooling and cleaning
@@ -187,6 +188,18 @@ class HouseholdEnv(TextEnv):
             if placed:
                 reached |= _HOLD_SECOND
         return reached
+
+    def progress(self) -> float:
+        """The share of the task's plan done now: 1 once won, else the subgoals of ``subgoal_reward``
+        that hold in the current state over the plan's subgoals plus the final placing (so Pick
+        holding its object is 1/2, Heat holding it hot 2/3, Pick2 with one placed and another held 3/4)."""
+        if self._state.won:
+            return 1.0
+        task = self._layout.task.type
+        plan = _HOLD | (_LAMP if task.short == "Look" else 0) | (_CONDITIONED if task.condition else 0)
+        if task.short == "Pick2":
+            plan |= _PLACED | _HOLD_SECOND
+        return (self._subgoals_reached() & plan).bit_count() / (plan.bit_count() + 1)
 
     def _play(self, action: str) -> tuple[str, float, bool]:
         layout, state = self._layout, self._state

@@ -14,7 +14,7 @@ Actions, per direction ``up``/``down``/``left``/``right``, each with its own dis
 
 So at most one action per direction is admissible, and walking into a wall or an immovable box is not
 an action at all. Reward 1 when every box is on a target (which ends the episode), else 0; ``info``
-adds ``score``, the share of boxes on targets. The observation is the grid in the usual Sokoban
+adds ``score``, the share of boxes on targets (also ``progress()``). The observation is the grid in the usual Sokoban
 notation (``#`` wall, ``_`` floor, ``@`` player, ``+`` player on a target, ``$`` box, ``*`` box on a
 target, ``.`` empty target) plus a sentence; the grid text is also the ``state_key``.
 
@@ -135,7 +135,11 @@ class SokobanEnv(TextEnv):
         return self._boxes == self._room.targets
 
     def _extra_info(self) -> dict[str, Any]:
-        return {"score": self._on_targets() / len(self._room.targets)}
+        return {"score": self.progress()}
+
+    def progress(self) -> float:
+        """The share of boxes on targets (``info["score"]``)."""
+        return self._on_targets() / len(self._room.targets)
 
     # Rooms and box sets are immutable, so a snapshot needs no deep copy.
     def _get_state(self) -> Any:
