@@ -194,7 +194,8 @@ def test_gpu_configs_follow_the_literature_setting(path):
     from ptgpo_algos.config import TrainConfig, merge_overrides
 
     config = load_config(path)
-    assert config.policy["group_size"] == 8 and config.policy["tasks_per_iteration"] == 16
+    # verl-agent's recipe, stopped by its 150 iterations for every method.
+    assert config.policy["recipe"] == "verl-agent" and config.iterations == 150
     assert config.policy["model"].startswith("Qwen/Qwen2.5-") and config.seeds == [0, 1, 2]
     env = config.environments[0]
     assert env.max_steps == {"ptgpo/ALFWorld-v0": 50, "ptgpo/WebShop-v0": 15}[env.id]
@@ -203,8 +204,13 @@ def test_gpu_configs_follow_the_literature_setting(path):
     for cell in plan_cells(config):
         if cell.kind == "rl":
             assert cell.spec["algo_config"]["gamma"] == 0.95
+            assert (cell.budget, cell.budget_unit) == (150, "iterations")
             # Everything but what needs the GPU and the hub model is a valid TrainConfig.
-            TrainConfig.from_dict(merge_overrides(cell.spec, {"model": "tiny", "device": "cpu"}))
+            train = TrainConfig.from_dict(merge_overrides(cell.spec, {"model": "tiny", "device": "cpu"}))
+            assert (train.rollouts.group_size, train.rollouts.tasks_per_iteration) == (8, 16)
+            assert (train.run.iterations, train.run.total_decisions) == (150, None)
+            assert train.policy.mode == "generate" and train.policy.require_think
+            assert train.evaluation.temperature == 0.4
 
 
 def test_baselines_evaluate_with_eval_kwargs(tmp_path):
