@@ -6,9 +6,9 @@ the reported-in-papers table, and the failed runs / unreadable files. Measured c
 ``mean [low, high] (n)`` with the 95 % interval of :mod:`leaderboard.stats`; a column's separated best
 cell is bold (Markdown, LaTeX, HTML) or flagged ``best = 1`` (CSV). A cell measured under another
 protocol than a reported number of its column carries ``‡`` and its environment a legend line (CSV:
-``protocol_mark = 1`` and the row's ``protocol``); the reported table names each row's protocol. The probability-of-improvement
-matrix of the ranked methods has its own files (``improvement.md``, ``improvement.csv``) and is part of
-the HTML page, which also shows the plots written next to it.
+``protocol_mark = 1`` and the row's ``protocol``); the reported table names each row's protocol. The
+probability-of-improvement matrix of the ranked methods has its own files (``improvement.md``,
+``improvement.csv``) and is part of the HTML page, which also shows the plots written next to it.
 """
 
 from __future__ import annotations

@@ -233,7 +233,8 @@ def test_a_users_template_file_drives_the_prompt_and_travels_in_the_config(tmp_p
     # The config keeps the text, so a saved config.json builds the same prompt without the file.
     assert config.policy.prompt_template["history_item"] == "({step}) {observation} -> {action}"
     assert TrainConfig.from_dict(config.to_dict()) == config
-    builder = PromptBuilder(CharTokenizer(), "choose", 2, 1000, PromptTemplate.from_mapping(config.policy.prompt_template))
+    template = PromptTemplate.from_mapping(config.policy.prompt_template)
+    builder = PromptBuilder(CharTokenizer(), "choose", 2, 1000, template)
     assert _text(builder.prompt_ids(Context("t", "a hall", ["go north", "look"]))) == \
         "Now: a hall. Do one of {'go north', 'look'}."
 
@@ -257,7 +258,8 @@ def test_the_recipe_sets_verl_agents_settings_per_environment_and_estimator():
     assert (alfworld.policy.prompt_template["page_view"], webshop.policy.prompt_template["page_view"]) == (
         "plain", "webshop")
     # GiGPO's norm is the recipe's for GiGPO only.
-    assert "norm" not in TrainConfig.from_dict({"recipe": "verl-agent", "env_id": WEBSHOP, "algo": "grpo"}).algorithm.config
+    grpo = TrainConfig.from_dict({"recipe": "verl-agent", "env_id": WEBSHOP, "algo": "grpo"})
+    assert "norm" not in grpo.algorithm.config
 
 
 def test_explicit_settings_override_the_recipe_down_to_one_estimator_key():
