@@ -19,8 +19,10 @@ map onto the sections (:data:`FLAT_KEYS`), so every config written before still 
 run's ``config.json`` still resumes. Defaults that depend on other fields are resolved once, when the
 config is built: the tiny model trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL,
 evaluated sampled at 0.4; a pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01,
-evaluated greedily; ``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise. The saved
-config holds the resolved values.
+evaluated greedily; ``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise. A recipe
+(``policy.recipe``, :mod:`ptgpo_algos.policy.recipes`) fills in a published protocol's settings and
+prompt wherever the given keys say nothing, before those defaults. The saved config holds the resolved
+values, a prompt template's text included.
 
 Each field's ``metadata`` carries its help text, its flat name and, for the common ones, its command
 line flag: ``ptgpo train``'s options are generated from it (:func:`cli_fields`).
