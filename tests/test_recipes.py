@@ -322,11 +322,13 @@ def test_estimator_keys_of_a_recipe_go_to_the_estimators_that_take_them(presets)
         ([{"when": {"env.kind": "x"}, "set": {}}], "rules[0].when may compare env.id, algorithm.name"),
         ([{"set": {"policy.prompt_template": "absent.yaml"}}], "names the prompt template 'absent.yaml'"),
         ([{"sett": {}}], "rules[0] must be"),
+        ("rules: [unclosed", "not valid YAML"),
     ],
 )
 def test_a_broken_recipe_file_is_named(presets, rules, message):
     (presets / "broken").mkdir()
-    (presets / "broken" / "recipe.yaml").write_text(yaml.safe_dump({"rules": rules}))
+    text = rules if isinstance(rules, str) else yaml.safe_dump({"rules": rules})
+    (presets / "broken" / "recipe.yaml").write_text(text)
     with pytest.raises(ValueError) as error:
         TrainConfig.from_dict({"recipe": "broken"})
     assert "recipe 'broken'" in str(error.value) and message in str(error.value)

@@ -70,7 +70,10 @@ def load_recipe(name: str) -> Recipe:
         raise ValueError(f"unknown recipe {name!r}; known: {', '.join(recipe_names())}")
     folder = PRESETS / name
     where = f"recipe {name!r} ({folder / 'recipe.yaml'})"
-    data = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
+    try:
+        data = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ValueError(f"{where}: not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict) or set(data) - {"description", "rules"} or not isinstance(data.get("rules"), list):
         raise ValueError(f"{where}: expected a mapping with description and a list of rules")
     rules = []
