@@ -30,8 +30,9 @@ best cell is marked only when its interval lies entirely above every other ranke
 (:func:`leaderboard.stats.separated_best`): never a tie, never a cell without an interval.
 
 Refusals (:class:`LeaderboardError`, naming the files): records written under another schema
-version; RL records of one environment column with different budgets, or whose spent ``decisions``
-differ by more than ``decisions_tolerance`` (2 %) of the smallest; one env label used with different
+version; RL records of one environment column with different budgets (value or unit), whose spent
+``decisions`` differ by more than ``decisions_tolerance`` (2 %) of the smallest (decision budgets),
+or that trained other than their budget's iterations (iteration budgets); one env label used with different
 ``env_id``/``env_kwargs``; two records for the same (env label, method, seed); one method recorded
 with different ``method_kind``. A table mixing these would compare unlike things silently. Corrupt
 or invalid record files are not refusals: they are reported and the rest is aggregated.
@@ -39,6 +40,11 @@ or invalid record files are not refusals: they are reported and the rest is aggr
 Reported rows (from papers, :mod:`leaderboard.reported`, or records with ``method_kind ==
 "reported"``) form a separate table with their own columns; they are never averaged with measured
 records, ranked, or marked best.
+
+Protocols (:mod:`leaderboard.protocols`). A measured cell whose column (same environment, any
+spelling, same metric) holds a reported number of another protocol than the cell's records is marked
+(``Cell.protocol_mark``), and ``Leaderboard.protocol_notes`` says, per environment, which protocols
+met there: a reader never meets such a pair unmarked.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from leaderboard.protocols import MARK, column_key, measured_protocol, reported_protocol
 from leaderboard.records import RecordProblem, ResultRecord, read_records_with_paths
 from leaderboard.reported import ReportedResults, ReportedSource
 from leaderboard.stats import (
@@ -63,6 +70,7 @@ from leaderboard.stats import (
 
 __all__ = [
     "ALFWORLD_TYPE_ORDER",
+    "MARK",
     "DECISIONS_TOLERANCE",
     "Cell",
     "Column",
@@ -109,6 +117,7 @@ class Cell:
     low: float | None = None
     high: float | None = None
     over: str | None = None
+    protocol_mark: bool = False  # measured under another protocol than a reported number of its column
 
 
 @dataclass
@@ -128,6 +137,9 @@ class Row:
     best_iqm: bool = False
     # Per-seed values of each measured column, for the IQM, the probability of improvement and plots.
     values: dict[Column, list[float]] = field(default_factory=dict)
+    # The protocol a row was measured under, per environment label (leaderboard.protocols); a
+    # reported row's under the key "" (its source's or its own).
+    protocols: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -150,6 +162,9 @@ class Leaderboard:
     failed: list[tuple[Path, ResultRecord]] = field(default_factory=list)
     problems: list[RecordProblem] = field(default_factory=list)
     budgets: dict[str, int | None] = field(default_factory=dict)  # env label -> RL budget
+    budget_units: dict[str, str] = field(default_factory=dict)  # env label -> its budget's unit
+    # One legend line per environment whose measured cells carry the protocol mark.
+    protocol_notes: list[str] = field(default_factory=list)
     sources: dict[str, ReportedSource] = field(default_factory=dict)
     caveat: str | None = None
     # The ok measured records with their files, for the learning curves.
@@ -255,6 +270,20 @@ def _spent_decisions_message(
     )
 
 
+def _iterations_message(env_label: str, items: list[tuple[Path, ResultRecord]]) -> str | None:
+    """The refusal for RL runs of an iteration budget that trained another number of iterations
+    (stopped early), or None. Their spent decisions differ by design: the matched unit is iterations."""
+    short = [(p, r) for p, r in items if r.iterations is not None and r.iterations != r.budget]
+    if not short:
+        return None
+    lines = [f"  {r.iterations} of {r.budget} iterations: {p.name}" for p, r in sorted(short, key=lambda item: item[0])]
+    return (
+        f"RL records for {env_label!r} did not train their budget's iterations, so the column would compare "
+        "unequal amounts of training (re-run the cells, or move them to their own results directory):\n"
+        + "\n".join(lines)
+    )
+
+
 def check_records(
     records: list[tuple[Path, ResultRecord]],
     problems: Sequence[RecordProblem] = (),
@@ -287,13 +316,16 @@ def check_records(
         rl = [(p, r) for p, r in items if r.method_kind == "rl" and r.status == "ok"]
         budgets = defaultdict(list)
         for path, record in rl:
-            budgets[record.budget].append((path, record))
+            budgets[record.budget, record.budget_unit].append((path, record))
         if len(budgets) > 1:
-            lines = [f"  budget {b}: {_files(group)}" for b, group in sorted(budgets.items(), key=str)]
+            lines = [f"  budget {b} {unit}: {_files(group)}" for (b, unit), group in sorted(budgets.items(), key=str)]
             messages.append(
                 f"RL records for {env_label!r} have different budgets; a column compares methods at one "
                 "budget (move the others to their own results directory):\n" + "\n".join(lines)
             )
+        elif rl and rl[0][1].budget_unit == "iterations":
+            if (message := _iterations_message(env_label, rl)) is not None:
+                messages.append(message)
         elif (message := _spent_decisions_message(env_label, rl, decisions_tolerance)) is not None:
             messages.append(message)
     cells = defaultdict(list)
@@ -343,6 +375,8 @@ def _rows_from_records(
             "reported" if kind == "reported" else "reference" if method in reference_methods else "measured"
         )
         row = Row(method, kind, section, source=source)
+        if kind == "reported":
+            row.protocols[""] = reported_protocol((group[0].protocol or {}).get("recipe"))
         for column in columns:
             values = [
                 v
@@ -436,10 +470,10 @@ def aggregate(
     ranked.sort(key=lambda row: (row.rank, -(row.mean_success or 0.0), row.method))
     reference = sorted((row for row in rows if row.section == "reference"), key=lambda row: row.method)
 
-    budgets = {}
+    budgets, budget_units = {}, {}
     for env, env_records in by_env.items():
-        rl_budgets = {r.budget for r in env_records if r.method_kind == "rl"}
-        budgets[env] = rl_budgets.pop() if rl_budgets else None
+        rl_budgets = {(r.budget, r.budget_unit) for r in env_records if r.method_kind == "rl"}
+        budgets[env], budget_units[env] = rl_budgets.pop() if rl_budgets else (None, "decisions")
 
     reported_by_env: dict[str, list[ResultRecord]] = defaultdict(list)
     for record in reported_records:
@@ -451,7 +485,8 @@ def aggregate(
     if reported is not None:
         for paper_row in reported.rows:
             row = Row(
-                paper_row.method, "reported", "reported", model=paper_row.model, source=paper_row.source
+                paper_row.method, "reported", "reported", model=paper_row.model, source=paper_row.source,
+                protocols={"": reported_protocol(paper_row.protocol)},
             )
             for env_label, metrics in paper_row.results.items():
                 for metric, value in metrics.items():
@@ -472,12 +507,51 @@ def aggregate(
         failed=failed,
         problems=[p for p in problems if p.kind != "schema_version"],
         budgets=budgets,
+        budget_units=budget_units,
         sources=sources,
         caveat=caveat,
         records=[(p, r) for p, r in ok if r.method_kind != "reported"],
     )
     board.improvements = _improvements(board)
+    board.protocol_notes = _mark_protocols(board, measured)
     return board
+
+
+def _mark_protocols(board: Leaderboard, measured: list[ResultRecord]) -> list[str]:
+    """Mark each measured cell whose column holds a reported number of another protocol, and say per
+    environment which protocols met (see the module docstring)."""
+    protocols: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for record in measured:
+        protocols[record.method, record.env_label].add(measured_protocol(record.protocol))
+    reported: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for row in board.reported_rows:
+        for column in row.cells:
+            reported[column_key(column.env_label, column.metric)][row.protocols[""]].add(row.source or row.method)
+    marked: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for row in board.rows:
+        for env in {c.env_label for c in row.cells}:
+            row.protocols[env] = ", ".join(sorted(protocols[row.method, env]))
+        for column, cell in row.cells.items():
+            theirs = reported.get(column_key(column.env_label, column.metric), {})
+            ours = protocols[row.method, column.env_label]
+            if any(mine != other for mine in ours for other in theirs):
+                cell.protocol_mark = True
+                for mine in ours:
+                    marked[column.env_label][mine].add(row.method)
+    notes = []
+    for env, by_protocol in sorted(marked.items()):
+        theirs = defaultdict(set)
+        for column in board.reported_columns:
+            if column.env_label.casefold() == env.casefold():
+                for protocol, sources in reported.get(column_key(column.env_label, column.metric), {}).items():
+                    theirs[protocol] |= sources
+        ours_text = "; ".join(f"{p} ({', '.join(sorted(m))})" for p, m in sorted(by_protocol.items()))
+        theirs_text = "; ".join(f"{p} ({', '.join(sorted(s))})" for p, s in sorted(theirs.items()))
+        notes.append(
+            f"{MARK} {env}: measured under {ours_text}; reported in the same columns under {theirs_text}. A "
+            f"marked cell does not share the protocol of every number reported in its column."
+        )
+    return notes
 
 
 def build_leaderboard(

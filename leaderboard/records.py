@@ -13,6 +13,14 @@ Storage contract, shared by the benchmark harness (writer) and the leaderboard (
   "success": float}``; a relative path is relative to the results directory.
 * A record with status ``ok`` carries its result in ``final_success``; a run without one is
   ``failed``, with the reason in ``error``.
+* ``budget`` is counted in ``budget_unit``: policy ``decisions`` (the default, and the unit of every
+  record written before the field existed) or training ``iterations``; ``iterations`` is the number
+  an RL run trained.
+* ``protocol`` says what a run was measured under (None: not recorded, as in records written before
+  the field existed): ``recipe`` (:mod:`ptgpo_algos.policy.recipes`; None for PTGPO's own prompt and
+  protocol), and what the evaluation environment reported of itself: ``observation_style`` (the
+  originals' pages or PTGPO's) and, for WebShop, ``reward_impl`` and ``reward_model``. Records
+  without the fields added since schema version 1 began still read, with these defaults.
 * :func:`read_records` reads every ``*.json`` file directly in the directory (not in subdirectories,
   so curves and other artefacts can live next to the records in subfolders) and reports each file it
   cannot use as a :class:`RecordProblem` with the file name and, for a JSON syntax error, the line,
@@ -35,7 +43,9 @@ from ptgpo_algos.files import atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BUDGET_UNITS",
     "METHOD_KINDS",
+    "PROTOCOL_KEYS",
     "STATUSES",
     "ResultRecord",
     "RecordError",
@@ -57,6 +67,8 @@ __all__ = [
 SCHEMA_VERSION = 1
 METHOD_KINDS = ("rl", "baseline", "reported")
 STATUSES = ("ok", "failed")
+BUDGET_UNITS = ("decisions", "iterations")
+PROTOCOL_KEYS = ("recipe", "observation_style", "reward_impl", "reward_model")
 
 
 class RecordError(ValueError):
@@ -92,10 +104,12 @@ class ResultRecord:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     seed: int
     budget: int | None = None
+    budget_unit: str = "decisions"
     status: str
     error: str | None = None
     decisions: int = 0
     tokens: int = 0
+    iterations: int | None = None
     final_success: float | None = None
     best_success: float | None = None
     eval_episodes: int = 0
@@ -106,6 +120,7 @@ class ResultRecord:
     curve_path: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
+    protocol: dict[str, str | None] | None = None
     created_at: str = field(default_factory=now_iso)
 
     def __post_init__(self) -> None:
@@ -202,6 +217,17 @@ def _validate(data: dict[str, Any]) -> None:
             fail(name, "a non-negative integer")
     if data["budget"] is not None and (not _is_int(data["budget"]) or data["budget"] <= 0):
         fail("budget", "a positive integer or null")
+    if data["budget_unit"] not in BUDGET_UNITS:
+        fail("budget_unit", f"one of {BUDGET_UNITS}")
+    if data["iterations"] is not None and (not _is_int(data["iterations"]) or data["iterations"] < 0):
+        fail("iterations", "a non-negative integer or null")
+    protocol = data["protocol"]
+    if protocol is not None and (
+        not isinstance(protocol, dict)
+        or set(protocol) - set(PROTOCOL_KEYS)
+        or not all(value is None or isinstance(value, str) for value in protocol.values())
+    ):
+        fail("protocol", f"null or an object of {', '.join(PROTOCOL_KEYS)} (strings or null)")
     for name in ("final_success", "best_success"):
         if data[name] is not None and not (_is_number(data[name]) and 0.0 <= data[name] <= 1.0):
             fail(name, "a fraction in [0, 1] or null")

@@ -4,9 +4,11 @@ standalone HTML page with sortable tables, and write the files atomically.
 Every format keeps the three parts apart: the measured table (ranked methods, then reference rows),
 the reported-in-papers table, and the failed runs / unreadable files. Measured cells read
 ``mean [low, high] (n)`` with the 95 % interval of :mod:`leaderboard.stats`; a column's separated best
-cell is bold (Markdown, LaTeX, HTML) or flagged ``best = 1`` (CSV). The probability-of-improvement
-matrix of the ranked methods has its own files (``improvement.md``, ``improvement.csv``) and is part of
-the HTML page, which also shows the plots written next to it.
+cell is bold (Markdown, LaTeX, HTML) or flagged ``best = 1`` (CSV). A cell measured under another
+protocol than a reported number of its column carries ``‡`` and its environment a legend line (CSV:
+``protocol_mark = 1`` and the row's ``protocol``); the reported table names each row's protocol. The
+probability-of-improvement matrix of the ranked methods has its own files (``improvement.md``,
+``improvement.csv``) and is part of the HTML page, which also shows the plots written next to it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from leaderboard.aggregate import Cell, Column, Leaderboard, Row
+from leaderboard.protocols import MARK
 from ptgpo_algos.files import atomic_write_text
 from leaderboard.stats import CONFIDENCE, REPS, Estimate
 
@@ -53,6 +56,9 @@ CSV_FIELDS = (
     "ci_low",
     "ci_high",
     "ci_over",
+    "budget_unit",
+    "protocol",
+    "protocol_mark",
 )
 IMPROVEMENT_FIELDS = ("method_x", "method_y", "probability", "ci_low", "ci_high", "ci_over", "tasks")
 
@@ -89,6 +95,7 @@ _IMPROVEMENT = (
     "tends to score higher than Y."
 )
 _LEGEND = (_UNITS, _AGGREGATES, _RANKING)
+_MARK_TITLE = "measured under another protocol than a reported number of this column"
 _REPORTED_TITLE = "Reported in papers (not measured here, not ranked, never averaged with measured rows)"
 
 
@@ -136,8 +143,18 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 
 def _budget_line(board: Leaderboard) -> str:
-    parts = [f"{env}: {budget}" for env, budget in sorted(board.budgets.items()) if budget is not None]
-    return "Budget (policy decisions per RL run): " + ", ".join(parts) + "." if parts else ""
+    budgets = {env: budget for env, budget in sorted(board.budgets.items()) if budget is not None}
+    units = {board.budget_units.get(env, "decisions") for env in budgets}
+    if units <= {"decisions"}:
+        parts = [f"{env}: {budget}" for env, budget in budgets.items()]
+        return "Budget (policy decisions per RL run): " + ", ".join(parts) + "." if parts else ""
+    parts = [f"{env}: {budget} {board.budget_units.get(env, 'decisions')}" for env, budget in budgets.items()]
+    return ("Budget per RL run (policy decisions, or training iterations of every method alike): "
+            + ", ".join(parts) + ".")
+
+
+def _mark(cell: Cell) -> str:
+    return MARK if cell.protocol_mark else ""
 
 
 # Markdown ---------------------------------------------------------------------------------------
@@ -155,7 +172,7 @@ def _code(text: str) -> str:
 def _md_cell(cell: Cell | None) -> str:
     if cell is None:
         return "–"
-    number = f"**{_number(cell)}**" if cell.best else _number(cell)
+    number = (f"**{_number(cell)}**" if cell.best else _number(cell)) + _mark(cell)
     return number if cell.n is None else f"{number} (n={cell.n})"
 
 
@@ -170,7 +187,8 @@ def to_markdown(board: Leaderboard) -> str:
     if board.rows:
         lines += [*_LEGEND]
         budget = _budget_line(board)
-        lines += [budget, ""] if budget else [""]
+        lines += [budget] if budget else []
+        lines += [_md(note) for note in board.protocol_notes] + [""]
         header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [
             column_label(c, board.columns) for c in board.columns
         ]
@@ -194,15 +212,15 @@ def to_markdown(board: Leaderboard) -> str:
         lines.append("No measured results.")
     if board.reported_rows:
         lines += ["", f"## {_REPORTED_TITLE}", ""]
-        header = ["Method", "Model", "Source"] + [
+        header = ["Method", "Model", "Source", "Protocol"] + [
             column_label(c, board.reported_columns) for c in board.reported_columns
         ]
         body = [
-            [_md(row.method), _md(row.model or ""), _md(row.source or "")]
+            [_md(row.method), _md(row.model or ""), _md(row.source or ""), _md(row.protocols.get("", ""))]
             + [_md_cell(row.cells.get(c)) for c in board.reported_columns]
             for row in board.reported_rows
         ]
-        lines += _md_table(header, body, ["---"] * 3 + ["---:"] * len(board.reported_columns))
+        lines += _md_table(header, body, ["---"] * 4 + ["---:"] * len(board.reported_columns))
         lines.append("")
         for source in board.sources.values():
             setup = f" Setup: {_one_line(source.setup, 400)}" if source.setup else ""
@@ -302,6 +320,8 @@ def to_csv(board: Leaderboard) -> str:
             "kind": row.kind,
             "model": row.model or "",
             "source": row.source or "",
+            "budget_unit": "",
+            "protocol_mark": "",
         }
         if row.section != "reported":
             for metric, estimate, best in (
@@ -318,6 +338,7 @@ def to_csv(board: Leaderboard) -> str:
                         "n": row.envs_covered,
                         "best": int(best),
                         "budget": "",
+                        "protocol": "",
                     }
                 )
         for column in columns:
@@ -325,9 +346,13 @@ def to_csv(board: Leaderboard) -> str:
             if cell is None:
                 continue
             budget = board.budgets.get(column.env_label) if row.kind == "rl" else None
+            protocol = row.protocols.get("" if row.section == "reported" else column.env_label, "")
             writer.writerow(
                 common
                 | {
+                    "budget_unit": "" if budget is None else board.budget_units.get(column.env_label, "decisions"),
+                    "protocol": protocol,
+                    "protocol_mark": "" if row.section == "reported" else int(cell.protocol_mark),
                     "env_label": column.env_label,
                     "metric": column.metric,
                     "mean": _csv_float(cell.mean),
@@ -357,6 +382,7 @@ _TEX_SPECIAL = {
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
     "†": r"\dag{}",
+    "‡": r"\ddag{}",
 }
 
 
@@ -372,7 +398,8 @@ def _tex_cell(cell: Cell | None) -> str:
         return mean if cell.se is None else rf"{mean} $\pm$ {cell.se:.10g}"
     mean = f"{cell.mean:.1f}"
     text = rf"\textbf{{{mean}}}" if cell.best else mean
-    return text + tex_escape(_interval(cell.low, cell.high, cell.over)) + rf" {{\scriptsize({cell.n})}}"
+    interval = tex_escape(_interval(cell.low, cell.high, cell.over) + _mark(cell))
+    return text + interval + rf" {{\scriptsize({cell.n})}}"
 
 
 def _tex_bold(text: str, bold: bool) -> str:
@@ -409,6 +436,7 @@ def to_latex(board: Leaderboard) -> str:
         budget = _budget_line(board)
         if budget:
             lines.append("% " + budget)
+        lines += ["% " + note for note in board.protocol_notes]
         body = []
         for row in board.rows:
             body.append(
@@ -428,11 +456,12 @@ def to_latex(board: Leaderboard) -> str:
         if board.caveat:
             lines.append("% " + _one_line(board.caveat, 1000))
         body = [
-            [tex_escape(row.method), tex_escape(row.model or ""), tex_escape(row.source or "")]
+            [tex_escape(row.method), tex_escape(row.model or ""), tex_escape(row.source or ""),
+             tex_escape(row.protocols.get("", ""))]
             + [_tex_cell(row.cells.get(c)) for c in board.reported_columns]
             for row in board.reported_rows
         ]
-        lines += _tex_tabular(["Method", "Model", "Source"], board.reported_columns, body)
+        lines += _tex_tabular(["Method", "Model", "Source", "Protocol"], board.reported_columns, body)
     return "\n".join(lines) + "\n"
 
 
@@ -502,6 +531,8 @@ def _html_cell(cell: Cell | None) -> str:
     if cell.n is None:  # reported: as printed in the paper
         return f'<td data-value="{cell.mean:.6g}">{_esc(_number(cell))}</td>'
     count = f' <span class="n">(n={cell.n})</span>'
+    if cell.protocol_mark:
+        count = f'<span class="mark" title="{_esc(_MARK_TITLE)}">{MARK}</span>' + count
     return _html_value(cell.mean, _interval(cell.low, cell.high, cell.over), cell.best, suffix=count)
 
 
@@ -552,6 +583,7 @@ def to_html(board: Leaderboard, images: Sequence[str] = ()) -> str:
         budget = _budget_line(board)
         if budget:
             parts.append(f'<p class="note">{_esc(budget)}</p>')
+        parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in board.protocol_notes]
         header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [
             column_label(c, board.columns) for c in board.columns
         ]
@@ -585,18 +617,19 @@ def to_html(board: Leaderboard, images: Sequence[str] = ()) -> str:
         ]
     if board.reported_rows:
         parts.append(f"<h2>{_esc(_REPORTED_TITLE)}</h2>")
-        header = ["Method", "Model", "Source"] + [
+        header = ["Method", "Model", "Source", "Protocol"] + [
             column_label(c, board.reported_columns) for c in board.reported_columns
         ]
         rows = [
             (
                 "reported",
-                [_html_text(row.method), _html_text(row.model or ""), _html_text(row.source or "")]
+                [_html_text(row.method), _html_text(row.model or ""), _html_text(row.source or ""),
+                 _html_text(row.protocols.get("", ""))]
                 + [_html_cell(row.cells.get(c)) for c in board.reported_columns],
             )
             for row in board.reported_rows
         ]
-        parts += _html_table(header, rows, text_columns=3)
+        parts += _html_table(header, rows, text_columns=4)
         parts.append("<ul>")
         for source in board.sources.values():
             setup = f" Setup: {_esc(source.setup)}" if source.setup else ""

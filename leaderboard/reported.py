@@ -5,11 +5,12 @@ File format::
 
     caveat: free text shown under the reported table
     sources:
-      KEY: {citation: "...", setup: "..."}
+      KEY: {citation: "...", setup: "...", protocol: verl-agent}
     rows:
       - method: GRPO
         model: Qwen2.5-1.5B-Instruct
         source: KEY                       # one of sources
+        protocol: verl-agent              # optional: this row's, when not its source's
         results:                          # env label -> metric -> value (in %)
           ALFWorld: {Pick: 85.3, All: {value: 72.8, pm: 3.6}}
           WebShop: {score: 75.8, success: 56.8}
@@ -17,6 +18,10 @@ File format::
 A value is a number, or ``{value: number, pm: number}`` where ``pm`` is the spread printed next to it
 in the paper (kept as printed: papers do not always say whether it is a standard deviation or a
 standard error). Cells a paper leaves blank are simply absent.
+
+``protocol`` names the protocol the numbers were measured under (a recipe's name where one of
+:mod:`ptgpo_algos.policy.recipes` reproduces it); without one it is "not stated". Measured cells of
+another protocol in the same column are marked (:mod:`leaderboard.protocols`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class ReportedSource:
     key: str
     citation: str
     setup: str | None = None
+    protocol: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class ReportedRow:
     model: str | None
     source: str
     results: dict[str, dict[str, ReportedValue]]
+    protocol: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,13 @@ def _value(raw: Any, where: str) -> ReportedValue:
     return ReportedValue(_number(raw, where))
 
 
+def _protocol(raw: dict[str, Any], where: str) -> str | None:
+    protocol = raw.get("protocol")
+    if protocol is not None and (not isinstance(protocol, str) or not protocol.strip()):
+        raise ReportedFileError(f"{where}: protocol must be a name such as verl-agent, got {protocol!r}")
+    return protocol
+
+
 def load_reported(path: str | os.PathLike) -> ReportedResults:
     """Read and validate a reported-results YAML; errors name the file and the offending entry."""
     path = Path(path)
@@ -105,7 +119,8 @@ def load_reported(path: str | os.PathLike) -> ReportedResults:
     for key, raw in (data.get("sources") or {}).items():
         if not isinstance(raw, dict) or not isinstance(raw.get("citation"), str):
             raise ReportedFileError(f"{path}: sources.{key} needs a 'citation' string")
-        sources[str(key)] = ReportedSource(str(key), raw["citation"], raw.get("setup"))
+        protocol = _protocol(raw, f"{path}: sources.{key}")
+        sources[str(key)] = ReportedSource(str(key), raw["citation"], raw.get("setup"), protocol)
     rows = []
     for index, raw in enumerate(data["rows"]):
         where = f"{path}: rows[{index}]"
@@ -124,6 +139,7 @@ def load_reported(path: str | os.PathLike) -> ReportedResults:
                 str(metric): _value(value, f"{where}.results.{env_label}.{metric}")
                 for metric, value in metrics.items()
             }
-        rows.append(ReportedRow(raw["method"], raw.get("model"), raw["source"], parsed))
+        protocol = _protocol(raw, where) or sources[raw["source"]].protocol
+        rows.append(ReportedRow(raw["method"], raw.get("model"), raw["source"], parsed, protocol))
     caveat = data.get("caveat")
     return ReportedResults(rows, sources, None if caveat is None else str(caveat).strip())

@@ -20,7 +20,10 @@ run's ``config.json`` still resumes. Defaults that depend on other fields are re
 config is built: the tiny model trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL,
 evaluated sampled at 0.4; a pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01,
 evaluated greedily; ``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise; PATR's K
-(``rollouts.patr.every``) is the environment's default. The saved config holds the resolved values.
+(``rollouts.patr.every``) is the environment's default. A recipe (``policy.recipe``,
+:mod:`ptgpo_algos.policy.recipes`) fills in a published protocol's settings and prompt wherever the given
+keys say nothing, before those defaults. The saved config holds the resolved values, a prompt template's
+text included.
 
 Each field's ``metadata`` carries its help text, its flat name and, for the common ones, its command
 line flag: ``ptgpo train``'s options are generated from it (:func:`cli_fields`).
@@ -177,6 +180,13 @@ class PolicyConfig:
                                                  flat="gradient_checkpointing")
     lora: dict[str, Any] | None = _field(None, "LoRA adapters (r, alpha, dropout, target_modules); None: full "
                                          "fine-tuning", flat="lora")
+    recipe: str | None = _field(None, "a published protocol as defaults and prompts (verl-agent); settings given "
+                                "explicitly override it", flat="recipe", flag="recipe")
+    prompt_template: dict[str, str] | None = _field(None, "a prompt template file (YAML) instead of PTGPO's prompt; "
+                                                    "the config keeps its text", flat="prompt_template",
+                                                    flag="prompt-template")
+    require_think: bool = _field(False, "generate mode: a response without <think>...</think> is an invalid step",
+                                 flat="require_think")
 
     def __post_init__(self) -> None:
         from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
@@ -205,6 +215,13 @@ class PolicyConfig:
 
             if importlib.util.find_spec("peft") is None:
                 raise ValueError("policy.lora (lora): needs the peft package; pip install 'ptgpo[lora]'")
+        if self.recipe is not None:
+            from ptgpo_algos.policy.recipes import recipe_names
+
+            check_choice("policy.recipe (recipe)", self.recipe, recipe_names())
+        if self.prompt_template is not None:
+            object.__setattr__(self, "prompt_template", _prompt_template(self.prompt_template))
+        check_bool("policy.require_think (require_think)", self.require_think)
 
     @property
     def is_tiny(self) -> bool:
@@ -503,6 +520,7 @@ class TrainConfig:
                 known[name] = item
         if hindsight_off and "hindsight" in values:
             raise ValueError("hindsight is both off (null) and set; keep one")
+        _apply_recipe(values)
         sections = {}
         for section, given in values.items():
             section_class = SECTIONS[section]
@@ -578,6 +596,47 @@ def key_paths(key: str, value: Any) -> list[tuple[str, Any]]:
         return [(f"{FLAT_KEYS[head]}.{rest}", value)]
     unknown_keys("the training config", [key], [*SECTIONS, *FLAT_KEYS])
     return []
+
+
+def _apply_recipe(values: dict[str, dict[str, Any]]) -> None:
+    """Set what the config's recipe sets (:mod:`ptgpo_algos.policy.recipes`) wherever ``values``, the
+    settings given, say nothing: given settings win, down to one key of a mapping field."""
+    name = values.get("policy", {}).get("recipe")
+    if name is None:
+        return
+    from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
+    from ptgpo_algos.policy.recipes import load_recipe
+
+    try:
+        recipe = load_recipe(name)
+    except ValueError as error:
+        raise ValueError(f"policy.recipe (recipe): {error}") from None
+    algorithm = values.get("algorithm", {}).get("name", AlgorithmConfig.name)
+    estimator_keys = estimator_defaults(algorithm) if algorithm in ESTIMATORS else {}
+    for path, value in recipe.defaults(values.get("env", {}).get("id", EnvConfig.id), algorithm).items():
+        section, _, rest = path.partition(".")
+        field_name, _, key = rest.partition(".")
+        given = values.setdefault(section, {})
+        if not key:
+            given.setdefault(field_name, value)
+            continue
+        # An estimator key is for the estimators that take it (not every estimator has a gamma).
+        takes = (section, field_name) != ("algorithm", "config") or key in estimator_keys
+        if takes and isinstance(given.get(field_name, {}), Mapping):
+            given[field_name] = {key: value, **given.get(field_name, {})}
+
+
+def _prompt_template(value: Any) -> dict[str, str]:
+    """A template file's text (or a saved template, checked again), as the config keeps it."""
+    from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
+
+    where = "policy.prompt_template (prompt_template)"
+    try:
+        if isinstance(value, (str, os.PathLike)):
+            return load_prompt_template(value).to_mapping()
+        return PromptTemplate.from_mapping(value, "the template").to_mapping()
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
 
 
 def _set_inner(mapping: dict[str, Any], path: str, value: Any) -> dict[str, Any]:

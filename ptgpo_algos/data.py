@@ -57,6 +57,8 @@ class Decision:
     ``entropy`` is the policy's entropy at this decision (over candidates in ``choose``, mean per-token
     entropy in ``generate``). In ``choose`` mode ``candidate_ids`` are the tokenised admissible
     actions, ``choice`` the chosen index and ``choice_logprob`` its log-probability under the softmax.
+    ``format_error`` says why a generated response breaks the response rules (None: it keeps them); a
+    response with an ``action`` and a ``format_error`` is played, but its step counts as invalid.
     """
 
     text: str
@@ -68,6 +70,7 @@ class Decision:
     candidate_ids: list[list[int]] | None = None
     choice: int | None = None
     choice_logprob: float | None = None
+    format_error: str | None = None
 
 
 @dataclass(eq=False)

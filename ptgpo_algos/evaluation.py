@@ -18,7 +18,7 @@ import gymnasium as gym
 import ptgpo_envs
 from ptgpo_algos.episodes import Episode, EpisodeEngine, EpisodeView, Transition, make_vector_env
 
-__all__ = ["Agent", "EpisodeView", "EpisodeResult", "EvalResult", "evaluate", "make_env"]
+__all__ = ["PROTOCOL_INFO", "Agent", "EpisodeView", "EpisodeResult", "EvalResult", "evaluate", "make_env"]
 
 
 class Agent(Protocol):
@@ -40,9 +40,16 @@ class EpisodeResult:
     score: float | None = None
 
 
+#: What an environment's ``info`` says about the texts and scoring an evaluation ran under (the
+#: originals' pages or PTGPO's, WebShop's reward by spaCy or by the stand-in): part of its protocol.
+PROTOCOL_INFO = ("observation_style", "reward_impl", "reward_model")
+
+
 @dataclass
 class EvalResult:
     episodes: list[EpisodeResult] = field(default_factory=list)
+    #: The :data:`PROTOCOL_INFO` keys the environment reported, as it reported them.
+    environment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def success_rate(self) -> float:
@@ -84,6 +91,7 @@ class EvalResult:
             "invalid_rate": self.invalid_rate,
             "success_by_type": self.success_by_type,
             "score": self.mean_score,
+            "environment": dict(self.environment),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,6 +148,7 @@ def evaluate(
 
         bar = tqdm(total=len(seeds), desc=f"eval {agent.name} on {env_id}", leave=False)
     engine: EpisodeEngine[str] = EpisodeEngine()
+    environment: dict[str, Any] = {}
 
     def on_transition(episode: Episode, action: str, transition: Transition) -> Episode | None:
         tally: _Tally = episode.state
@@ -149,6 +158,7 @@ def evaluate(
         if not transition.done:
             return episode
         info = transition.info
+        environment.update((key, info[key]) for key in PROTOCOL_INFO if key in info)
         finished.append((start + episode.index, EpisodeResult(
             seed=chunk[episode.index], won=bool(info["won"]), total_reward=tally.reward,
             length=len(episode.history), invalid_actions=tally.invalid, task_type=info.get("task_type"),
@@ -169,4 +179,4 @@ def evaluate(
     if bar is not None:
         bar.close()
     # Episodes end in any order; results follow the order of the seeds given.
-    return EvalResult([episode for _, episode in sorted(finished, key=lambda item: item[0])])
+    return EvalResult([episode for _, episode in sorted(finished, key=lambda item: item[0])], environment)

@@ -205,7 +205,8 @@ class Collection:
         node.entropy = decision.entropy
         stats.decisions += 1
         stats.tokens += len(decision.response_ids)
-        valid = bool(transition.info.get("action_valid", True))
+        # A response that breaks the response rules is invalid even where the environment took its action.
+        valid = bool(transition.info.get("action_valid", True)) and decision.format_error is None
         stats.invalid_steps += not valid
         leaf.steps.append(Step(
             state_key=node.info["state_key"], action=decision.action if decision.action is not None else decision.text,

@@ -80,6 +80,13 @@ class TrainSummary:
     curve_path: Path
     checkpoint_dir: Path
     iterations: int = 0
+    recipe: str | None = None
+
+    @property
+    def protocol(self) -> dict[str, Any]:
+        """What the final numbers were measured under: the recipe (None: PTGPO's own prompt and
+        protocol) and what the evaluation environment reported of its texts and scoring."""
+        return {"recipe": self.recipe, **self.final_eval.get("environment", {})}
 
 
 #: The counters a checkpoint keeps (the keys of ``checkpoint["counters"]``).
@@ -371,6 +378,7 @@ class Trainer:
             tokens=state.tokens, tokens_saved=state.tokens_saved, decisions_saved=state.decisions_saved,
             wall_time_s=state.wall_time_s, metrics_path=self.logger.metrics_path,
             curve_path=self.logger.curve_path, checkpoint_dir=self.config.run_dir, iterations=state.iteration,
+            recipe=self.config.policy.recipe,
         )
 
 

@@ -86,6 +86,7 @@ def test_reset_shows_the_task_and_info_carries_the_engine_state():
     assert info["state_key"] == observation and info["won"] is False and info["step"] == 0
     assert "look" in info["admissible_actions"] and "inventory" in info["admissible_actions"]
     assert info["gamefile"] == env.games[0].path
+    assert info["observation_style"] == "original"  # what the run was measured under, for its record
     # The seed picks the game: seeds 0..N-1 cover the split, seed N wraps to game 0.
     assert env.reset(seed=len(env.games))[1]["gamefile"] == env.games[0].path
     assert env.reset(seed=1)[1]["gamefile"] == env.games[1].path

@@ -194,7 +194,8 @@ def test_gpu_configs_follow_the_literature_setting(path):
     from ptgpo_algos.config import TrainConfig, merge_overrides
 
     config = load_config(path)
-    assert config.policy["group_size"] == 8 and config.policy["tasks_per_iteration"] == 16
+    # verl-agent's recipe, stopped by its 150 iterations for every method.
+    assert config.policy["recipe"] == "verl-agent" and config.iterations == 150
     assert config.policy["model"].startswith("Qwen/Qwen2.5-") and config.seeds == [0, 1, 2]
     env = config.environments[0]
     assert env.max_steps == {"ptgpo/ALFWorld-v0": 50, "ptgpo/WebShop-v0": 15}[env.id]
@@ -208,10 +209,15 @@ def test_gpu_configs_follow_the_literature_setting(path):
     for cell in plan_cells(config):
         if cell.kind == "rl":
             assert cell.spec["algo_config"]["gamma"] == 0.95
+            assert (cell.budget, cell.budget_unit) == (150, "iterations")
             # Everything but what needs the GPU and the hub model is a valid TrainConfig.
             train = TrainConfig.from_dict(merge_overrides(cell.spec, {"model": "tiny", "device": "cpu"}))
             if cell.method == "patr":
                 assert train.rollouts.patr["every"] == {"ptgpo/ALFWorld-v0": 5, "ptgpo/WebShop-v0": 3}[env.id]
+            assert (train.rollouts.group_size, train.rollouts.tasks_per_iteration) == (8, 16)
+            assert (train.run.iterations, train.run.total_decisions) == (150, None)
+            assert train.policy.mode == "generate" and train.policy.require_think
+            assert train.evaluation.temperature == 0.4
 
 
 def test_baselines_evaluate_with_eval_kwargs(tmp_path):
@@ -266,3 +272,48 @@ def test_cli_refuses_a_missing_config_and_lists_cells_on_dry_run(tmp_path, capsy
     ]
     assert main(["bench", "--print-default"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["name"] == load_config().name
+
+
+def test_an_iteration_budget_ends_every_rl_cell_after_as_many_iterations():
+    sb3 = _config(methods=[{"algo": "grpo"}], baselines=["sb3_ppo"], iterations=3)
+    cells = {c.method: c for c in plan_cells(BenchConfig.from_dict(sb3))}
+    assert (cells["grpo"].budget, cells["grpo"].budget_unit) == (3, "iterations")
+    assert cells["grpo"].spec["run.iterations"] == 3 and "total_decisions" not in cells["grpo"].spec
+    # The baseline that trains keeps the decision budget.
+    assert (cells["sb3_ppo"].budget, cells["sb3_ppo"].budget_unit) == (100, "decisions")
+    # An environment's own iteration budget wins; a quick decision budget alone ends the quick run's cells.
+    own = _config(methods=[{"algo": "grpo"}], iterations=3, quick={"budget": 7})
+    own["environments"][0]["iterations"] = 5
+    assert plan_cells(BenchConfig.from_dict(own))[0].spec["run.iterations"] == 5
+    quick = plan_cells(BenchConfig.from_dict(own, quick=True))[0]
+    assert (quick.budget, quick.budget_unit, quick.spec["total_decisions"]) == (7, "decisions", 7)
+    quick_iterations = BenchConfig.from_dict({**own, "quick": {"iterations": 1}}, quick=True)
+    assert plan_cells(quick_iterations)[0].spec["run.iterations"] == 1
+    # Without one, the saved config is what it always was (a results folder of it still resumes).
+    assert "iterations" not in BenchConfig.from_dict(_config()).to_dict()
+    with pytest.raises(BenchError, match="policy sets iterations, and so does the bench's iteration budget"):
+        BenchConfig.from_dict(_config(methods=[{"algo": "grpo"}], iterations=3, policy={"iterations": 4}))
+    with pytest.raises(BenchError, match=r"methods\[grpo\].train sets iterations"):
+        BenchConfig.from_dict(_config(methods=[{"algo": "grpo", "train": {"run.iterations": 4}}], iterations=3))
+
+
+def test_records_say_which_recipe_and_environment_texts_they_were_measured_under(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    # The verl-agent recipe on the tiny model, in choose mode for speed: its prompt and settings apply.
+    policy = {"recipe": "verl-agent", "mode": "choose", "group_size": 2, "tasks_per_iteration": 1,
+              "tiny": {"hidden_size": 32, "pretrain_steps": 0}}
+    config = BenchConfig.from_dict(_config(policy=policy, methods=[{"algo": "grpo"}], baselines=["random"],
+                                           iterations=1, environments=[
+        {"label": "webshop", "id": "ptgpo/WebShop-v0", "kwargs": {"split": "train"}, "max_steps": 3,
+         "eval_kwargs": {"split": "test", "observation_style": "annotated"}, "train_seeds": {"count": 10},
+         "eval_seeds": [20, 21]},
+    ]))
+    rl, random = (run_cell(cell, tmp_path) for cell in plan_cells(config))
+    from ptgpo_envs.webshop.env import WebShopEnv
+
+    reward = WebShopEnv(split="test")
+    expected = {"recipe": "verl-agent", "observation_style": "annotated", "reward_impl": reward.reward_impl,
+                "reward_model": reward.reward_model}
+    assert rl.status == "ok" and (rl.budget, rl.budget_unit, rl.iterations) == (1, "iterations", 1)
+    assert rl.protocol == expected and random.protocol == expected
+    assert (random.budget, random.budget_unit) == (None, "decisions")

@@ -74,6 +74,24 @@ def test_saved_policy_reloads_with_the_settings_it_acted_with(tiny_path, tmp_pat
     assert load_policy(tiny_path).prompts.history_length == 2
 
 
+def test_a_recipes_prompt_and_response_rule_are_saved_with_the_policy(tiny_path, tmp_path):
+    from ptgpo_algos.config import TrainConfig
+
+    template = TrainConfig.from_dict({"recipe": "verl-agent", "env_id": ENV}).policy.prompt_template
+    trained = load_policy(tiny_path, mode="generate", prompt_template=template, require_think=True)
+    trained.save_pretrained(tmp_path / "saved")
+    loaded = load_policy(tmp_path / "saved")
+    assert loaded.prompts.template == trained.prompts.template and loaded.require_think
+    context = _context(history=[("first", "go left")])
+    assert loaded.prompts.prompt_ids(context) == trained.prompts.prompt_ids(context)
+    assert "This is step 2." in loaded.tokenizer.decode(loaded.prompts.prompt_ids(context))
+    # A generated response without <think> keeps its action, and the reason it is an invalid step.
+    for policy, error in ((loaded, "missing <think>...</think>"), (load_policy(tiny_path, mode="generate"), None)):
+        tokens = policy.tokenizer.encode("<action>go left</action>", add_special_tokens=False)
+        decision = policy._generated_decision([1], tokens, [0.0] * len(tokens), [0.0] * len(tokens))
+        assert (decision.action, decision.format_error) == ("go left", error)
+
+
 def test_tiny_model_is_deterministic_per_seed(tiny_path, tmp_path):
     from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
 

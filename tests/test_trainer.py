@@ -217,7 +217,7 @@ def test_the_cli_flags_come_from_the_config_fields(capsys):
     flags = {spec.flag for spec in cli_fields()}
     assert {"env", "algo", "model", "mode", "rollout", "group-size", "tasks", "iterations", "total-decisions",
             "time-limit", "lr", "eval-every", "eval-episodes", "eval-temperature", "seed", "out", "resume",
-            "tensorboard", "async-rollouts"} == flags
+            "tensorboard", "async-rollouts", "recipe", "prompt-template"} == flags
     parser = build_parser()
     args = parser.parse_args(["train", "--env", "ptgpo/FrozenLake-v0", "--lr", "0.002", "--eval-episodes", "3",
                               "--async-rollouts", "--difficulty", "easy", "--set", "optim.epochs=3",
@@ -345,7 +345,7 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     # The saved model keeps the settings it acted with, not the loader's defaults (history 2).
     assert saved_policy_settings(run_dir / "final_model") == {
         "mode": "choose", "score": "mean", "temperature": 1.0, "history_length": 1,
-        "max_prompt_tokens": 1024, "max_new_tokens": 7,
+        "max_prompt_tokens": 1024, "max_new_tokens": 7, "prompt_template": None, "require_think": False,
     }
     keys = ("success", "return", "length", "invalid_rate")
 

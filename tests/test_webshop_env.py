@@ -295,3 +295,5 @@ def test_reward_implementation_is_reported(env):
     _, info = env.reset(seed=0)
     assert info["reward_impl"] == env.reward_impl in ("spacy", "stand-in")
     assert (info["reward_model"] is None) == (env.reward_impl == "stand-in")
+    assert info["observation_style"] == env.observation_style == "original"
+    assert WebShopEnv(split="test", observation_style="annotated").reset(seed=0)[1]["observation_style"] == "annotated"

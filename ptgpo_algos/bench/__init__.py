@@ -16,6 +16,8 @@ Config schema (YAML; unknown keys are errors)::
     name: household-cpu          # names the output folder: bench_results/<name>/
     budget: 3000                 # matched budget: policy decisions of training per RL/SB3 run
                                  # (an environment's own `budget` overrides it for that environment)
+    iterations: 150              # optional: RL cells stop after this many iterations instead (every
+                                 # method the same; `budget` then serves the baselines that train)
     seeds: [0, 1]                # one cell per seed per (environment, method)
     workers: 2                   # optional: parallel cells (default: the number of CPU cores)
     resources: {cpus: 1, gpus: 0}   # optional: what each cell asks of a Ray cluster (--ray); a
@@ -32,6 +34,7 @@ Config schema (YAML; unknown keys are errors)::
         max_steps: 30            # optional: horizon (default: the environment's)
         train_seeds: {start: 0, count: 10000}     # a range of task seeds for training
         budget: 20000            # optional: this environment's matched budget (default: the top one)
+        iterations: 100          # optional: this environment's iteration budget (default: the top one)
         eval_seeds: {start: 1000000, count: 50}   # or an explicit list [3, 5, 8]
     methods:                     # RL cells: TrainConfig = policy + these (+ env, seed, budget)
       - name: gigpo              # method name in records (defaults to algo)
@@ -44,8 +47,9 @@ Config schema (YAML; unknown keys are errors)::
       - name: sb3_ppo
         options: {max_slots: 48} # the baseline's own settings
     quick:                       # optional: overrides applied by `ptgpo bench --quick`
-      budget: 300                # any of: name, budget (replaces every environment's), seeds, workers,
-      seeds: [0]                 # policy (merged key by key), max_eval_episodes (caps every
+      budget: 300                # any of: name, budget (replaces every environment's), iterations
+      seeds: [0]                 # (likewise; a quick budget without it ends the RL cells too), seeds,
+                                 # workers, policy (merged key by key), max_eval_episodes (caps every
                                  # environment's eval seeds)
       max_eval_episodes: 10
 
@@ -55,7 +59,12 @@ more episodes for the same budget. An RL run spends its budget exactly: its last
 decisions when the budget is reached, and the episodes still running then are left out of that
 iteration's update (their decisions count as spent); SB3 PPO spends it exactly or slightly under
 (whole rollouts). Records store the decisions actually spent, and the leaderboard refuses a column
-whose RL cells spent more than 2 % apart. Random, expert and zero-shot do not train: their
+whose RL cells spent more than 2 % apart. With an iteration budget every RL cell trains exactly that
+many iterations of ``tasks_per_iteration`` × ``group_size`` episodes (the literature's protocol; a
+recipe's own ``iterations`` applies only through it, since each cell's stopping is the bench's), its
+record says ``budget_unit: iterations``, and the leaderboard checks the iterations trained instead.
+Records also carry the ``protocol`` the cell ran under (the policy section's recipe, and what the
+evaluation environment reported of its pages and scoring). Random, expert and zero-shot do not train: their
 records have ``budget: null`` and ``decisions: 0``. Every cell evaluates on the same ``eval_seeds``
 (the LLM policies with the policy section's protocol: greedy, or sampled at ``eval_temperature``;
 random plays uniformly, SB3 PPO greedily); ``final_success`` is the last evaluation and

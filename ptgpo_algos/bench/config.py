@@ -25,14 +25,13 @@ __all__ = ["BaselineEntry", "BenchConfig", "BenchError", "DEFAULT_CONFIG_NAME", 
 #: The embedded CPU default, shipped inside the package (one source of truth for `ptgpo bench`).
 DEFAULT_CONFIG_NAME = "default.yaml"
 
-_QUICK_KEYS = ("name", "budget", "seeds", "workers", "policy", "max_eval_episodes")
-#: TrainConfig fields the harness sets for each cell; a config that sets them elsewhere is refused.
+_QUICK_KEYS = ("name", "budget", "iterations", "seeds", "workers", "policy", "max_eval_episodes")
 #: TrainConfig fields the harness sets for each cell (by path); a config that sets them elsewhere is refused.
 _SET_PER_CELL = ("env.id", "env.kwargs", "env.max_steps", "env.train_seeds", "algorithm.name", "algorithm.config",
                  "rollouts.strategy", "run.seed", "run.out_dir", "run.resume", "run.total_decisions",
                  "evaluation.seeds")
-_TOP_KEYS = ("name", "budget", "seeds", "workers", "resources", "policy", "environments", "methods", "baselines",
-             "quick")
+_TOP_KEYS = ("name", "budget", "iterations", "seeds", "workers", "resources", "policy", "environments", "methods",
+             "baselines", "quick")
 #: What a cell asks of a Ray cluster (``ptgpo bench --ray``) unless its method or baseline says otherwise.
 DEFAULT_RESOURCES = {"cpus": 1.0, "gpus": 0.0}
 
@@ -55,6 +54,7 @@ class EnvironmentEntry:
     eval_kwargs: dict[str, Any] | None = None
     max_steps: int | None = None
     budget: int | None = None
+    iterations: int | None = None
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:
@@ -89,6 +89,8 @@ class BenchConfig:
     baselines: list[BaselineEntry]
     workers: int | None = None
     resources: dict[str, float] = dataclasses.field(default_factory=lambda: dict(DEFAULT_RESOURCES))
+    #: The matched budget in training iterations, when RL cells stop by iterations (else by ``budget``).
+    iterations: int | None = None
 
     def cell_resources(self, entry: MethodEntry | BaselineEntry) -> dict[str, float]:
         """What one cell of ``entry`` asks of a Ray cluster: ``cpus`` and ``gpus``."""
@@ -129,9 +131,17 @@ class BenchConfig:
             _environment(entry, f"environments[{i}]", max_eval)
             for i, entry in enumerate(_list(data.get("environments"), "environments"))
         ]
-        if quick and "budget" in quick_section:
-            # A quick run is small everywhere: its budget replaces the environments' own.
-            environments = [dataclasses.replace(env, budget=None) for env in environments]
+        stopping = {"budget", "iterations"} & set(quick_section) if quick else set()
+        if stopping:
+            # A quick run is small everywhere: its budget replaces the environments' own, and a quick
+            # decision budget alone ends its RL cells too.
+            environments = [dataclasses.replace(env, iterations=None, budget=None if "budget" in stopping
+                                                else env.budget) for env in environments]
+            iterations = quick_section.get("iterations")
+        else:
+            iterations = data.get("iterations")
+        if iterations is not None:
+            iterations = _positive_int(iterations, "iterations")
         methods = [_method(entry, f"methods[{i}]") for i, entry in enumerate(_list(data.get("methods", []) or [], "methods"))]
         baselines = [
             _baseline(entry, f"baselines[{i}]") for i, entry in enumerate(_list(data.get("baselines", []) or [], "baselines"))
@@ -142,10 +152,27 @@ class BenchConfig:
             raise BenchError("the config must list at least one method or baseline")
         _unique([e.label for e in environments], "environments[].label")
         _unique([m.name for m in methods] + [b.name for b in baselines], "method and baseline names")
-        return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources)
+        if iterations is not None or any(env.iterations is not None for env in environments):
+            _iterations_once(policy, methods)
+        return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources, iterations)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config as plain data; an iteration budget appears only where one is set (so a results
+        folder of a config without one still resumes)."""
+        data = asdict(self)
+        for entry in [data, *data["environments"]]:
+            if entry["iterations"] is None:
+                del entry["iterations"]
+        return data
+
+
+def _iterations_once(policy: dict[str, Any], methods: list[MethodEntry]) -> None:
+    """An iteration budget is the bench's: the policy section and the methods may not set their own."""
+    for where, fields in [("policy", policy)] + [(f"methods[{m.name}].train", m.train) for m in methods]:
+        paths = [path for key, value in fields.items() for path, _ in key_paths(key, value)]
+        if "run.iterations" in paths:
+            raise BenchError(f"{where} sets iterations, and so does the bench's iteration budget (iterations); "
+                             "keep the top-level iterations, which every RL cell runs")
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -243,7 +270,8 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
     import ptgpo_envs
 
     entry = _mapping(entry, where)
-    _known_keys(entry, ("label", "id", "kwargs", "eval_kwargs", "max_steps", "train_seeds", "eval_seeds", "budget"), where)
+    _known_keys(entry, ("label", "id", "kwargs", "eval_kwargs", "max_steps", "train_seeds", "eval_seeds", "budget",
+                        "iterations"), where)
     env_id = _string(entry.get("id"), f"{where}.id")
     if env_id not in ptgpo_envs.env_ids():
         raise BenchError(f"{where}.id: unknown environment {env_id!r}; registered: {', '.join(ptgpo_envs.env_ids())}")
@@ -268,6 +296,9 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
     budget = entry.get("budget")
     if budget is not None:
         budget = _positive_int(budget, f"{where}.budget")
+    iterations = entry.get("iterations")
+    if iterations is not None:
+        iterations = _positive_int(iterations, f"{where}.iterations")
     return EnvironmentEntry(
         label=_string(entry.get("label", env_id), f"{where}.label"),
         id=env_id,
@@ -277,6 +308,7 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
         eval_kwargs=eval_kwargs,
         max_steps=max_steps,
         budget=budget,
+        iterations=iterations,
     )
 
 

@@ -33,6 +33,8 @@ class Cell:
     spec: dict[str, Any] = field(default_factory=dict)
     #: What the cell asks of a Ray cluster (``cpus``, ``gpus``); the local pool runs one per worker.
     resources: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
+    budget_unit: str = "decisions"
+    recipe: str | None = None  # the policy section's, for the records of cells that build no config
 
 
 def plan_cells(config: BenchConfig) -> list[Cell]:
@@ -40,14 +42,19 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
     from baselines.registry import BASELINES
 
     cells = []
+    recipe = merge_overrides({}, config.policy).get("policy.recipe")
     for env in config.environments:
         env_budget = env.budget if env.budget is not None else config.budget
+        iterations = env.iterations if env.iterations is not None else config.iterations
+        # The matched budget ends an RL run: iterations when the config gives them (every method trains
+        # as many iterations), else decisions, with iterations uncapped unless the config caps them
+        # too. A method's own settings override the policy section's.
+        unit, rl_budget = ("iterations", iterations) if iterations is not None else ("decisions", env_budget)
+        stop = {} if iterations is not None else {"total_decisions": env_budget}
         for method in config.methods:
             for seed in config.seeds:
-                # The decision budget, not an iteration count, ends a benchmark run (unless the
-                # config caps iterations too); a method's own settings override the policy section's.
-                spec = merge_overrides(merge_overrides({"iterations": _UNCAPPED_ITERATIONS}, config.policy),
-                                       method.train)
+                spec = merge_overrides(merge_overrides({"iterations": iterations or _UNCAPPED_ITERATIONS},
+                                                       config.policy), method.train)
                 spec.update({
                     "env_id": env.id,
                     "env_kwargs": env.kwargs,
@@ -55,15 +62,15 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
                     "algo": method.algo,
                     "algo_config": method.algo_config,
                     "rollout": method.rollout,
-                    "total_decisions": env_budget,
+                    **stop,
                     "train_seeds": list(env.train_seeds),
                     "eval_seeds": env.eval_seeds,
                     "seed": seed,
                 })
                 if env.eval_kwargs is not None:
                     spec["eval_env_kwargs"] = env.eval_kwargs
-                cells.append(Cell(cell_name(env.label, method.name, seed), "rl", method.name, env, seed, env_budget, spec,
-                                  config.cell_resources(method)))
+                cells.append(Cell(cell_name(env.label, method.name, seed), "rl", method.name, env, seed, rl_budget,
+                                  spec, config.cell_resources(method), unit, recipe))
         for baseline in config.baselines:
             kind = BASELINES.get(baseline.name)
             spec = {"baseline": baseline.name, "options": baseline.options}
@@ -72,7 +79,7 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
             budget = env_budget if kind.trains else None
             for seed in config.seeds:
                 cells.append(Cell(cell_name(env.label, baseline.name, seed), "baseline", baseline.name, env, seed,
-                                  budget, spec, config.cell_resources(baseline)))
+                                  budget, spec, config.cell_resources(baseline), recipe=recipe))
     return cells
 
 

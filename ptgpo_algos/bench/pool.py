@@ -152,8 +152,8 @@ def _finish(cell: Cell, exitcode: int | None, out_dir: Path, wall: float, logger
             record_path(out_dir, cell.name),
             ResultRecord(
                 method=cell.method, method_kind=cell.kind, env_id=cell.env.id, env_label=cell.env.label,
-                env_kwargs=cell.env.kwargs, seed=cell.seed, budget=cell.budget, status="failed",
-                error=f"{reason}; see runs/{cell.name}/cell.log", wall_time_s=round(wall, 3),
+                env_kwargs=cell.env.kwargs, seed=cell.seed, budget=cell.budget, budget_unit=cell.budget_unit,
+                status="failed", error=f"{reason}; see runs/{cell.name}/cell.log", wall_time_s=round(wall, 3),
             ),
         )
     record = read_record(record_path(out_dir, cell.name))

@@ -8,7 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from leaderboard.records import ResultRecord, record_path, write_record
+from leaderboard.records import PROTOCOL_KEYS, ResultRecord, record_path, write_record
 from ptgpo_algos.bench.plan import Cell
 from ptgpo_algos.files import folder_lock
 
@@ -39,6 +39,7 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike) -> ResultRecord:
         env_kwargs=cell.env.kwargs,
         seed=cell.seed,
         budget=cell.budget,
+        budget_unit=cell.budget_unit,
         status=status,
         error=error,
         wall_time_s=round(time.monotonic() - start, 3),
@@ -74,7 +75,9 @@ def _run_rl(cell: Cell, run_dir: Path) -> dict[str, Any]:
         **_eval_fields(summary.final_eval, summary.best_success),
         "decisions": int(summary.decisions),
         "tokens": int(summary.tokens or 0),
+        "iterations": int(summary.iterations),
         "curve_path": str(summary.curve_path) if summary.curve_path else None,
+        "protocol": _protocol(summary.recipe, summary.final_eval),
     }
 
 
@@ -100,7 +103,14 @@ def _run_baseline(cell: Cell, run_dir: Path) -> dict[str, Any]:
         "decisions": int(outcome.decisions),
         "tokens": int(outcome.tokens or 0),
         "curve_path": outcome.curve_path,
+        "protocol": _protocol(cell.recipe, outcome.final_eval),
     }
+
+
+def _protocol(recipe: str | None, final: dict[str, Any]) -> dict[str, Any]:
+    """The record's ``protocol``: the recipe, and what the evaluation environment reported of itself."""
+    environment = final.get("environment") or {}
+    return {"recipe": recipe, **{key: environment[key] for key in PROTOCOL_KEYS if key in environment}}
 
 
 def _jsonable(value: Any) -> Any:

@@ -78,9 +78,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"ptgpo train: {error}", file=sys.stderr)
         return 2
     print(json.dumps({
-        "final_eval": {k: v for k, v in summary.final_eval.items() if k != "success_by_type"},
+        "final_eval": {k: v for k, v in summary.final_eval.items() if k not in ("success_by_type", "environment")},
         "best_success": summary.best_success,
         "iterations": summary.iterations,
+        "protocol": summary.protocol,
         "decisions": summary.decisions,
         "decisions_saved": summary.decisions_saved,
         "tokens_saved": summary.tokens_saved,

@@ -1,6 +1,7 @@
 """Policies: one protocol (:mod:`.base`), the transformers backend (:mod:`.hf`), the tiny model
-(:mod:`.tiny`), the shared prompt template (:mod:`.prompts`), ReAct parsing (:mod:`.parsing`) and the
-evaluation adapter (:mod:`.agent`).
+(:mod:`.tiny`), the prompt every backend renders (:mod:`.prompts`), prompt templates (:mod:`.templates`)
+and the recipes that ship some (:mod:`.recipes`), ReAct parsing (:mod:`.parsing`) and the evaluation
+adapter (:mod:`.agent`).
 
 Only the light modules are imported here; :func:`load_policy` imports torch when called.
 """

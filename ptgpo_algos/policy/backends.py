@@ -50,6 +50,8 @@ def build_policy(config: TrainConfig, device: str):
         history_length=spec.history_length,
         max_prompt_tokens=spec.max_prompt_tokens,
         max_new_tokens=spec.max_new_tokens,
+        prompt_template=spec.prompt_template,
+        require_think=spec.require_think,
         device=device,
         dtype=spec.dtype,
         lora=spec.lora,

@@ -25,12 +25,14 @@ from ptgpo_algos.data import Context, Decision
 from ptgpo_algos.policy.base import ScoredBatch, call_temperature, check_sampling_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
+from ptgpo_algos.policy.templates import PromptTemplate
 
 __all__ = ["CausalLMPolicy", "POLICY_SETTINGS_FILE", "load_model_and_tokenizer", "saved_policy_settings"]
 
 #: Written by :meth:`CausalLMPolicy.save_pretrained` beside the weights; read back by ``from_pretrained``.
 POLICY_SETTINGS_FILE = "ptgpo_policy.json"
-SAVED_SETTINGS = ("mode", "score", "temperature", "history_length", "max_prompt_tokens", "max_new_tokens")
+SAVED_SETTINGS = ("mode", "score", "temperature", "history_length", "max_prompt_tokens", "max_new_tokens",
+                  "prompt_template", "require_think")
 
 
 def load_model_and_tokenizer(
@@ -172,6 +174,8 @@ class CausalLMPolicy:
         max_new_tokens: int = 128,
         temperature: float = 1.0,
         max_rows: int = 512,
+        prompt_template: dict[str, str] | None = None,
+        require_think: bool = False,
     ):
         check_sampling_settings(mode, score, temperature)
         self.model = model
@@ -181,7 +185,9 @@ class CausalLMPolicy:
         self.temperature = float(temperature)
         self.max_new_tokens = max_new_tokens
         self.max_rows = max_rows
-        self.prompts = PromptBuilder(tokenizer, mode, history_length, max_prompt_tokens)
+        self.require_think = bool(require_think)
+        template = None if prompt_template is None else PromptTemplate.from_mapping(prompt_template)
+        self.prompts = PromptBuilder(tokenizer, mode, history_length, max_prompt_tokens, template)
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
 
@@ -326,8 +332,9 @@ class CausalLMPolicy:
                             entropies: list[float]) -> Decision:
         """A generated response as a decision: its text, the action parsed from it (None if none)."""
         text = self.tokenizer.decode(tokens, skip_special_tokens=False).replace(self.tokenizer.eos_token or "\0", "")
-        return Decision(text=text, action=parse_response(text).action, prompt_ids=prompt, response_ids=tokens,
-                        logprobs=logprobs, entropy=float(sum(entropies) / max(1, len(entropies))))
+        parsed = parse_response(text, require_think=self.require_think)
+        return Decision(text=text, action=parsed.action, prompt_ids=prompt, response_ids=tokens, logprobs=logprobs,
+                        entropy=float(sum(entropies) / max(1, len(entropies))), format_error=parsed.error)
 
     # ================================================================== shared computations
     def _candidate_logprobs(
@@ -528,7 +535,8 @@ class CausalLMPolicy:
         source = Path(getattr(self.model, "name_or_path", "") or "")
         if (source / TINY_MARKER).exists():
             (folder / TINY_MARKER).write_text((source / TINY_MARKER).read_text())
+        template = None if self.prompts.template is None else self.prompts.template.to_mapping()
         values = (self.mode, self.score_mode, self.temperature, self.prompts.history_length,
-                  self.prompts.max_tokens, self.max_new_tokens)
+                  self.prompts.max_tokens, self.max_new_tokens, template, self.require_think)
         settings = dict(zip(SAVED_SETTINGS, values, strict=True))
         (folder / POLICY_SETTINGS_FILE).write_text(json.dumps(settings, indent=1))

@@ -9,6 +9,10 @@ estimators penalise (``invalid_penalty``), and the policy must learn to avoid it
   ``</action>`` (a model that keeps talking after acting has not committed to that action).
 
 Tags are matched case-insensitively.
+
+``require_think=True`` (a recipe's response rule, verl-agent's) also requires the ``<think>`` pair. A
+response that breaks only that rule keeps its action, which is played, and its ``error``: the step is
+invalid (penalised like an inadmissible action) as verl-agent counts it, though the environment acts.
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ _TAG = re.compile(r"</?(think|action)>", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class ParsedResponse:
+    """``action``: what to play (None: nothing parsable); ``error``: why the response is invalid."""
+
     action: str | None
     think: str | None
     error: str | None
 
     @property
     def valid(self) -> bool:
-        return self.action is not None
+        return self.action is not None and self.error is None
 
 
 def format_response(action: str, think: str = "") -> str:
@@ -40,8 +46,8 @@ def format_response(action: str, think: str = "") -> str:
     return f"<think>{think}</think><action>{action}</action>"
 
 
-def parse_response(text: str) -> ParsedResponse:
-    """Extract the action of a response, or say why there is none."""
+def parse_response(text: str, *, require_think: bool = False) -> ParsedResponse:
+    """Extract the action of a response, or say why there is none (see the module docstring)."""
     tags = [(m.group(0).lower(), m.start(), m.end()) for m in _TAG.finditer(text)]
     names = [t for t, _, _ in tags]
     for name in ("<think>", "</think>", "<action>", "</action>"):
@@ -64,4 +70,6 @@ def parse_response(text: str) -> ParsedResponse:
     action = text[position["<action>"][1] : position["</action>"][0]].strip()
     if not action:
         return ParsedResponse(None, think, "empty action")
+    if require_think and think is None:
+        return ParsedResponse(action, None, "missing <think>...</think>")
     return ParsedResponse(action, think, None)

@@ -41,6 +41,7 @@ from ptgpo_algos.data import Context, Decision
 from ptgpo_algos.policy.base import call_temperature, check_sampling_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
+from ptgpo_algos.policy.templates import PromptTemplate
 
 __all__ = ["VLLMPolicy", "SyncReport", "cpu_engine_defaults"]
 
@@ -95,6 +96,8 @@ class VLLMPolicy:
         temperature: float = 1.0,
         seed: int = 0,
         engine: Any = None,
+        prompt_template: dict[str, str] | None = None,
+        require_think: bool = False,
         **engine_kwargs: Any,
     ):
         check_sampling_settings(mode, score, temperature)
@@ -110,7 +113,9 @@ class VLLMPolicy:
         self.temperature = float(temperature)
         self.max_new_tokens = int(max_new_tokens)
         self.tokenizer = tokenizer
-        self.prompts = PromptBuilder(tokenizer, mode, history_length, max_prompt_tokens)
+        self.require_think = bool(require_think)
+        template = None if prompt_template is None else PromptTemplate.from_mapping(prompt_template)
+        self.prompts = PromptBuilder(tokenizer, mode, history_length, max_prompt_tokens, template)
         settings = {
             "model": str(model),
             "tokenizer": str(model),
@@ -139,6 +144,8 @@ class VLLMPolicy:
             max_prompt_tokens=policy.prompts.max_tokens,
             max_new_tokens=policy.max_new_tokens,
             temperature=policy.temperature,
+            prompt_template=None if policy.prompts.template is None else policy.prompts.template.to_mapping(),
+            require_think=policy.require_think,
             **engine_kwargs,
         )
 
@@ -233,9 +240,11 @@ class VLLMPolicy:
                 logprobs = [completion.logprobs[k][t].logprob for k, t in enumerate(tokens)]
                 text = self.tokenizer.decode(tokens, skip_special_tokens=False)
                 text = text.replace(self.tokenizer.eos_token or "\0", "")
+                parsed = parse_response(text, require_think=self.require_think)
                 decisions[i] = Decision(
                     text=text,
-                    action=parse_response(text).action,
+                    action=parsed.action,
+                    format_error=parsed.error,
                     prompt_ids=list(prompt),
                     response_ids=tokens,
                     logprobs=logprobs,

@@ -38,7 +38,7 @@ episode with WebShop's reward (:mod:`ptgpo_envs.webshop.reward`) as the step rew
 Product-title nouns for the reward's type term come from spaCy's ``spacy_model`` when it is
 installed, else from a stand-in (:mod:`ptgpo_envs.webshop.nouns`); ``reward_impl`` (attribute and
 ``info`` key) says which: ``"spacy"`` or ``"stand-in"``, and ``reward_model`` names the spaCy model
-and version (None for the stand-in).
+and version (None for the stand-in). ``info["observation_style"]`` says which pages were shown.
 
 Goals come from ``data_path`` (or ``$WEBSHOP_DATA``), the folder of the original files, or else from the
 bundled catalogue; ``split`` selects the original's goal split ("train", "eval", "test" = the first 500,
@@ -273,6 +273,7 @@ class WebShopEnv(TextEnv):
             "goal_index": self._world.goal_index,
             "reward_impl": self.reward_impl,
             "reward_model": self.reward_model,
+            "observation_style": self.observation_style,
         }
         if self._world.name == DONE:
             info["purchased_asin"] = self._world.asin
