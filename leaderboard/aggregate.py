@@ -1,9 +1,9 @@
 """From result records to a leaderboard: checks, per-cell statistics, ranks and best marks.
 
 Table layout. Rows are methods; columns are ``(env_label, metric)`` pairs. An environment whose
-records carry ``success_by_type`` gets one column per task type (ALFWorld's order Pick, Look, Clean,
-Heat, Cool, Pick2 first, other types after in alphabetical order) and an ``All`` column (the overall
-``final_success``); one whose records carry ``score`` gets ``score`` and ``success`` columns; any other
+records carry ``success_by_type`` of two or more types gets one column per task type (ALFWorld's order
+Pick, Look, Clean, Heat, Cool, Pick2 first, other types after in alphabetical order) and an ``All``
+column (the overall ``final_success``); one whose records carry ``score`` gets ``score`` and ``success`` columns; any other
 environment gets a single ``success`` column. Success values are shown in % (records store fractions).
 
 Cells. A cell is the mean over seeds with its 95 % percentile bootstrap interval over seeds
@@ -214,7 +214,9 @@ def _env_columns(env_label: str, records: list[ResultRecord]) -> list[Column]:
     types = {t for r in records for t in r.success_by_type}
     ordered = [t for t in ALFWORLD_TYPE_ORDER if t in types] + sorted(types - set(ALFWORLD_TYPE_ORDER))
     has_score = any(r.score is not None for r in records)
-    if ordered:
+    # One type (a BabyAI level, a Household run on one task type) is the environment itself: its
+    # column would repeat the overall one.
+    if len(ordered) > 1:
         metrics = ordered + ["All"] + (["score"] if has_score else [])
     else:
         metrics = ["score", "success"] if has_score else ["success"]

@@ -525,3 +525,12 @@ def test_cli_refuses_unmatched_spent_decisions_unless_told_a_larger_tolerance(re
     assert "37 decisions: B__hgpo__seed0.json" in capsys.readouterr().err
     assert main(args + ["--decisions-tolerance", "nan"]) == 2
     assert main(args + ["--decisions-tolerance", "inf"]) == 0
+
+
+def test_an_environment_of_one_task_type_gets_one_success_column(tmp_path):
+    # A BabyAI level reports its level as the task type: a type column would repeat the overall one.
+    for seed, success in enumerate([0.25, 0.75]):
+        write_record(tmp_path, record("grpo", "A", seed, success, success_by_type={"DoorKey-5x5": success}))
+    board = build_leaderboard(tmp_path)
+    assert board.columns == [Column("A", "success")]
+    assert board.rows[0].values[Column("A", "success")] == [25.0, 75.0]  # shown in %
