@@ -637,8 +637,28 @@ class CausalLMPolicy:
         """The adapters' rank (None without adapters)."""
         return int(self.model.peft_config["default"].r) if self.has_adapters else None
 
-    def load_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
-        self.model.load_state_dict(dict(weights), strict=True)
+    def tied_weights(self) -> dict[str, str]:
+        """``{alias: name}`` of the weights :meth:`export_weights` yields twice as one tensor (a
+        tied-embedding model's ``lm_head.weight`` is its embedding), by the base model's names."""
+        seen: dict[tuple[int, tuple[int, ...]], str] = {}
+        aliases = {}
+        for name, tensor in self._base().state_dict().items():
+            if "lora_" in name:
+                continue
+            key = (tensor.data_ptr(), tuple(tensor.shape))
+            if key in seen:
+                aliases[name.replace(".base_layer", "")] = seen[key]
+            else:
+                seen[key] = name.replace(".base_layer", "")
+        return aliases
+
+    def load_weights(self, weights: Iterator[tuple[str, torch.Tensor]], aliases: dict[str, str] | None = None) -> None:
+        """Take ``(name, tensor)`` pairs, ``state_dict`` style; ``aliases`` (``{alias: name}``) fill tied
+        weights that were not sent."""
+        state = dict(weights)
+        for alias, source in (aliases or {}).items():
+            state.setdefault(alias, state[source])
+        self.model.load_state_dict(state, strict=True)
 
     def reference_policy(self) -> "CausalLMPolicy":
         """The KL term's reference, frozen at the current weights. A LoRA policy's is the same model
