@@ -152,6 +152,8 @@ class Trainer:
         config = self.config
         self.device = resolve_device(config.policy.device, where="policy.device (device)")
         check_environment(config)
+        if self.device.startswith("cuda"):
+            self.check_memory()
         with folder_lock(config.run_dir, "training run"):
             resumed = prepare_run_folder(config)
             checkpoint = load_checkpoint(config.run_dir / "checkpoint.pt", self.device) if resumed else None
@@ -349,6 +351,18 @@ class Trainer:
         if samples:
             self.sync_prompts = [samples[0].decision.prompt_ids]
         return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, sync_tolerance(self.config, self.device))
+
+    def check_memory(self) -> None:
+        """Predict the run's peak GPU memory from the model's config before loading it
+        (:mod:`ptgpo_algos.memory`); print the plan, and refuse one that cannot fit unless
+        ``run.memory_check`` is off."""
+        from ptgpo_algos.memory import GpuDoesNotFit, plan_for_config, total_device_memory
+
+        plan = plan_for_config(self.config, self.device, total_device_memory(self.device))
+        if self.progress:
+            print(plan.table(), flush=True)
+        if not plan.fits and self.config.run.memory_check:
+            raise GpuDoesNotFit(plan.refusal())
 
     def end_iteration(self, row: dict[str, Any]) -> None:
         for callback in self.callbacks:
