@@ -103,3 +103,46 @@ def test_tied_weights_travel_once_and_reach_the_loader_under_both_names():
                                  {"lm_head.weight": "model.embed_tokens.weight"}))
     assert [name for name, _ in received] == ["model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"]
     assert received[1][1] is received[0][1] and torch.equal(received[1][1], embedding)
+
+
+# ----------------------------------------------------------------------------------------- a whole model
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
+
+    return build_tiny_model(TinyModelSpec(seed=7, pretrain_steps=0), env_ids=["ptgpo/FrozenLake-v0"],
+                            cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+@pytest.mark.parametrize("lora", [None, {"r": 4}])
+def test_a_model_synced_in_many_small_messages_scores_as_the_trainer(tiny_path, lora):
+    """What a vLLM sync does, with another transformers model as the receiver: the trainer's weights
+    (a LoRA policy's merged into copies) cut into 4 KiB messages over the socket, tied weights sent
+    once and aliased on arrival."""
+    from ptgpo_algos.policy import load_policy
+    from ptgpo_algos.policy.weight_stream import with_aliases
+
+    trainer = load_policy(tiny_path, mode="generate", lora=lora)
+    receiver = load_policy(tiny_path, mode="generate")
+    with torch.no_grad():  # the trainer has moved away from the weights both started from
+        for parameter in trainer.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    aliases = trainer.tied_weights()
+    assert aliases == {"lm_head.weight": "model.embed_tokens.weight"}
+    sent = ((name, tensor) for name, tensor in trainer.export_weights() if name not in aliases)
+    sender = WeightSender()
+    worker = threading.Thread(target=lambda: receiver.load_weights(
+        with_aliases(receive_weights(sender.address, sender.authkey), aliases)))
+    worker.start()
+    sender.serve(weight_messages(sent, 4096))
+    worker.join(timeout=60)
+    sender.close()
+    assert sender.error is None and sender.messages > 50
+    embedding = receiver.model.get_input_embeddings().weight
+    assert sender.bytes == sum(t.numel() * t.element_size() for t in receiver.model.state_dict().values()) \
+        - embedding.numel() * embedding.element_size()  # the tied output layer travelled once
+    prompts, responses = [[5, 9, 13, 2, 7]], [[11, 4, 6]]
+    expected = trainer.response_logprobs(prompts, responses)[0]
+    assert receiver.response_logprobs(prompts, responses)[0] == pytest.approx(expected, abs=1e-5)
+    assert load_policy(tiny_path, mode="generate").response_logprobs(prompts, responses)[0] != \
+        pytest.approx(expected, abs=1e-3)
