@@ -75,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
         device, total = _device_and_memory(args, config)
         plan = plan_for_config(config, device, total)
     except (ValueError, OSError) as error:
-        print(f"ptgpo plan: {error}", file=sys.stderr)
+        hint = ""
+        if "policy.model" in str(error) or "config.json" in str(error):
+            hint = " (configs/models/ holds the Qwen2.5 architectures: --set model=configs/models/qwen2.5-7b)"
+        print(f"ptgpo plan: {error}{hint}", file=sys.stderr)
         return 2
     print(plan.table())
     if plan.fits:
