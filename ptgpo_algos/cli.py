@@ -15,6 +15,7 @@ COMMANDS = {
     "envs": "envs",
     "evaluate": "evaluate",
     "leaderboard": "leaderboard",
+    "plan": "plan",
     "train": "train",
 }
 

@@ -175,7 +175,9 @@ class PolicyConfig:
     max_prompt_tokens: int = _field(1024, "prompt budget in tokens", flat="max_prompt_tokens")
     max_new_tokens: int = _field(128, "generate mode: response budget in tokens", flat="max_new_tokens")
     device: str = _field("auto", "auto, cpu, cuda or cuda:N", flat="device")
-    dtype: str = _field("auto", "auto (bf16 on GPUs, fp32 on CPUs), float32, bfloat16 or float16", flat="dtype")
+    dtype: str = _field("auto", "compute dtype: auto (bf16 on GPUs, fp32 on CPUs), float32 or bfloat16; trainable "
+                        "weights and the optimiser are float32 always, frozen weights (a LoRA base, the KL "
+                        "reference) at this dtype on GPUs, and CPUs compute in float32", flat="dtype")
     gradient_checkpointing: bool | None = _field(None, "None: on for pretrained models on GPUs",
                                                  flat="gradient_checkpointing")
     lora: dict[str, Any] | None = _field(None, "LoRA adapters (r, alpha, dropout, target_modules); None: full "
@@ -187,6 +189,10 @@ class PolicyConfig:
                                                     flag="prompt-template")
     require_think: bool = _field(False, "generate mode: a response without <think>...</think> is an invalid step",
                                  flat="require_think")
+    min_new_tokens: int = _field(0, "generate mode: no response ends before this many tokens (fixed-length "
+                                 "benchmarks; 0: any length)", flat="min_new_tokens")
+    logprob_chunk: int = _field(512, "response positions sent through the output layer at a time when scoring "
+                                "(memory: about 4 x chunk x vocabulary floats)", flat="logprob_chunk")
 
     def __post_init__(self) -> None:
         from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
@@ -206,7 +212,13 @@ class PolicyConfig:
         check_int("policy.max_new_tokens (max_new_tokens)", self.max_new_tokens, 1)
         if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             raise ValueError(f"policy.device (device): expected auto, cpu, cuda or cuda:N, got {self.device!r}")
-        check_choice("policy.dtype (dtype)", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        if self.dtype == "float16":
+            raise ValueError("policy.dtype (dtype): float16 trains only under loss scaling, which the trainer does "
+                             "not do; use bfloat16 (GPUs since Ampere) or float32")
+        check_choice("policy.dtype (dtype)", self.dtype, ("auto", "float32", "bfloat16"))
+        check_int("policy.min_new_tokens (min_new_tokens)", self.min_new_tokens, 0, self.max_new_tokens,
+                  hint="at most max_new_tokens")
+        check_int("policy.logprob_chunk (logprob_chunk)", self.logprob_chunk, 1)
         if self.gradient_checkpointing is not None:
             check_bool("policy.gradient_checkpointing (gradient_checkpointing)", self.gradient_checkpointing)
         if self.lora is not None:
@@ -215,6 +227,10 @@ class PolicyConfig:
 
             if importlib.util.find_spec("peft") is None:
                 raise ValueError("policy.lora (lora): needs the peft package; pip install 'ptgpo[lora]'")
+            targets = self.lora.get("target_modules", "all-linear")
+            if "lm_head" in ([targets] if isinstance(targets, str) else list(targets)):
+                raise ValueError("policy.lora (lora): adapters on lm_head are not supported (scores go through the "
+                                 "output layer's weight directly); leave lm_head out of target_modules")
         if self.recipe is not None:
             from ptgpo_algos.policy.recipes import recipe_names
 
@@ -234,8 +250,12 @@ class RolloutsConfig:
 
     backend: str = _field("transformers", "rollout backend: transformers or vllm", flat="rollout_backend")
     vllm: dict[str, Any] = _field(help="vLLM engine arguments", flat="vllm", factory=dict)
-    sync_tolerance: float | None = _field(None, "largest log-probability difference after a weight sync "
-                                          "(None: 1e-3 in float32 on a CPU, else 0.1)", flat="sync_tolerance")
+    sync_tolerance: float | None = _field(None, "after a weight sync, the largest mean |difference| between the "
+                                          "engine's log-probabilities of its own sampled tokens and the trainer's "
+                                          "(None: by the coarser precision of the two, 1e-3 in float32, 0.1 in "
+                                          "bf16)", flat="sync_tolerance")
+    sync_bucket_mib: int = _field(1024, "weight sync: MiB of weights per message to the rollout engine (a "
+                                  "message may not exceed 4 GiB)", flat="sync_bucket_mib")
     strategy: str | None = _field(None, "linear, tree or patr (default: tree for ptgpo, linear otherwise)",
                                   flat="rollout", flag="rollout")
     group_size: int = _field(8, "rollouts per task", flat="group_size", flag="group-size")
@@ -260,6 +280,8 @@ class RolloutsConfig:
         object.__setattr__(self, "vllm", check_mapping("rollouts.vllm (vllm)", self.vllm))
         if self.sync_tolerance is not None:
             check_number("rollouts.sync_tolerance (sync_tolerance)", self.sync_tolerance, 0.0, exclusive_low=True)
+        check_int("rollouts.sync_bucket_mib (sync_bucket_mib)", self.sync_bucket_mib, 1, 4095,
+                  hint="vLLM refuses a message of 4 GiB or more")
         if self.strategy is not None:
             check_choice("rollouts.strategy (rollout)", self.strategy, ROLLOUT_STRATEGIES)
         check_int("rollouts.group_size (group_size)", self.group_size, 2,
@@ -290,6 +312,22 @@ class OptimConfig:
     epochs: int | None = _field(None, "PPO passes over each batch [2 tiny, 1 pretrained]", flat="ppo_epochs")
     minibatch_size: int | None = _field(None, "steps per mini-batch [512 tiny, 64 pretrained]",
                                         flat="minibatch_size")
+    micro_batch_size: int | None = _field(None, "steps per forward/backward pass; a mini-batch's micro-batches "
+                                          "accumulate one gradient (None: the whole mini-batch at once)",
+                                          flat="micro_batch_size")
+    clip_ratio_c: float | None = _field(3.0, "dual clip: a negative advantage's unit loss is at most "
+                                        "clip_ratio_c x |A| (> 1; null: off)", flat="clip_ratio_c")
+    old_logprobs: str = _field("auto", "pi_old in the PPO ratio: recompute (the trainer scores the batch without "
+                               "gradients before the update, as verl does), rollout (the log-probabilities "
+                               "recorded at rollout time) or auto (recompute, unless the trainer itself played "
+                               "the rollouts with these weights in float32: then they are its own already)",
+                               flat="old_logprobs")
+    tis_cap: float | None = _field(None, "truncated importance sampling between the rollout engine and the "
+                                   "trainer: weigh each unit by min(pi_trainer / pi_engine, tis_cap) (not with "
+                                   "old_logprobs: rollout; null: off)", flat="tis_cap")
+    activation_offload: bool = _field(False, "keep the activations saved for the backward in CPU memory "
+                                      "(pinned) instead of on the GPU: slower, less GPU memory",
+                                      flat="activation_offload")
 
     def __post_init__(self) -> None:
         if self.lr is not None:
@@ -304,6 +342,17 @@ class OptimConfig:
             check_int("optim.epochs (ppo_epochs)", self.epochs, 1)
         if self.minibatch_size is not None:
             check_int("optim.minibatch_size (minibatch_size)", self.minibatch_size, 1)
+        if self.micro_batch_size is not None:
+            check_int("optim.micro_batch_size (micro_batch_size)", self.micro_batch_size, 1)
+        if self.clip_ratio_c is not None:
+            check_number("optim.clip_ratio_c (clip_ratio_c)", self.clip_ratio_c, 1.0, exclusive_low=True)
+        check_choice("optim.old_logprobs (old_logprobs)", self.old_logprobs, ("auto", "recompute", "rollout"))
+        if self.tis_cap is not None:
+            check_number("optim.tis_cap (tis_cap)", self.tis_cap, 1.0)
+            if self.old_logprobs == "rollout":
+                raise ValueError("optim.tis_cap (tis_cap): truncated importance sampling weighs the trainer's "
+                                 "pi_old against the engine's; set old_logprobs: recompute, or tis_cap: null")
+        check_bool("optim.activation_offload (activation_offload)", self.activation_offload)
 
     def resolved(self, tiny: bool) -> OptimConfig:
         """The tiny model's measured settings, or a pretrained LLM's, where a field is None.
@@ -361,6 +410,8 @@ class RunConfig:
     time_limit_s: float | None = _field(None, "stop after this many seconds of wall time", flat="time_limit_s",
                                         flag="time-limit")
     checkpoint_every: int = _field(10, "checkpoint every N iterations", flat="checkpoint_every")
+    memory_check: bool = _field(True, "on a GPU, predict the peak memory before loading a model and refuse a "
+                                "config that cannot fit (false: print the plan and go on)", flat="memory_check")
     tensorboard: bool = _field(False, "also write TensorBoard logs", flat="tensorboard", flag="tensorboard")
     seed: int = _field(0, "run seed", flat="seed", flag="seed")
     out_dir: str | None = _field(None, "output folder [runs/<env>-<algo>-s<seed>]", flat="out_dir", flag="out")
@@ -373,6 +424,7 @@ class RunConfig:
         if self.time_limit_s is not None:
             check_number("run.time_limit_s (time_limit_s)", self.time_limit_s, 0.0, exclusive_low=True)
         check_int("run.checkpoint_every (checkpoint_every)", self.checkpoint_every, 1)
+        check_bool("run.memory_check (memory_check)", self.memory_check)
         check_bool("run.tensorboard (tensorboard)", self.tensorboard)
         if self.tensorboard:
             import importlib.util

@@ -19,8 +19,10 @@ import torch
 
 from ptgpo_envs.plugins import Registry
 
-__all__ = ["LOSSES", "LOSS_AGGREGATIONS", "weighted_token_mean", "ppo_clip_loss", "low_var_kl", "policy_loss"]
+__all__ = ["LOG_RATIO_LIMIT", "LOSSES", "LOSS_AGGREGATIONS", "weighted_token_mean", "ppo_clip_loss", "low_var_kl", "policy_loss"]
 
+#: Log-ratios ``log pi - log pi_old`` are clamped to [-20, 20] before ``exp`` (as verl does).
+LOG_RATIO_LIMIT = 20.0
 #: How a batch's per-unit losses are averaged (:func:`ptgpo_algos.update.flatten_batch`).
 LOSS_AGGREGATIONS = ("token-mean", "trajectory-mean")
 #: Policy losses by name; other packages add theirs through the ``ptgpo.losses`` entry points.
@@ -40,17 +42,25 @@ def weighted_token_mean(
 
 
 def ppo_clip_loss(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, clip_ratio: float = 0.2
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, clip_ratio: float = 0.2,
+    clip_ratio_c: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-unit PPO-clip loss ``-min(r A, clip(r, 1-e, 1+e) A)`` and whether it was clipped.
 
-    ``advantages`` has shape ``(batch,)`` (one advantage per step, shared by its units).
+    ``advantages`` has shape ``(batch,)`` (one advantage per step, shared by its units). The log-ratio
+    is clamped to +-:data:`LOG_RATIO_LIMIT` before it is exponentiated, so that a unit whose old
+    log-probability is far off (a stale or mismatched behaviour policy) cannot overflow the ratio.
+    ``clip_ratio_c`` (dual clip, Ye et al. 2020, > 1): where ``A < 0`` the loss is at most ``-c A``,
+    since PPO's clip does not bound ``-r A`` from above when ``r`` is large and ``A`` negative.
     """
-    ratio = torch.exp(logprobs - old_logprobs)
+    log_ratio = torch.clamp(logprobs - old_logprobs, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    ratio = torch.exp(log_ratio)
     adv = advantages[:, None]
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio) * adv
     loss = -torch.minimum(unclipped, clipped)
+    if clip_ratio_c is not None:
+        loss = torch.where(adv < 0, torch.minimum(loss, -clip_ratio_c * adv), loss)
     return loss, (clipped < unclipped).float()
 
 
@@ -69,19 +79,28 @@ def policy_loss(
     weight: torch.Tensor,
     *,
     clip_ratio: float = 0.2,
+    clip_ratio_c: float | None = None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     total_units: float | None = None,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip + ``kl_coef`` * low-variance KL - ``entropy_coef`` * entropy, all token-mean aggregated.
+    """PPO-clip (dual-clipped with ``clip_ratio_c``) + ``kl_coef`` * low-variance KL - ``entropy_coef`` *
+    entropy, all token-mean aggregated.
 
-    ``total_units``: the weighted unit count of the whole mini-batch when zero-advantage rows were
-    skipped (only valid when neither the entropy nor the KL term is used); it is the PPO term's
-    denominator.
+    ``total_units``: the weighted unit count of the whole mini-batch when this call sees only part of
+    it (zero-advantage rows skipped, or one micro-batch of several); it is every term's denominator,
+    so the losses of the parts add up to the mini-batch's. ``is_weights``: per-unit importance weights
+    on the PPO term (truncated importance sampling between the rollout engine and the trainer).
+
+    Stats: the entries named ``*loss`` are parts of the loss (they add up over parts of a
+    mini-batch); the others are means over the units given here.
     """
-    pg, clipped = ppo_clip_loss(logprobs, old_logprobs, advantages, clip_ratio)
+    pg, clipped = ppo_clip_loss(logprobs, old_logprobs, advantages, clip_ratio, clip_ratio_c)
+    if is_weights is not None:
+        pg = pg * is_weights
     loss = weighted_token_mean(pg, mask, weight, total_units)
     stats = {
         "pg_loss": float(loss.detach()),
@@ -89,15 +108,14 @@ def policy_loss(
         "approx_kl_old": float(weighted_token_mean((old_logprobs - logprobs).detach(), mask, weight)),
     }
     if entropy is not None:
-        mean_entropy = weighted_token_mean(entropy, mask, weight)
-        stats["entropy"] = float(mean_entropy.detach())
+        stats["entropy"] = float(weighted_token_mean(entropy.detach(), mask, weight))
         if entropy_coef:
-            loss = loss - entropy_coef * mean_entropy
+            loss = loss - entropy_coef * weighted_token_mean(entropy, mask, weight, total_units)
     if ref_logprobs is not None:
-        kl = weighted_token_mean(low_var_kl(logprobs, ref_logprobs), mask, weight)
-        stats["kl"] = float(kl.detach())
+        kl = low_var_kl(logprobs, ref_logprobs)
+        stats["kl"] = float(weighted_token_mean(kl.detach(), mask, weight))
         if kl_coef:
-            loss = loss + kl_coef * kl
+            loss = loss + kl_coef * weighted_token_mean(kl, mask, weight, total_units)
     stats["loss"] = float(loss.detach())
     return loss, stats
 

@@ -5,7 +5,9 @@ a method a subclass can replace::
 
     batch, stats = self.collect()                 # group rollouts of this iteration's tasks
     advantages, diagnostics = self.estimate(batch)   # the configured estimator, by name
-    update = self.update(batch, advantages)       # PPO epochs (ptgpo_algos.update); components after it
+    update = self.update(batch, advantages)       # pi_old and the reference scored without gradients
+                                                  # (old_logprobs, reference_logprobs), then PPO epochs
+                                                  # (ptgpo_algos.update); components after it
     update |= self.sync(samples)                  # a separate rollout engine gets the new weights
     self.end_iteration(row)                       # log, evaluate, checkpoint
 
@@ -54,6 +56,7 @@ from ptgpo_algos.policy.backends import (
     build_policy,
     build_rollout_policy,
     exported_config,
+    push_weights,
     sync_tolerance,
     sync_weights,
 )
@@ -61,7 +64,7 @@ from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weight
 from ptgpo_algos.rollout import RolloutStats
 from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
 from ptgpo_envs import TextEnv, check_env_kwargs
-from ptgpo_algos.update import flatten_batch, ppo_update
+from ptgpo_algos.update import flatten_batch, ppo_update, recompute_old_logprobs, reference_logprobs, trained_samples
 
 __all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evaluate_policy", "evaluation_agent",
            "load_trained_policy", "run_training"]
@@ -156,6 +159,8 @@ class Trainer:
         config = self.config
         self.device = resolve_device(config.policy.device, where="policy.device (device)")
         check_environment(config)
+        if self.device.startswith("cuda"):
+            self.check_memory()
         with folder_lock(config.run_dir, "training run"):
             resumed = prepare_run_folder(config)
             checkpoint = load_checkpoint(config.run_dir / "checkpoint.pt", self.device) if resumed else None
@@ -214,7 +219,7 @@ class Trainer:
             raise CheckpointError(f"{path}: a component's saved state does not fit this run ({type(error).__name__}: "
                                   f"{str(error)[:200]}); it belongs to another run") from None
         if self.rollout_policy is not self.policy:
-            self.rollout_policy.load_weights(self.policy.export_weights())
+            push_weights(self.rollout_policy, self.policy)
         _trim_jsonl(self.logger.metrics_path, self.state.iteration)
         _trim_jsonl(self.logger.curve_path, self.state.iteration)
 
@@ -294,19 +299,59 @@ class Trainer:
         return float(min(1.0, max(fractions)))
 
     def update(self, batch: Batch, advantages) -> tuple[list, dict[str, Any]]:
-        """The PPO update on the batch's distinct steps, then each callback's ``after_update``."""
+        """The PPO update on the batch's distinct steps, then each callback's ``after_update``.
+
+        Before it, without gradients: pi_old (:meth:`old_logprobs`) and the KL reference's
+        log-probabilities (:meth:`reference_logprobs`) of the steps it trains.
+        """
         config = self.config
         samples = flatten_batch(batch, advantages, config.algorithm.loss_agg, config.policy.mode)
         optim = config.optim
+        trained = trained_samples(samples, entropy_coef=optim.entropy_coef, kl=self.reference is not None)
+        drift = self.old_logprobs(trained)
+        self.reference_logprobs(trained)
         update = ppo_update(
             self.policy, self.optimizer, samples, clip_ratio=optim.clip_ratio, entropy_coef=optim.entropy_coef,
-            kl_coef=optim.kl_coef, reference=self.reference, max_grad_norm=optim.max_grad_norm,
-            epochs=optim.epochs, minibatch_size=optim.minibatch_size, rng=self.state.rng,
-            loss=config.algorithm.loss,
+            kl_coef=optim.kl_coef, max_grad_norm=optim.max_grad_norm, epochs=optim.epochs,
+            minibatch_size=optim.minibatch_size, rng=self.state.rng, loss=config.algorithm.loss,
+            clip_ratio_c=optim.clip_ratio_c, micro_batch_size=optim.micro_batch_size, tis_cap=optim.tis_cap,
+            activation_offload=optim.activation_offload,
         )
+        update.update(drift)
         for callback in self.callbacks:
             update.update(callback.after_update(self, batch))
         return samples, update
+
+    @property
+    def scoring_batch_size(self) -> int:
+        """Steps per forward pass without gradients: the micro-batch, else the mini-batch."""
+        optim = self.config.optim
+        return optim.micro_batch_size or optim.minibatch_size
+
+    def old_logprobs(self, samples: list) -> dict[str, Any]:
+        """pi_old of the PPO ratio (``optim.old_logprobs``). ``recompute``, as verl does: the trainer
+        scores the steps with its current weights, without gradients; the metrics get
+        ``old_logprob_drift``, the mean |difference| from the rollout's log-probabilities, where those
+        came from elsewhere (a separate engine, a lagged collector). ``rollout``: the rollout's own.
+        ``auto`` recomputes unless the rollouts are the trainer's own float32 scores under these very
+        weights (the transformers backend, synchronous, on a CPU), which a recomputation would only
+        reproduce to rounding."""
+        optim = self.config.optim
+        elsewhere = self.rollout_policy is not self.policy or self.config.rollouts.asynchronous
+        mode = optim.old_logprobs
+        if mode == "auto":
+            own = not elsewhere and getattr(self.policy, "autocast_dtype", None) is None
+            mode = "rollout" if own else "recompute"
+        if mode != "recompute" or not samples:
+            return {}
+        stats = recompute_old_logprobs(self.policy, samples, self.scoring_batch_size)
+        return stats if elsewhere else {}
+
+    def reference_logprobs(self, samples: list) -> None:
+        """The KL term's reference log-probabilities of the steps, before the update (no gradients), so
+        that the reference's forward never runs while the policy's graph is alive."""
+        if self.reference is not None and samples:
+            reference_logprobs(self.reference, samples, self.scoring_batch_size)
 
     def sync(self, samples: list) -> dict[str, Any]:
         """Hand the updated weights to a separate rollout engine and verify it acts like the trained model
@@ -316,6 +361,18 @@ class Trainer:
         if samples:
             self.sync_prompts = [samples[0].decision.prompt_ids]
         return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, sync_tolerance(self.config, self.device))
+
+    def check_memory(self) -> None:
+        """Predict the run's peak GPU memory from the model's config before loading it
+        (:mod:`ptgpo_algos.memory`); print the plan, and refuse one that cannot fit unless
+        ``run.memory_check`` is off."""
+        from ptgpo_algos.memory import GpuDoesNotFit, plan_for_config, total_device_memory
+
+        plan = plan_for_config(self.config, self.device, total_device_memory(self.device))
+        if self.progress:
+            print(plan.table(), flush=True)
+        if not plan.fits and self.config.run.memory_check:
+            raise GpuDoesNotFit(plan.refusal())
 
     def end_iteration(self, row: dict[str, Any]) -> None:
         for callback in self.callbacks:

@@ -5,16 +5,26 @@
    the unclipped PPO objective this equals training the ``n`` copies separately, and it stays equal
    under clipping whenever those advantages share a sign (always, for step-level estimators that
    give a shared step one advantage); the token-mean denominator counts it ``n`` times.
-2. :func:`ppo_update` takes ``epochs`` passes over shuffled mini-batches of about ``minibatch_size``
+2. Before the update, without gradients and in micro-batches: :func:`recompute_old_logprobs` scores
+   the trained samples with the trainer's own weights, which become pi_old in the ratio (verl's
+   default: a rollout engine's log-probabilities differ from the trainer's by kernels and precision,
+   and a lagged collector's by an update), and :func:`reference_logprobs` scores them with the frozen
+   reference of the KL term, so that its forward never runs while the policy's graph is alive.
+3. :func:`ppo_update` takes ``epochs`` passes over shuffled mini-batches of about ``minibatch_size``
    steps; steps with the same prompt share a mini-batch, where the policy computes their context
    once (the loss is the same as with each computed apart; ``distinct_prompts`` in the metrics
-   counts them). The loss is the configured policy loss (:data:`ptgpo_algos.losses.LOSSES`), with
-   optional low-variance KL to a frozen reference and an entropy bonus; AdamW and gradient clipping.
-   The old log-probabilities are the behaviour policy's, recorded at rollout time.
+   counts them). A mini-batch runs forward and backward in micro-batches of ``micro_batch_size``
+   steps whose gradients add up to the mini-batch's (every term is divided by the mini-batch's
+   weighted unit count). The loss is the configured policy loss (:data:`ptgpo_algos.losses.LOSSES`),
+   with optional low-variance KL to a frozen reference and an entropy bonus; AdamW and gradient
+   clipping. pi_old is the recomputed one when present, else the behaviour policy's recorded at
+   rollout time; ``tis_cap`` weighs each unit by the truncated ratio of the two (Yao et al. 2025).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -24,7 +34,8 @@ import torch
 from ptgpo_algos.data import Batch, Decision
 from ptgpo_algos.losses import LOSS_AGGREGATIONS, LOSSES
 
-__all__ = ["TrainingSample", "flatten_batch", "minibatches", "ppo_update", "same_prompt_groups"]
+__all__ = ["TrainingSample", "flatten_batch", "micro_batches", "minibatches", "ppo_update", "recompute_old_logprobs",
+           "reference_logprobs", "same_prompt_groups", "trained_samples"]
 
 
 @dataclass
@@ -32,6 +43,10 @@ class TrainingSample:
     decision: Decision
     advantage: float
     weight: float
+    #: pi_old of the sample's units recomputed by the trainer before the update (None: the rollout's).
+    old_logprobs: torch.Tensor | None = None
+    #: The frozen reference's log-probabilities of the sample's units (the KL term).
+    ref_logprobs: torch.Tensor | None = None
 
 
 def flatten_batch(
@@ -75,16 +90,17 @@ def units(decision: Decision, mode: str) -> int:
     return 1 if mode == "choose" else len(decision.response_ids)
 
 
-def _old_logprobs(decision: Decision, mode: str) -> list[float]:
+def rollout_logprobs(decision: Decision, mode: str) -> list[float]:
+    """The behaviour policy's log-probabilities of the decision's units, recorded at rollout time."""
     if mode == "choose":
         return [float(decision.choice_logprob)]
     return list(decision.logprobs)
 
 
-def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
+def _pad(rows: Sequence[Sequence[float] | torch.Tensor], width: int) -> torch.Tensor:
     out = torch.zeros((len(rows), width))
     for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.as_tensor(row[:width])
+        out[i, : len(row)] = torch.as_tensor(row[:width], dtype=torch.float32)
     return out
 
 
@@ -113,6 +129,62 @@ def minibatches(groups: list[list[int]], order: Sequence[int], size: int) -> Ite
         yield chunk
 
 
+def trained_samples(samples: Sequence[TrainingSample], *, entropy_coef: float, kl: bool) -> list[TrainingSample]:
+    """The samples an update runs forward passes on.
+
+    Steps with zero advantage add nothing to the PPO term but count in the token mean: when no entropy
+    or KL term needs them, their units stay in the denominator and their forward pass is skipped
+    (exactly the same loss, often most of the batch in all-failed groups).
+    """
+    if entropy_coef or kl:
+        return list(samples)
+    return [s for s in samples if s.advantage != 0.0]
+
+
+def micro_batches(chunk: Sequence[TrainingSample], size: int | None) -> list[list[TrainingSample]]:
+    """``chunk`` cut into consecutive parts of at most ``size`` samples (None: one part)."""
+    if size is None or size >= len(chunk):
+        return [list(chunk)]
+    return [list(chunk[i : i + size]) for i in range(0, len(chunk), size)]
+
+
+def _score_without_grad(policy, samples: Sequence[TrainingSample], micro_batch_size: int | None) -> list[torch.Tensor]:
+    """Each sample's unit log-probabilities under ``policy``, no gradients, in micro-batches of
+    samples that share prompts (so that a shared context is computed once)."""
+    order = [i for group in same_prompt_groups(samples) for i in group]
+    out: list[torch.Tensor | None] = [None] * len(samples)
+    with torch.no_grad():
+        for part in micro_batches(order, micro_batch_size):
+            scored = policy.score([samples[i].decision for i in part], entropy_grad=False)
+            values = scored.logprobs.detach().float().cpu()
+            lengths = scored.mask.detach().sum(-1).long().cpu()
+            for row, i in enumerate(part):
+                out[i] = values[row, : int(lengths[row])].clone()
+    return out  # type: ignore[return-value]
+
+
+def recompute_old_logprobs(policy, samples: Sequence[TrainingSample], micro_batch_size: int | None) -> dict[str, float]:
+    """Set each sample's pi_old to the trainer's log-probabilities under its current weights.
+
+    Returns ``old_logprob_drift``: the mean absolute difference from the rollout's log-probabilities
+    over the units (0 when the trainer itself played the rollouts with these weights; the engine's
+    kernels and precision, or a lagged collector's older weights, make it larger).
+    """
+    drift, count = 0.0, 0
+    for sample, values in zip(samples, _score_without_grad(policy, samples, micro_batch_size)):
+        sample.old_logprobs = values
+        behaviour = torch.as_tensor(rollout_logprobs(sample.decision, policy.mode)[: len(values)])
+        drift += float((values - behaviour).abs().sum())
+        count += len(values)
+    return {"old_logprob_drift": drift / max(1, count)}
+
+
+def reference_logprobs(reference, samples: Sequence[TrainingSample], micro_batch_size: int | None) -> None:
+    """Set each sample's reference log-probabilities (the KL term's), computed before the update."""
+    for sample, values in zip(samples, _score_without_grad(reference, samples, micro_batch_size)):
+        sample.ref_logprobs = values
+
+
 def ppo_update(
     policy,
     optimizer: torch.optim.Optimizer,
@@ -121,34 +193,37 @@ def ppo_update(
     clip_ratio: float,
     entropy_coef: float,
     kl_coef: float,
-    reference=None,
     max_grad_norm: float,
     epochs: int,
     minibatch_size: int,
     rng: np.random.Generator,
     loss: str = "ppo-clip",
+    clip_ratio_c: float | None = None,
+    micro_batch_size: int | None = None,
+    tis_cap: float | None = None,
+    activation_offload: bool = False,
 ) -> dict[str, float]:
-    """PPO epochs over shuffled mini-batches; returns the mean of each logged figure and counts."""
+    """PPO epochs over shuffled mini-batches; returns the mean of each logged figure and counts.
+
+    The KL term is on when the samples carry reference log-probabilities (:func:`reference_logprobs`).
+    """
     loss_fn = LOSSES.get(loss)
     totals: dict[str, float] = {}
     updates = 0
     trained_tokens = 0
+    kl = bool(samples) and samples[0].ref_logprobs is not None
     same_prompt = same_prompt_groups(samples)
+    settings = dict(clip_ratio=clip_ratio, clip_ratio_c=clip_ratio_c, entropy_coef=entropy_coef, kl_coef=kl_coef,
+                    tis_cap=tis_cap, activation_offload=activation_offload)
     for _ in range(epochs):
         for chunk in minibatches(same_prompt, rng.permutation(len(same_prompt)), minibatch_size):
             chunk = [samples[i] for i in chunk]
-            # Steps with zero advantage add nothing to the PPO term but count in the token mean: when
-            # no entropy or KL term needs them, keep their units in the denominator and skip their
-            # forward pass (exactly the same loss, often most of the batch in all-failed groups).
             total_units = sum(s.weight * units(s.decision, policy.mode) for s in chunk)
-            if not entropy_coef and reference is None:
-                chunk = [s for s in chunk if s.advantage != 0.0]
-                if not chunk:
-                    continue
-            value, stats = _minibatch_loss(policy, chunk, loss_fn, total_units, clip_ratio=clip_ratio,
-                                           entropy_coef=entropy_coef, kl_coef=kl_coef, reference=reference)
+            chunk = trained_samples(chunk, entropy_coef=entropy_coef, kl=kl)
+            if not chunk:
+                continue
             optimizer.zero_grad(set_to_none=True)
-            value.backward()
+            stats = accumulate_gradients(policy, chunk, loss_fn, total_units, micro_batch_size, **settings)
             grad_norm = torch.nn.utils.clip_grad_norm_(list(policy.parameters()), max_grad_norm)
             optimizer.step()
             stats["grad_norm"] = float(grad_norm)
@@ -165,21 +240,60 @@ def ppo_update(
     return means
 
 
-def _minibatch_loss(policy, chunk: list[TrainingSample], loss_fn, total_units: float, *, clip_ratio: float,
-                    entropy_coef: float, kl_coef: float, reference) -> tuple[torch.Tensor, dict[str, Any]]:
+def accumulate_gradients(policy, chunk: list[TrainingSample], loss_fn, total_units: float,
+                         micro_batch_size: int | None, *, activation_offload: bool = False,
+                         **settings: Any) -> dict[str, float]:
+    """Forward and backward over ``chunk`` in micro-batches; the gradients add up to the whole chunk's.
+
+    Each micro-batch's loss is divided by the whole mini-batch's weighted unit count
+    (``total_units``), so the summed gradients equal one pass over the chunk. The loss's stats are
+    combined likewise: the ``*loss`` entries add up, the others (means over a part's units) are
+    averaged with the parts' unit counts as weights.
+    """
+    parts = micro_batches(chunk, micro_batch_size)
+    part_units = [sum(s.weight * units(s.decision, policy.mode) for s in part) for part in parts]
+    combined: dict[str, float] = {}
+    for part, share in zip(parts, part_units):
+        # Activations saved for the backward wait in CPU memory instead (pinned on GPUs): slower, and
+        # the GPU holds one layer's at a time.
+        offload = torch.autograd.graph.save_on_cpu(pin_memory=policy.device.type == "cuda") \
+            if activation_offload else contextlib.nullcontext()
+        with offload:
+            value, stats = _micro_batch_loss(policy, part, loss_fn, total_units, **settings)
+        value.backward()
+        for key, figure in stats.items():
+            weight = 1.0 if key.endswith("loss") else share / sum(part_units)
+            combined[key] = combined.get(key, 0.0) + figure * weight
+    return combined
+
+
+def _micro_batch_loss(policy, chunk: list[TrainingSample], loss_fn, total_units: float, *, clip_ratio: float,
+                      clip_ratio_c: float | None, entropy_coef: float, kl_coef: float,
+                      tis_cap: float | None) -> tuple[torch.Tensor, dict[str, Any]]:
     decisions = [s.decision for s in chunk]
     device = policy.device
-    scored = policy.score(decisions)
+    scored = policy.score(decisions, entropy_grad=bool(entropy_coef))
     width = scored.logprobs.shape[1]
-    old = _pad([_old_logprobs(d, policy.mode) for d in decisions], width).to(device)
+    behaviour = [rollout_logprobs(d, policy.mode) for d in decisions]
+    recomputed = chunk[0].old_logprobs is not None
+    old = _pad([s.old_logprobs for s in chunk] if recomputed else behaviour, width).to(device)
+    is_weights = None
+    if tis_cap is not None and recomputed:
+        # Truncated importance sampling: the rollouts came from the engine's distribution, the ratio
+        # is taken against the trainer's; weigh each unit by min(pi_old_trainer / pi_engine, cap).
+        log_is = torch.clamp(old - _pad(behaviour, width).to(device), max=math.log(tis_cap))
+        is_weights = torch.exp(log_is)
+    ref_logprobs = None
+    if chunk[0].ref_logprobs is not None:
+        ref_logprobs = _pad([s.ref_logprobs for s in chunk], width).to(device)
     advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
     weight = torch.tensor([s.weight for s in chunk], dtype=torch.float32, device=device)
-    ref_logprobs = None
-    if reference is not None:
-        with torch.no_grad():
-            ref_logprobs = reference.score(decisions).logprobs.float()
-    return loss_fn(
-        scored.logprobs.float(), old, advantages, scored.mask.float(), weight, clip_ratio=clip_ratio,
-        entropy=scored.entropy.float(), entropy_coef=entropy_coef, ref_logprobs=ref_logprobs, kl_coef=kl_coef,
-        total_units=total_units,
-    )
+    keywords = dict(clip_ratio=clip_ratio, entropy=scored.entropy.float(), entropy_coef=entropy_coef,
+                    ref_logprobs=ref_logprobs, kl_coef=kl_coef, total_units=total_units)
+    # Keywords added to the loss protocol later are passed only when in use, so that a registered loss
+    # written before them still runs with them off.
+    if clip_ratio_c is not None:
+        keywords["clip_ratio_c"] = clip_ratio_c
+    if is_weights is not None:
+        keywords["is_weights"] = is_weights
+    return loss_fn(scored.logprobs.float(), old, advantages, scored.mask.float(), weight, **keywords)

@@ -114,7 +114,18 @@ def test_prefix_cache_serves_tree_branches(engines):
     assert after["hits"] - before["hits"] > 0
 
 
+def _train_step(hf, contexts, lr=50.0):
+    decisions = hf.decide(contexts, generator=torch.Generator().manual_seed(0))
+    optimizer = torch.optim.SGD(hf.parameters(), lr=lr)
+    loss = -hf.score(decisions).logprobs.sum()
+    loss.backward()
+    optimizer.step()
+    hf.model.zero_grad(set_to_none=True)
+
+
 def test_weight_sync_after_a_training_step(engines):
+    from ptgpo_algos.policy.backends import push_weights
+
     hf, engine = engines["choose"]
     contexts = _contexts()
     prompts = [hf.prompts.prompt_ids(c) for c in contexts]
@@ -122,27 +133,73 @@ def test_weight_sync_after_a_training_step(engines):
     before = engine.verify_sync(hf, prompts)
     assert before.ok(), before
     try:
-        decisions = hf.decide(contexts, generator=torch.Generator().manual_seed(0))
-        optimizer = torch.optim.SGD(hf.parameters(), lr=50.0)
-        loss = -hf.score(decisions).logprobs.sum()
-        loss.backward()
-        optimizer.step()
-        engine.load_weights(hf.export_weights())
+        _train_step(hf, contexts)
+        # The check scores the engine's own sampled tokens with the trainer: an engine that missed the
+        # update is caught.
+        stale = engine.verify_sync(hf, prompts)
+        assert stale.mean_logprob_diff > 0.05, stale
+        sent = push_weights(engine, hf)
+        assert sent["messages"] == 1  # the tiny model fits one 1 GiB message
+        # A tied-embedding model's lm_head is not sent: the embedding alone, in float32.
+        assert sent["bytes"] == sum(t.numel() * 4 for n, t in hf.export_weights() if n != "lm_head.weight")
         after = engine.verify_sync(hf, prompts)
         assert after.ok(), after
-        # The update really reached the engine: its greedy log-probabilities moved with the model's.
-        moved = max(
-            abs(a - b)
-            for row_after, row_before in zip(after.engine_logprobs, before.engine_logprobs)
-            for a, b in zip(row_after, row_before)
-        )
-        assert moved > 0.05
+        assert len(after.tokens) == len(prompts) and all(len(t) == 8 for t in after.tokens)
         lm_head = dict(hf.model.named_parameters()).get("lm_head.weight")
         assert lm_head is None or lm_head.data_ptr() == hf.model.model.embed_tokens.weight.data_ptr()
     finally:
         with torch.no_grad():
             hf.model.load_state_dict(original, strict=False)
-        engine.load_weights(hf.export_weights())
+        push_weights(engine, hf)
+
+
+def test_weight_sync_in_many_small_messages(engines):
+    from ptgpo_algos.policy.backends import push_weights
+
+    hf, engine = engines["generate"]
+    contexts = _contexts()
+    prompts = [hf.prompts.prompt_ids(c) for c in contexts]
+    original = {name: tensor.clone() for name, tensor in hf.export_weights()}
+    bucket = engine.sync_bucket_bytes
+    try:
+        _train_step(hf, contexts, lr=20.0)
+        engine.sync_bucket_bytes = 16 * 1024
+        sent = push_weights(engine, hf)
+        assert sent["messages"] >= 20, sent  # the embedding alone is cut across several messages
+        assert engine.verify_sync(hf, prompts).ok()
+        expected = hf.decide(contexts, greedy=True)
+        got = engine.decide(contexts, greedy=True)
+        assert [g.response_ids for g in got] == [e.response_ids for e in expected]
+    finally:
+        engine.sync_bucket_bytes = bucket
+        with torch.no_grad():
+            hf.model.load_state_dict(original, strict=False)
+        push_weights(engine, hf)
+
+
+def test_lora_syncs_through_the_engines_own_adapters(model_path, tmp_path):
+    from ptgpo_algos.policy.backends import push_weights
+
+    hf = CausalLMPolicy.from_pretrained(model_path, mode="generate", max_new_tokens=MAX_NEW, lora={"r": 8, "alpha": 16})
+    engine = VLLMPolicy.from_policy(hf, model_path, enable_lora=True, max_loras=1, max_lora_rank=8,
+                                    **cpu_engine_defaults())
+    contexts = _contexts()
+    prompts = [hf.prompts.prompt_ids(c) for c in contexts]
+    assert engine.verify_sync(hf, prompts).ok()  # fresh adapters: the base model on both sides
+    with torch.no_grad():
+        for name, parameter in hf.named_trainable().items():
+            if "lora_B" in name:
+                parameter.normal_(0.0, 0.3)
+    assert engine.verify_sync(hf, prompts).mean_logprob_diff > 0.05
+    sent = push_weights(engine, hf)
+    assert engine.lora_request.lora_int_id == 1 and sent["bytes"] < 2_000_000
+    report = engine.verify_sync(hf, prompts)
+    assert report.ok(), report
+    # The next sync registers the adapters under a new id and drops the old ones.
+    push_weights(engine, hf)
+    assert engine.lora_request.lora_int_id == 2
+    assert engine.llm.llm_engine.list_loras() == {2}
+    assert engine.verify_sync(hf, prompts).ok()
 
 
 def test_training_with_vllm_rollouts_syncs_after_every_update(tmp_path, monkeypatch):
@@ -161,6 +218,27 @@ def test_training_with_vllm_rollouts_syncs_after_every_update(tmp_path, monkeypa
     rows = [json.loads(line) for line in open(summary.metrics_path)]
     assert [r["iteration"] for r in rows] == [1, 2]
     for row in rows:
-        assert row["sync_max_logprob_diff"] <= 1e-3
-        assert row["sync_tokens_equal"]
+        assert row["sync_mean_logprob_diff"] <= 1e-3 and row["sync_messages"] >= 1
+        # pi_old was recomputed by the trainer; the engine's float32 log-probabilities agree with it.
+        assert row["old_logprob_drift"] < 1e-3
     assert summary.decisions > 0
+
+
+def test_lora_training_with_vllm_rollouts_and_a_kl_reference(tmp_path, monkeypatch):
+    import json
+
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    config = TrainConfig.from_dict(dict(
+        env_id="ptgpo/FrozenLake-v0", max_steps=6, algo="grpo", rollout_backend="vllm", group_size=4,
+        tasks_per_iteration=2, iterations=2, eval_every=2, eval_seeds=2, learning_rate=1e-2, kl_coef=0.1,
+        lora={"r": 8, "alpha": 16}, micro_batch_size=3, out_dir=str(tmp_path / "run"), tiny={"pretrain_steps": 0},
+    ))
+    summary = run_training(config, progress=False)
+    rows = [json.loads(line) for line in open(summary.metrics_path)]
+    assert [r["iteration"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["sync_mean_logprob_diff"] <= 1e-3
+        assert row["sync_bytes"] < 2_000_000  # the adapters, not the model

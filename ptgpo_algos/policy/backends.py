@@ -16,6 +16,7 @@ and is then chosen with ``rollouts.backend: my-backend`` (other packages registe
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -24,8 +25,8 @@ from ptgpo_envs.plugins import Registry
 if TYPE_CHECKING:
     from ptgpo_algos.config import TrainConfig
 
-__all__ = ["ROLLOUT_BACKENDS", "WeightSyncError", "build_policy", "build_rollout_policy", "sync_tolerance",
-           "sync_weights"]
+__all__ = ["ROLLOUT_BACKENDS", "SYNC_TOLERANCE", "WeightSyncError", "build_policy", "build_rollout_policy",
+           "push_weights", "sync_tolerance", "sync_weights"]
 
 #: Rollout backends by name: ``build(trainable_policy, config, device) -> RolloutPolicy``.
 ROLLOUT_BACKENDS: Registry[Callable[[Any, "TrainConfig", str], Any]] = Registry(
@@ -56,6 +57,8 @@ def build_policy(config: TrainConfig, device: str):
         dtype=spec.dtype,
         lora=spec.lora,
         gradient_checkpointing=gradient_checkpointing,
+        min_new_tokens=spec.min_new_tokens,
+        logprob_chunk=spec.logprob_chunk,
     )
 
 
@@ -76,12 +79,37 @@ def _transformers(policy: Any, config: TrainConfig, device: str):
 
 
 def _vllm(policy: Any, config: TrainConfig, device: str):
+    from ptgpo_algos.policy.precision import precision_for
     from ptgpo_algos.policy.vllm_backend import VLLMPolicy, cpu_engine_defaults
 
-    engine = cpu_engine_defaults() if device == "cpu" else {"gpu_memory_utilization": 0.3}
+    # The engine computes at the trainer's compute dtype unless the config says otherwise.
+    engine = cpu_engine_defaults() if device == "cpu" else {
+        "gpu_memory_utilization": 0.3, "dtype": precision_for(device, config.policy.dtype).compute}
+    if getattr(policy, "has_adapters", False):
+        # LoRA through vLLM's own LoRA support: each sync ships the adapters, never the base weights.
+        engine.update(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank_slot(policy.lora_rank))
     engine.update(config.rollouts.vllm)
-    checkpoint = getattr(getattr(policy.model, "config", None), "_name_or_path", None) or config.policy.model
-    return VLLMPolicy.from_policy(policy, checkpoint, seed=config.run.seed, **engine)
+    checkpoint = _base_checkpoint(policy) or config.policy.model
+    return VLLMPolicy.from_policy(policy, checkpoint, seed=config.run.seed,
+                                  sync_bucket_bytes=config.rollouts.sync_bucket_mib * 2**20, **engine)
+
+
+#: The adapter ranks vLLM's ``max_lora_rank`` accepts.
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _lora_rank_slot(rank: int) -> int:
+    """The smallest rank vLLM accepts as ``max_lora_rank`` that holds adapters of ``rank``."""
+    for slot in _VLLM_LORA_RANKS:
+        if slot >= rank:
+            return slot
+    raise ValueError(f"policy.lora (lora): rank {rank} is above vLLM's largest LoRA rank ({_VLLM_LORA_RANKS[-1]})")
+
+
+def _base_checkpoint(policy: Any) -> str | None:
+    """The folder or hub name the trainable policy's base model was loaded from."""
+    model = policy.model.get_base_model() if getattr(policy, "has_adapters", False) else policy.model
+    return getattr(getattr(model, "config", None), "_name_or_path", None)
 
 
 ROLLOUT_BACKENDS.register("transformers", _transformers)
@@ -92,29 +120,53 @@ class WeightSyncError(RuntimeError):
     """The rollout engine does not act like the trained model after a weight sync."""
 
 
+#: The mean |log-probability difference| a sync may leave, by the coarser compute dtype of the trainer and
+#: the engine: in float32 both agree to rounding; bf16 kernels differ by far more.
+SYNC_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1}
+
+
 def sync_tolerance(config: TrainConfig, device: str) -> float:
-    """The largest log-probability difference a sync may leave: engine and trainer agree to float32
-    rounding on a CPU; bf16 kernels differ by much more."""
+    """``rollouts.sync_tolerance``, else :data:`SYNC_TOLERANCE` at the coarser of the trainer's compute
+    dtype and the engine's."""
+    from ptgpo_algos.policy.precision import precision_for
+
     if config.rollouts.sync_tolerance is not None:
         return config.rollouts.sync_tolerance
-    return 1e-3 if device == "cpu" and config.policy.dtype in ("auto", "float32") else 0.1
+    trainer = precision_for(device, config.policy.dtype).compute
+    engine = str(config.rollouts.vllm.get("dtype", "float32" if device == "cpu" else trainer))
+    return max(SYNC_TOLERANCE.get(trainer, 0.1), SYNC_TOLERANCE.get(engine.replace("torch.", ""), 0.1))
+
+
+def push_weights(rollout_policy, policy) -> dict[str, Any]:
+    """Hand ``policy``'s current weights to ``rollout_policy``: only the LoRA adapters when both sides
+    support them (the engine's own LoRA), else the full weights, tied ones once where the receiver
+    takes ``aliases``."""
+    if getattr(policy, "has_adapters", False) and hasattr(rollout_policy, "load_adapter"):
+        return rollout_policy.load_adapter(policy.save_adapter) or {}
+    keywords = {}
+    if hasattr(policy, "tied_weights") and "aliases" in inspect.signature(rollout_policy.load_weights).parameters:
+        keywords["aliases"] = policy.tied_weights()
+    return rollout_policy.load_weights(policy.export_weights(), **keywords) or {}
 
 
 def sync_weights(rollout_policy, policy, prompts: Sequence[Sequence[int]], tolerance: float) -> dict[str, Any]:
-    """Push ``policy``'s weights into the rollout engine and check greedy decoding agrees on ``prompts``.
+    """Push ``policy``'s weights into the rollout engine, then check that the trainer scores the
+    engine's own sampled tokens on ``prompts`` as the engine does (one engine decode, one trainer
+    forward pass): the mean |log-probability difference| must be within ``tolerance``.
 
     A sync that silently leaves part of the engine stale (the LM head of a tied-embedding model is the
-    known case) would make the run sample from a mixture of old and new weights; this fails loudly.
+    known case, or adapters that never arrived) would make the run sample from other weights than it
+    trains; this fails loudly.
     """
     start = time.perf_counter()
-    rollout_policy.load_weights(policy.export_weights())
+    pushed = push_weights(rollout_policy, policy)
     sync_time = time.perf_counter() - start
-    report = rollout_policy.verify_sync(policy, prompts, max_tokens=4)
-    if report.max_logprob_diff > tolerance:
+    report = rollout_policy.verify_sync(policy, prompts, max_tokens=8)
+    if report.mean_logprob_diff > tolerance:
         raise WeightSyncError(
-            f"after the weight sync the rollout engine's greedy log-probabilities differ from the trained "
-            f"model's by {report.max_logprob_diff:.3g} (> sync_tolerance {tolerance}); engine tokens "
-            f"{report.engine_tokens}, trainer tokens {report.reference_tokens}"
+            f"after the weight sync the trainer's log-probabilities of the engine's own sampled tokens differ "
+            f"from the engine's by {report.mean_logprob_diff:.3g} on average (> sync_tolerance {tolerance}; "
+            f"largest {report.max_logprob_diff:.3g}); engine tokens {report.tokens}"
         )
-    return {"sync_time_s": sync_time, "sync_max_logprob_diff": report.max_logprob_diff,
-            "sync_tokens_equal": report.tokens_equal}
+    return {"sync_time_s": sync_time, "sync_mean_logprob_diff": report.mean_logprob_diff,
+            "sync_max_logprob_diff": report.max_logprob_diff, **{f"sync_{k}": v for k, v in pushed.items()}}

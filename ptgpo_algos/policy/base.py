@@ -8,7 +8,8 @@ while the trainer keeps the second:
   pass per step of the batch); ``load_weights``: take the trainer's weights (a sync); an engine
   separate from the trainer also ``verify_sync``.
 * **trainer side** (:class:`TrainablePolicy`) -- ``score``: log-probabilities (with gradients) of
-  decisions already taken, under the current weights; the trainable parameters (by name, for
+  decisions already taken, under the current weights (also pi_old and the reference's, without
+  gradients, before an update); the trainable parameters (by name, for
   checkpoints); a frozen ``reference_policy`` for the KL term; ``export_weights`` for a rollout
   engine; ``save_pretrained``; and the ``prompts`` it renders contexts with.
 
@@ -98,8 +99,9 @@ class RolloutPolicy(Protocol):
         """
         ...
 
-    def load_weights(self, weights: Iterator[tuple[str, Any]]) -> None:
-        """Take new weights (``(name, tensor)`` pairs, as :meth:`TrainablePolicy.export_weights`)."""
+    def load_weights(self, weights: Iterator[tuple[str, Any]]) -> Any:
+        """Take new weights (``(name, tensor)`` pairs, as :meth:`TrainablePolicy.export_weights`). A
+        backend may also take ``aliases={alias: name}``: tied weights left out of ``weights``."""
         ...
 
 
@@ -116,8 +118,9 @@ class TrainablePolicy(Protocol):
         """Where the parameters live (tensors of the loss are made there)."""
         ...
 
-    def score(self, decisions: Sequence[Decision]) -> ScoredBatch:
-        """Log-probabilities and entropies of the given decisions under the current weights."""
+    def score(self, decisions: Sequence[Decision], *, entropy_grad: bool = True) -> ScoredBatch:
+        """Log-probabilities and entropies of the given decisions under the current weights, with
+        gradients; the entropies without them when ``entropy_grad`` is false (no entropy bonus)."""
         ...
 
     def parameters(self) -> Iterator[Any]:
@@ -129,7 +132,8 @@ class TrainablePolicy(Protocol):
         ...
 
     def reference_policy(self) -> Any:
-        """A frozen policy with the current weights that ``score``s decisions: the KL term's reference."""
+        """A frozen policy with the current weights that ``score``s decisions: the KL term's reference
+        (a LoRA policy's may be its own model with the adapters switched off, rather than a copy)."""
         ...
 
     def export_weights(self) -> Iterator[tuple[str, Any]]:

@@ -9,10 +9,21 @@ and its own earlier tokens, which gives each candidate exactly the log-probabili
 alone. So scoring ten candidates costs little more than scoring one; training uses the same
 computation with gradients (or, under gradient checkpointing, which disables the cache, full
 prompt+candidate sequences).
+
+Scores with gradients of generated responses, and of candidates under gradient checkpointing (the
+GPU default for pretrained models), are taken at the response positions only: the decoder's hidden
+states there go through the output layer a chunk at a time
+(:func:`~ptgpo_algos.policy.token_logprobs.token_logprobs`), so no (batch x length x vocabulary)
+tensor is ever formed. The cached candidate path (rollouts; training without gradient checkpointing,
+the tiny model's) forms the logits of the candidate tokens only and takes their float32 log-softmax a
+few prompts at a time. Precision follows
+:mod:`ptgpo_algos.policy.precision`: trainable weights in float32, frozen ones and the forward passes
+at the configured dtype on GPUs (autocast).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from pathlib import Path
@@ -24,8 +35,10 @@ import torch.nn.functional as F
 from ptgpo_algos.data import Context, Decision
 from ptgpo_algos.policy.base import ScoredBatch, call_temperature, check_sampling_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
+from ptgpo_algos.policy.precision import Precision, precision_for
 from ptgpo_algos.policy.prompts import PromptBuilder
 from ptgpo_algos.policy.templates import PromptTemplate
+from ptgpo_algos.policy.token_logprobs import token_logprobs
 
 __all__ = ["CausalLMPolicy", "POLICY_SETTINGS_FILE", "load_model_and_tokenizer", "saved_policy_settings"]
 
@@ -42,8 +55,14 @@ def load_model_and_tokenizer(
     dtype: str = "auto",
     lora: dict[str, Any] | None = None,
     gradient_checkpointing: bool = False,
+    precision: Precision | None = None,
 ):
-    """Load a causal LM and its tokenizer from a local folder or a hub name (no remote code)."""
+    """Load a causal LM and its tokenizer from a local folder or a hub name (no remote code).
+
+    Weights are stored as ``precision`` says (default: :func:`~ptgpo_algos.policy.precision.precision_for`
+    the device and dtype): the trainable ones in float32, a LoRA model's frozen base at the compute
+    dtype. Passing a GPU's precision on a CPU rehearses the GPU path there (slowly).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ptgpo_algos.policy.tiny import TINY_MARKER, load_tiny_tokenizer
@@ -55,11 +74,9 @@ def load_model_and_tokenizer(
         tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if dtype == "auto":
-        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    else:
-        torch_dtype = getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=torch_dtype)
+    precision = precision or precision_for(device, dtype)
+    stored = precision.frozen if lora else precision.trainable
+    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=getattr(torch, stored))
     model.to(device)
     if gradient_checkpointing:
         # transformers 5.x renamed it; 4.x only has the old name.
@@ -77,6 +94,9 @@ def load_model_and_tokenizer(
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, config)
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.data = parameter.data.float()
     return model, tokenizer
 
 
@@ -125,13 +145,16 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 def _forward(model, cache=None, **inputs):
     """Call ``model`` with a KV cache under the keyword its transformers version uses.
 
-    Returns ``(logits, cache)``. transformers 5.x renamed ``past_key_values`` to ``cache``.
+    Returns ``(logits, cache)`` (a decoder without its output layer: ``(hidden states, cache)``).
+    transformers 5.x renamed ``past_key_values`` to ``cache``.
     """
-    names = _cache_names(type(model))
+    # A peft model passes keywords through to its base model, whose name for the cache counts.
+    names = _cache_names(type(model.get_base_model() if hasattr(model, "get_base_model") else model))
     if cache is not None:
         inputs[names[0]] = cache
     out = model(**inputs)
-    return out.logits, getattr(out, names[1], None)
+    first = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    return first, getattr(out, names[1], None)
 
 
 _CACHE_NAMES: dict[type, tuple[str, str]] = {}
@@ -176,6 +199,10 @@ class CausalLMPolicy:
         max_rows: int = 512,
         prompt_template: dict[str, str] | None = None,
         require_think: bool = False,
+        min_new_tokens: int = 0,
+        autocast_dtype: str | None = None,
+        frozen_dtype: str = "float32",
+        logprob_chunk: int = 512,
     ):
         check_sampling_settings(mode, score, temperature)
         self.model = model
@@ -184,7 +211,16 @@ class CausalLMPolicy:
         self.score_mode = score
         self.temperature = float(temperature)
         self.max_new_tokens = max_new_tokens
+        self.min_new_tokens = min(int(min_new_tokens), int(max_new_tokens))
         self.max_rows = max_rows
+        #: Forward passes run under torch.autocast at this dtype (None: at the weights' own).
+        self.autocast_dtype = getattr(torch, autocast_dtype) if autocast_dtype else None
+        #: Weights that never train (the KL reference's copy) are stored at this dtype.
+        self.frozen_dtype = getattr(torch, frozen_dtype)
+        #: Response positions sent through the output layer at a time (memory: ~4 x chunk x vocabulary floats).
+        self.logprob_chunk = int(logprob_chunk)
+        #: True on the KL reference of a LoRA policy: the same model with its adapters switched off.
+        self.adapters_disabled = False
         self.require_think = bool(require_think)
         template = None if prompt_template is None else PromptTemplate.from_mapping(prompt_template)
         self.prompts = PromptBuilder(tokenizer, mode, history_length, max_prompt_tokens, template)
@@ -200,18 +236,54 @@ class CausalLMPolicy:
         dtype: str = "auto",
         lora: dict[str, Any] | None = None,
         gradient_checkpointing: bool = False,
+        precision: Precision | None = None,
         **kwargs: Any,
     ) -> "CausalLMPolicy":
         """Load a model folder or hub name; the acting settings a saved policy recorded
         (:data:`POLICY_SETTINGS_FILE`) are the defaults, and keyword arguments override them."""
+        precision = precision or precision_for(device, dtype)
         model, tokenizer = load_model_and_tokenizer(
-            name_or_path, device=device, dtype=dtype, lora=lora, gradient_checkpointing=gradient_checkpointing
+            name_or_path, device=device, dtype=dtype, lora=lora, gradient_checkpointing=gradient_checkpointing,
+            precision=precision,
         )
-        return cls(model, tokenizer, **{**saved_policy_settings(name_or_path), **kwargs})
+        settings = {"autocast_dtype": precision.autocast, "frozen_dtype": precision.frozen}
+        return cls(model, tokenizer, **{**settings, **saved_policy_settings(name_or_path), **kwargs})
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def has_adapters(self) -> bool:
+        """Whether the model trains LoRA adapters (peft) on a frozen base."""
+        return hasattr(self.model, "peft_config")
+
+    def _base(self):
+        return self.model.get_base_model() if self.has_adapters else self.model
+
+    @contextlib.contextmanager
+    def computing(self) -> Iterator[None]:
+        """The context every forward pass runs in: autocast at the compute dtype (GPUs), and the
+        adapters switched off on a LoRA policy's reference."""
+        with contextlib.ExitStack() as stack:
+            if self.autocast_dtype is not None:
+                stack.enter_context(torch.autocast(self.device.type, dtype=self.autocast_dtype))
+            if self.adapters_disabled:
+                stack.enter_context(self.model.disable_adapter())
+            yield
+
+    def _hidden(self, cache=None, **inputs) -> tuple[torch.Tensor, Any]:
+        """The decoder's last hidden states (after the final norm) and its cache: no output layer."""
+        return _forward(self._base().get_decoder(), cache, **inputs)
+
+    def _token_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0):
+        """``(log p, entropy)`` of ``targets`` (``(N,)``) predicted from ``hidden`` (``(N, H)``)."""
+        head = self._base().get_output_embeddings()
+        if not isinstance(head, torch.nn.Linear):
+            raise TypeError(f"the model's output layer is a {type(head).__name__}, not a linear layer: adapters on "
+                            "lm_head are not supported; leave lm_head out of lora.target_modules")
+        return token_logprobs(hidden, head.weight, targets, bias=head.bias, temperature=temperature,
+                              chunk=self.logprob_chunk, compute_dtype=self.autocast_dtype or head.weight.dtype)
 
     @property
     def gradient_checkpointing(self) -> bool:
@@ -232,7 +304,7 @@ class CausalLMPolicy:
         prompts = [self.prompts.prompt_ids(c) for c in contexts]
         # Eval mode: under gradient checkpointing, train mode would switch the KV cache off.
         self.model.eval()
-        with torch.inference_mode():
+        with torch.inference_mode(), self.computing():
             if self.mode == "choose":
                 return self._decide_choose(contexts, prompts, greedy, generator, temperature)
             return self._decide_generate(prompts, greedy, generator, temperature)
@@ -242,7 +314,7 @@ class CausalLMPolicy:
         samples from)."""
         prompts = [self.prompts.prompt_ids(c) for c in contexts]
         self.model.eval()
-        with torch.inference_mode():
+        with torch.inference_mode(), self.computing():
             _, scores = self._candidate_logprobs(prompts, self._candidates(contexts), cached=True)
         return [F.softmax(s.float() / self.temperature, dim=-1) for s in scores]
 
@@ -293,14 +365,20 @@ class CausalLMPolicy:
         entropies: list[list[float]] = [[] for _ in range(batch)]
         done = [False] * batch
         position = _positions(mask)[:, -1]
-        for _ in range(self.max_new_tokens):
+        for step in range(self.max_new_tokens):
+            early = step < self.min_new_tokens
+            if early and self.eos_id is not None:
+                # A response may not end before min_new_tokens (benchmarks of a fixed length), as
+                # vLLM's min_tokens: the end-of-text token is masked out.
+                logits = logits.clone()
+                logits[:, self.eos_id] = float("-inf")
             logp = F.log_softmax(logits.float() / temperature, dim=-1)
             if greedy:
                 tokens = logp.argmax(-1)
             else:
                 tokens = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(-1).to(logp.device)
             chosen = logp.gather(-1, tokens[:, None]).squeeze(-1)
-            entropy = -(logp.exp() * logp).sum(-1)
+            entropy = -(logp.exp() * logp).nan_to_num(0.0).sum(-1)  # a masked token: 0 * -inf
             for i in range(batch):
                 if done[i]:
                     continue
@@ -308,7 +386,7 @@ class CausalLMPolicy:
                 generated[i].append(token)
                 logprobs[i].append(float(chosen[i]))
                 entropies[i].append(float(entropy[i]))
-                if token == self.eos_id or ACTION_STOP in self.tokenizer.decode(generated[i][-8:]):
+                if not early and (token == self.eos_id or ACTION_STOP in self.tokenizer.decode(generated[i][-8:])):
                     done[i] = True
             if all(done):
                 break
@@ -421,11 +499,16 @@ class CausalLMPolicy:
             self.model, cache, input_ids=cids, attention_mask=attention, position_ids=position, use_cache=True
         )
         # A candidate's first token is predicted by the prompt's last position, each later one by
-        # the token before it in the packed row.
+        # the token before it in the packed row. The float32 log-softmax runs a few prompts at a
+        # time (about logprob_chunk positions), so without gradients (rollouts) one slice of it lives.
         logits = torch.cat([last[:, -1:, :], logits], dim=1)
         source = torch.where(offset > 0, index[None, :], torch.zeros_like(offset))
-        picked = logits.gather(1, source[..., None].expand(-1, -1, logits.shape[-1])).float()
-        packed = F.log_softmax(picked, dim=-1).gather(-1, cids[..., None]).squeeze(-1)
+        step = max(1, self.logprob_chunk // width)
+        packed = torch.cat([
+            F.log_softmax(logits[r : r + step].gather(1, source[r : r + step, :, None].expand(-1, -1, logits.shape[-1]))
+                          .float(), dim=-1).gather(-1, cids[r : r + step, :, None]).squeeze(-1)
+            for r in range(0, len(candidates), step)
+        ])
         owner, flat = self._flatten(candidates)
         lengths = torch.tensor([len(c) for c in flat], dtype=torch.long, device=self.device)
         column = torch.arange(max(1, int(lengths.max())), device=self.device)
@@ -437,58 +520,87 @@ class CausalLMPolicy:
 
     def _packed_candidates(self, prompts, candidates):
         owner, flat = self._flatten(candidates)
-        logp, _, cmask = self._response_logprobs([prompts[i] for i in owner], flat, with_entropy=False)
+        # A candidate's score is its tokens' log-probabilities at temperature 1, as in the cached
+        # path: the policy's temperature applies once, to the softmax over the scores.
+        logp, _, cmask = self._response_logprobs([prompts[i] for i in owner], flat, temperature=1.0,
+                                                 with_entropy=False)
         return self._split(logp, cmask, candidates)
 
-    def _response_logprobs(self, prompts, responses, with_entropy: bool):
-        """Per-token log-probs (and entropies) of ``responses`` given ``prompts``, full sequences;
-        identical (prompt, response) rows are computed once."""
+    def _response_logprobs(self, prompts, responses, *, temperature: float, with_entropy: bool,
+                           entropy_grad: bool = True):
+        """Per-token log-probs (and entropies) of ``responses`` given ``prompts`` at ``temperature``, full
+        sequences; identical (prompt, response) rows are computed once. Returns ``(B, width)`` tensors:
+        log-probs, entropies (None without ``with_entropy``; detached without ``entropy_grad``), mask."""
         index, first = _distinct(zip(prompts, responses), lambda pr: (tuple(pr[0]), tuple(pr[1])))
         if len(first) < len(prompts):
             logp, entropy, rmask = self._response_logprobs(
-                [prompts[i] for i in first], [responses[i] for i in first], with_entropy
+                [prompts[i] for i in first], [responses[i] for i in first], temperature=temperature,
+                with_entropy=with_entropy, entropy_grad=entropy_grad,
             )
             take = torch.tensor(index, dtype=torch.long, device=self.device)
             return logp[take], (entropy[take] if entropy is not None else None), rmask[take]
         rows = [list(p) + list(r) for p, r in zip(prompts, responses)]
         ids, mask = _right_pad(rows, self.pad_id, self.device)
-        logits, _ = _forward(self.model, input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False)
-        width = max(1, max(len(r) for r in responses))
-        rmask = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
+        hidden, _ = self._hidden(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False)
         # Position p predicts token p+1: the response's tokens are predicted from len(prompt)-1 on.
-        gather = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
+        row_index, positions, columns, targets = [], [], [], []
         for i, (p, r) in enumerate(zip(prompts, responses)):
-            rmask[i, : len(r)] = 1
-            gather[i, : len(r)] = torch.arange(len(p) - 1, len(p) - 1 + len(r), device=self.device)
-        picked = logits.gather(1, gather[..., None].expand(-1, -1, logits.shape[-1])).float()
-        targets, _ = _right_pad(responses, self.pad_id, self.device)
-        all_logp = F.log_softmax(picked / self.temperature, dim=-1)
-        logp = all_logp.gather(-1, targets[:, :width, None]).squeeze(-1) * rmask
-        entropy = -(all_logp.exp() * all_logp).sum(-1) * rmask if with_entropy else None
+            row_index += [i] * len(r)
+            positions += range(len(p) - 1, len(p) - 1 + len(r))
+            columns += range(len(r))
+            targets += r
+        place = (torch.tensor(row_index, dtype=torch.long, device=self.device),
+                 torch.tensor(columns, dtype=torch.long, device=self.device))
+        positions = torch.tensor(positions, dtype=torch.long, device=self.device)
+        token_logp, token_entropy = self._token_logprobs(
+            hidden[place[0], positions], torch.tensor(targets, dtype=torch.long, device=self.device), temperature)
+        shape = (len(rows), max(1, max(len(r) for r in responses)))
+        rmask = torch.zeros(shape, dtype=torch.long, device=self.device).index_put(place, torch.tensor(1, device=self.device))
+        logp = torch.zeros(shape, dtype=token_logp.dtype, device=self.device).index_put(place, token_logp)
+        entropy = None
+        if with_entropy:
+            token_entropy = token_entropy if entropy_grad else token_entropy.detach()
+            entropy = torch.zeros(shape, dtype=token_entropy.dtype, device=self.device).index_put(place, token_entropy)
         return logp, entropy, rmask
 
     # ================================================================== trainer side
-    def score(self, decisions: Sequence[Decision]) -> ScoredBatch:
+    def score(self, decisions: Sequence[Decision], *, entropy_grad: bool = True) -> ScoredBatch:
+        """Log-probabilities and entropies of ``decisions`` under the current weights, with gradients
+        (the entropies' only with ``entropy_grad``: an update without an entropy bonus skips them)."""
         if self.gradient_checkpointing:
             self.model.train()
-        if self.mode == "choose":
-            prompts = [d.prompt_ids for d in decisions]
-            candidates = [d.candidate_ids for d in decisions]
-            if any(c is None for c in candidates):
-                raise ValueError("choose-mode scoring needs decisions with candidate_ids")
-            _, scores = self._candidate_logprobs(prompts, candidates, cached=True)
-            logps, ents = [], []
-            for d, s in zip(decisions, scores):
-                logp = F.log_softmax(s.float() / self.temperature, dim=-1)
-                logps.append(logp[d.choice])
-                ents.append(-(logp.exp() * logp).sum())
-            logprobs = torch.stack(logps)[:, None]
-            entropy = torch.stack(ents)[:, None]
-            return ScoredBatch(logprobs, entropy, torch.ones_like(logprobs))
-        logp, entropy, rmask = self._response_logprobs(
-            [d.prompt_ids for d in decisions], [d.response_ids for d in decisions], with_entropy=True
-        )
+        with self.computing():
+            if self.mode == "choose":
+                return self._score_choices(decisions, entropy_grad)
+            logp, entropy, rmask = self._response_logprobs(
+                [d.prompt_ids for d in decisions], [d.response_ids for d in decisions], temperature=self.temperature,
+                with_entropy=True, entropy_grad=entropy_grad,
+            )
         return ScoredBatch(logp, entropy, rmask.float())
+
+    def _score_choices(self, decisions: Sequence[Decision], entropy_grad: bool) -> ScoredBatch:
+        prompts = [d.prompt_ids for d in decisions]
+        candidates = [d.candidate_ids for d in decisions]
+        if any(c is None for c in candidates):
+            raise ValueError("choose-mode scoring needs decisions with candidate_ids")
+        _, scores = self._candidate_logprobs(prompts, candidates, cached=True)
+        logps, ents = [], []
+        for d, s in zip(decisions, scores):
+            logp = F.log_softmax(s.float() / self.temperature, dim=-1)
+            logps.append(logp[d.choice])
+            ents.append(-(logp.exp() * logp).sum())
+        logprobs = torch.stack(logps)[:, None]
+        entropy = torch.stack(ents)[:, None]
+        return ScoredBatch(logprobs, entropy if entropy_grad else entropy.detach(), torch.ones_like(logprobs))
+
+    def response_logprobs(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                          temperature: float = 1.0) -> list[list[float]]:
+        """Each response's token log-probabilities given its prompt at ``temperature``, without
+        gradients (what a rollout engine's own tokens are checked against after a weight sync)."""
+        self.model.eval()
+        with torch.no_grad(), self.computing():
+            logp, _, rmask = self._response_logprobs(prompts, responses, temperature=temperature, with_entropy=False)
+        return [row[: int(m.sum())].tolist() for row, m in zip(logp.float().cpu(), rmask.cpu())]
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         return (p for p in self.model.parameters() if p.requires_grad)
@@ -497,28 +609,73 @@ class CausalLMPolicy:
         return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The full model's weights under the base model's names (LoRA adapters merged in)."""
-        if hasattr(self.model, "merge_adapter"):
-            self.model.merge_adapter()
-            try:
-                base = self.model.get_base_model()
-                for name, tensor in base.state_dict().items():
-                    if "lora_" in name:
-                        continue
-                    yield name.replace(".base_layer", ""), tensor.detach().clone()
-            finally:
-                self.model.unmerge_adapter()
-            return
-        for name, tensor in self.model.state_dict().items():
-            yield name, tensor.detach()
+        """The full model's weights under the base model's names, ``state_dict`` style.
 
-    def load_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
-        self.model.load_state_dict(dict(weights), strict=True)
+        A LoRA policy's adapters are merged into *copies* of the base weights, one layer at a time
+        (the sum in float32, stored at the base's dtype): the model itself is never touched, so its
+        frozen base stays exactly as loaded (merging in place and back in bf16 would perturb it at
+        every sync).
+        """
+        if not self.has_adapters:
+            for name, tensor in self.model.state_dict().items():
+                yield name, tensor.detach()
+            return
+        base = self.model.get_base_model()
+        modules = dict(base.named_modules())
+        with torch.no_grad():
+            for name, tensor in base.state_dict().items():
+                if "lora_" in name:
+                    continue
+                owner, _, leaf = name.rpartition(".")
+                layer = modules.get(owner.removesuffix(".base_layer")) if owner.endswith(".base_layer") else None
+                if leaf == "weight" and layer is not None and hasattr(layer, "get_delta_weight"):
+                    delta = sum(layer.get_delta_weight(a).float() for a in layer.active_adapters if a in layer.lora_A)
+                    tensor = (tensor.float() + delta).to(tensor.dtype)
+                yield name.replace(".base_layer", ""), tensor.detach()
+
+    def save_adapter(self, folder: str | Path) -> None:
+        """A LoRA policy's adapters alone, in peft's format (what vLLM's LoRA support loads)."""
+        if not self.has_adapters:
+            raise ValueError("save_adapter: this policy trains no LoRA adapters")
+        self.model.save_pretrained(str(folder))
+
+    @property
+    def lora_rank(self) -> int | None:
+        """The adapters' rank (None without adapters)."""
+        return int(self.model.peft_config["default"].r) if self.has_adapters else None
+
+    def tied_weights(self) -> dict[str, str]:
+        """``{alias: name}`` of the weights :meth:`export_weights` yields twice as one tensor (a
+        tied-embedding model's ``lm_head.weight`` is its embedding), by the base model's names."""
+        seen: dict[tuple[int, tuple[int, ...]], str] = {}
+        aliases = {}
+        for name, tensor in self._base().state_dict().items():
+            if "lora_" in name:
+                continue
+            key = (tensor.data_ptr(), tuple(tensor.shape))
+            if key in seen:
+                aliases[name.replace(".base_layer", "")] = seen[key]
+            else:
+                seen[key] = name.replace(".base_layer", "")
+        return aliases
+
+    def load_weights(self, weights: Iterator[tuple[str, torch.Tensor]], aliases: dict[str, str] | None = None) -> None:
+        """Take ``(name, tensor)`` pairs, ``state_dict`` style; ``aliases`` (``{alias: name}``) fill tied
+        weights that were not sent."""
+        state = dict(weights)
+        for alias, source in (aliases or {}).items():
+            state.setdefault(alias, state[source])
+        self.model.load_state_dict(state, strict=True)
 
     def reference_policy(self) -> "CausalLMPolicy":
-        """A copy with frozen weights: the KL term's reference."""
+        """The KL term's reference, frozen at the current weights. A LoRA policy's is the same model
+        with its adapters switched off (peft's ``disable_adapter``: the base weights, no copy);
+        otherwise a copy stored at the frozen dtype."""
         clone = copy.copy(self)
-        clone.model = copy.deepcopy(self.model)
+        if self.has_adapters:
+            clone.adapters_disabled = True
+            return clone
+        clone.model = copy.deepcopy(self.model).to(self.frozen_dtype)
         for p in clone.model.parameters():
             p.requires_grad_(False)
         return clone

