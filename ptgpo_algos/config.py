@@ -14,13 +14,13 @@ one style (:mod:`ptgpo_algos.validation`)::
     env_workers  where environments step: in this process, or in worker processes
 
 ``TrainConfig.from_dict`` (and ``from_yaml``) take the sections as mappings, dotted keys
-(``"optim.lr": 1e-3``) and the flat field names of earlier configs (``learning_rate: 1e-3``), which
-map onto the sections (:data:`FLAT_KEYS`), so every config written before still loads and a saved
-run's ``config.json`` still resumes. Defaults that depend on other fields are resolved once, when the
-config is built: the tiny model trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL,
-evaluated sampled at 0.4; a pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01,
-evaluated greedily; ``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise. The saved
-config holds the resolved values.
+(``"optim.lr": 1e-3``) and flat field names (``learning_rate: 1e-3``), which map onto the sections
+(:data:`FLAT_KEYS`), so a flat config file and a run folder's saved ``config.json`` load alike.
+Defaults that depend on other fields are resolved once, when the config is built: the tiny model
+trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL, evaluated sampled at 0.4; a
+pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01, evaluated greedily;
+``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise. The saved config holds the
+resolved values.
 
 Each field's ``metadata`` carries its help text, its flat name and, for the common ones, its command
 line flag: ``ptgpo train``'s options are generated from it (:func:`cli_fields`).
@@ -400,7 +400,7 @@ SECTIONS: dict[str, type] = {
     "optim": OptimConfig, "evaluation": EvaluationConfig, "run": RunConfig, "hindsight": HindsightConfig,
     "env_workers": EnvWorkersConfig,
 }
-#: Flat field names of earlier configs -> their place in the sections (``hindsight`` is a section itself).
+#: Flat field names (``learning_rate``) -> their place in the sections (``hindsight`` is a section itself).
 FLAT_KEYS: dict[str, str] = {
     f.metadata["flat"]: f"{section}.{f.name}"
     for section, cls in SECTIONS.items() for f in dataclasses.fields(cls) if f.metadata.get("flat")
