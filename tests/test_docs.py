@@ -102,3 +102,23 @@ def test_site_builds_strictly(tmp_path):
     # Every generated table was filled in (docs/_tools/hooks.py replaces its markers).
     for page in site.rglob("*.html"):
         assert "<!-- ptgpo:" not in page.read_text(), page
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("|") and not line.startswith("|--")
+            and not re.match(r"^\|[-:| ]+\|$", line.strip())]
+
+
+def test_readme_headline_table_is_the_committed_leaderboard():
+    """The README's abridged table is the default benchmark's committed leaderboard, cell for cell."""
+    full = _table_rows((ROOT / "docs/results/data/default-benchmark/leaderboard.md").read_text())
+    header, rows = full[0], full[1:]
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("| Rank | Method |"):].split("\n\n")[0]  # up to the table's end
+    headline = _table_rows(block)
+    wanted = headline[0]
+    assert set(wanted) <= set(header), wanted
+    # The full table's cells end with the seed count, " (n=2)"; the README states it once above the table.
+    expected = [[row[header.index(column)].split(" (n=")[0] for column in wanted] for row in rows]
+    assert headline[1:] == expected
