@@ -94,9 +94,11 @@ for _name, _spec in {
 
 
 def get_baseline(name: str) -> Callable[[BaselineRun], BaselineOutcome]:
+    """The function that runs the baseline registered as ``name`` (imported from its entry point)."""
     module_name, function_name = BASELINES.get(name).entry_point.split(":")
     return getattr(importlib.import_module(module_name), function_name)
 
 
 def run_baseline(name: str, job: BaselineRun) -> BaselineOutcome:
+    """Run the baseline registered as ``name`` on ``job``."""
     return get_baseline(name)(job)

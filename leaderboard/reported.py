@@ -48,6 +48,8 @@ class ReportedFileError(ValueError):
 
 @dataclass(frozen=True)
 class ReportedSource:
+    """A paper the reported results come from: its key, citation and setup."""
+
     key: str
     citation: str
     setup: str | None = None
@@ -55,12 +57,16 @@ class ReportedSource:
 
 @dataclass(frozen=True)
 class ReportedValue:
+    """A reported figure and the ± the paper prints with it, if any."""
+
     value: float
     pm: float | None = None
 
 
 @dataclass(frozen=True)
 class ReportedRow:
+    """One method's reported results in one source: benchmark -> metric -> value."""
+
     method: str
     model: str | None
     source: str
@@ -69,6 +75,8 @@ class ReportedRow:
 
 @dataclass(frozen=True)
 class ReportedResults:
+    """The whole reported-results file: its rows, sources and caveat."""
+
     rows: list[ReportedRow]
     sources: dict[str, ReportedSource]
     caveat: str | None = None

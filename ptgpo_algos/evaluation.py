@@ -22,6 +22,8 @@ __all__ = ["Agent", "EpisodeView", "EpisodeResult", "EvalResult", "evaluate", "m
 
 
 class Agent(Protocol):
+    """What :func:`evaluate` plays: anything with a ``name`` that chooses one action for each live episode."""
+
     name: str
 
     def act(self, episodes: Sequence[EpisodeView]) -> list[str]:
@@ -31,6 +33,9 @@ class Agent(Protocol):
 
 @dataclass
 class EpisodeResult:
+    """One evaluation episode: its seed, outcome, return, length, invalid actions, and task type and score
+    where the environment has them."""
+
     seed: int
     won: bool
     total_reward: float
@@ -42,6 +47,8 @@ class EpisodeResult:
 
 @dataclass
 class EvalResult:
+    """The episodes of one evaluation, with their success rate, mean return and mean length."""
+
     episodes: list[EpisodeResult] = field(default_factory=list)
 
     @property

@@ -40,6 +40,9 @@ BRANCH_STRATEGIES = ("uniform", "entropy", "novel")
 
 @dataclass
 class RolloutStats:
+    """Counts of one collection: decisions and tokens generated, those a prefix tree saved, episodes, wins,
+    invalid steps and wall time."""
+
     decisions: int = 0
     tokens: int = 0
     decisions_saved: int = 0

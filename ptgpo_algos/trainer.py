@@ -69,6 +69,9 @@ __all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evalua
 
 @dataclass
 class TrainSummary:
+    """What a training run returns: the final evaluation, the best held-out success, the decisions and
+    tokens spent, wall time and the run folder's files."""
+
     final_eval: dict[str, Any]
     best_success: float
     decisions: int

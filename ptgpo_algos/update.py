@@ -29,6 +29,9 @@ __all__ = ["TrainingSample", "flatten_batch", "minibatches", "ppo_update", "same
 
 @dataclass
 class TrainingSample:
+    """One distinct step to train on: its decision, its (mean) advantage and its weight in the loss (see
+    :func:`flatten_batch`)."""
+
     decision: Decision
     advantage: float
     weight: float

@@ -59,6 +59,9 @@ class EnvironmentEntry:
 
 @dataclass(frozen=True)
 class MethodEntry:
+    """An RL method of a benchmark: its label, estimator and estimator config, rollout strategy (``linear``
+    or ``tree``) and training overrides."""
+
     name: str
     algo: str
     algo_config: dict[str, Any]
@@ -68,12 +71,17 @@ class MethodEntry:
 
 @dataclass(frozen=True)
 class BaselineEntry:
+    """A baseline of a benchmark: its registered name and options."""
+
     name: str
     options: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class BenchConfig:
+    """A validated benchmark config: its name, default budget of policy decisions, seeds, policy section,
+    environments, methods and baselines."""
+
     name: str
     budget: int
     seeds: list[int]
@@ -288,6 +296,7 @@ def _baseline(entry: Any, where: str) -> BaselineEntry:
 
 
 def default_config_text() -> str:
+    """The text of the embedded CPU benchmark config (what ``ptgpo bench --print-default`` prints)."""
     return resources.files("ptgpo_algos.bench").joinpath(DEFAULT_CONFIG_NAME).read_text(encoding="utf-8")
 
 

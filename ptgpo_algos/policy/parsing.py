@@ -26,6 +26,9 @@ _TAG = re.compile(r"</?(think|action)>", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class ParsedResponse:
+    """A generated response, parsed: the action (None when there is none), the reasoning, and the parse
+    error."""
+
     action: str | None
     think: str | None
     error: str | None

@@ -309,6 +309,7 @@ def _train_tokenizer(corpus: list[str], vocab_size: int):
 
 
 def default_cache_dir() -> Path:
+    """Where built tiny models are cached: ``$PTGPO_CACHE`` (default ``~/.cache/ptgpo``)."""
     return Path(os.environ.get("PTGPO_CACHE", Path.home() / ".cache" / "ptgpo"))
 
 

@@ -111,6 +111,7 @@ _BY_FOLDED_NAME.update({level.minigrid_id.casefold(): level for level in _LEVELS
 
 
 def level_names() -> list[str]:
+    """The names of every supported level, in :data:`LEVELS` order."""
     return list(LEVELS)
 
 

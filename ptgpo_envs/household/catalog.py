@@ -28,6 +28,8 @@ LAMP = "desklamp"
 
 @dataclass(frozen=True)
 class ReceptacleKind:
+    """A kind of receptacle: its name, whether it opens, and how many instances a room may have."""
+
     name: str
     openable: bool
     max_count: int

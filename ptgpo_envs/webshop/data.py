@@ -262,6 +262,8 @@ class Catalog:
 
 
 def build_catalog(raw: RawWebShopData, source: str, price_seed: int = 0) -> Catalog:
+    """A :class:`Catalog` from raw WebShop data: the usable products, their prices (drawn with
+    ``price_seed``) and the goals."""
     products = load_products(raw)
     if not products:
         raise ValueError(f"{source} holds no usable product")
