@@ -30,21 +30,28 @@ class Callback:
     #: The key of this callback's state in the checkpoint (None: it has none).
     state_key: str | None = None
 
-    def on_train_start(self, trainer: Trainer) -> None: ...
+    def on_train_start(self, trainer: Trainer) -> None:
+        """After the run's state is built or restored, before the first iteration."""
 
     def after_update(self, trainer: Trainer, batch: Batch) -> dict[str, Any]:
+        """After an iteration's PPO update, with its batch; figures returned join the metrics row."""
         return {}
 
-    def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None: ...
+    def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        """At the end of an iteration, with its metrics row (``metrics.jsonl``)."""
 
-    def on_evaluation(self, trainer: Trainer, row: dict[str, Any]) -> None: ...
+    def on_evaluation(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        """After a held-out evaluation, with its row (``curve.jsonl``)."""
 
-    def on_train_end(self, trainer: Trainer) -> None: ...
+    def on_train_end(self, trainer: Trainer) -> None:
+        """When the run stops, whatever stopped it."""
 
     def state_dict(self) -> Any:
+        """State to keep in the checkpoint under :attr:`state_key` (plain data and tensors); None: none."""
         return None
 
-    def load_state_dict(self, state: Any) -> None: ...
+    def load_state_dict(self, state: Any) -> None:
+        """Take back what :meth:`state_dict` returned, on resume."""
 
 
 def _append_jsonl(path: Path, row: dict[str, Any]) -> None:

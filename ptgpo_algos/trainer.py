@@ -215,9 +215,12 @@ class Trainer:
         _trim_jsonl(self.logger.curve_path, self.state.iteration)
 
     def elapsed(self) -> float:
+        """Wall-clock seconds the run has spent, time before a resume included (``run.time_limit_s``'s
+        clock)."""
         return time.perf_counter() - self.started
 
     def budget_spent(self) -> bool:
+        """Whether ``run.iterations``, ``run.total_decisions`` or ``run.time_limit_s`` is reached."""
         run, state = self.config.run, self.state
         return (state.iteration >= run.iterations
                 or (run.total_decisions is not None and state.decisions >= run.total_decisions)
@@ -232,6 +235,7 @@ class Trainer:
 
     # ================================================================== one iteration
     def run_iteration(self) -> None:
+        """One iteration: collect, estimate, update, sync, then :meth:`end_iteration` with its metrics row."""
         state = self.state
         iteration = state.iteration + 1
         iteration_start = time.perf_counter()
@@ -314,6 +318,7 @@ class Trainer:
         return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, sync_tolerance(self.config, self.device))
 
     def end_iteration(self, row: dict[str, Any]) -> None:
+        """Hand the row to the callbacks, then evaluate and checkpoint when due (and at the end)."""
         for callback in self.callbacks:
             callback.on_iteration_end(self, row)
         finished = self.budget_spent()
@@ -360,6 +365,8 @@ class Trainer:
         save_checkpoint(self.config.run_dir / "checkpoint.pt", payload)
 
     def finish(self) -> TrainSummary:
+        """Evaluate and checkpoint if the last iteration did not, tell the callbacks, save ``final_model/``
+        and return the run's :class:`TrainSummary`."""
         state = self.state
         if state.last_eval_iteration != state.iteration:
             self.evaluate(final=True)
