@@ -50,6 +50,7 @@ class BaselineRun:
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:
+        """The environment kwargs of evaluation: ``eval_env_kwargs`` if set, else ``env_kwargs``."""
         return self.env_kwargs if self.eval_env_kwargs is None else self.eval_env_kwargs
 
 

@@ -168,6 +168,7 @@ class Leaderboard:
     improvements: list[Improvement] = field(default_factory=list)
 
     def ranked(self) -> list[Row]:
+        """The measured rows, in rank order (reference rows left out)."""
         return [row for row in self.rows if row.section == "measured"]
 
     def task_scores(self, row: Row) -> list[tuple[Column, list[float]]]:

@@ -208,6 +208,7 @@ class PolicyConfig:
 
     @property
     def is_tiny(self) -> bool:
+        """Whether the policy is the locally built tiny model."""
         return self.model == "tiny"
 
 
@@ -525,6 +526,7 @@ class TrainConfig:
     # ------------------------------------------------------------------ derived values
     @property
     def run_dir(self) -> Path:
+        """The run folder: ``run.out_dir``, else ``runs/<env>-<algorithm>-s<seed>``."""
         if self.run.out_dir:
             return Path(self.run.out_dir)
         return Path("runs") / f"{self.env.id.split('/')[-1]}-{self.algorithm.name}-s{self.run.seed}"

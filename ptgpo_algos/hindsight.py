@@ -103,6 +103,7 @@ class HindsightBuffer:
         return len(self.items)
 
     def add(self, decisions: Iterable[Decision]) -> None:
+        """Append relabelled decisions (the oldest fall out past the buffer's size)."""
         self.items.extend(decisions)
 
     def sample(self, size: int, rng: np.random.Generator) -> list[Decision]:
@@ -146,6 +147,7 @@ class Hindsight(Callback):
         self.buffer = HindsightBuffer(config.buffer_size)
 
     def after_update(self, trainer: Trainer, batch: Batch) -> dict[str, Any]:
+        """Relabel the batch's failed rollouts into the buffer, train on it; the ``hindsight_*`` metrics."""
         config, rng = self.config, trainer.state.rng
         relabelled = relabel_batch(batch, trainer.policy.prompts, config.window, config.types, rng)
         self.buffer.add(relabelled)
@@ -154,7 +156,9 @@ class Hindsight(Callback):
         return {**stats, "hindsight_relabelled": len(relabelled), "hindsight_buffer": len(self.buffer)}
 
     def state_dict(self) -> list[dict[str, Any]]:
+        """The buffer, as plain data for the checkpoint."""
         return [dataclasses.asdict(decision) for decision in self.buffer.items]
 
     def load_state_dict(self, state: list[dict[str, Any]] | None) -> None:
+        """Refill the buffer from the checkpoint."""
         self.buffer.add(Decision(**item) for item in state or [])

@@ -54,9 +54,11 @@ class RolloutStats:
 
     @property
     def decisions_per_s(self) -> float:
+        """Decisions per second of wall time."""
         return self.decisions / self.wall_time_s if self.wall_time_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, float]:
+        """The counts as a metrics row."""
         return {
             "decisions": self.decisions,
             "tokens": self.tokens,

@@ -110,18 +110,22 @@ class TrainState:
 
     @classmethod
     def seeded(cls, seed: int) -> TrainState:
+        """A fresh state with every random generator seeded from ``seed``."""
         random.seed(seed)
         torch.manual_seed(seed)
         return cls(np.random.default_rng(seed), torch.Generator().manual_seed(seed))
 
     def counters(self) -> dict[str, Any]:
+        """The counters, for the checkpoint."""
         return {name: getattr(self, name) for name in _COUNTERS}
 
     def rng_state(self) -> dict[str, Any]:
+        """The state of every random generator, for the checkpoint."""
         return {"python": random.getstate(), "numpy": self.rng.bit_generator.state,
                 "torch": torch.random.get_rng_state(), "sampler": self.sampler.get_state()}
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
+        """Take back counters, last evaluation and random generators from a checkpoint."""
         for name in _COUNTERS:
             setattr(self, name, checkpoint["counters"][name])
         self.last_eval = checkpoint.get("last_eval", {})
@@ -132,6 +136,7 @@ class TrainState:
         self.sampler.set_state(rng["sampler"])
 
     def add(self, stats: RolloutStats) -> None:
+        """Add an iteration's rollout counts."""
         for key in ("decisions", "tokens", "decisions_saved", "tokens_saved"):
             setattr(self, key, getattr(self, key) + getattr(stats, key))
 

@@ -192,9 +192,11 @@ class InProcessVectorTextEnv(_VectorCalls):
         self._closed = False
 
     def unwrapped(self, slot: int) -> Any:
+        """The slot's unwrapped environment."""
         return self._slots.envs[slot].unwrapped
 
     def close(self) -> None:
+        """Close every slot's environment (once)."""
         if not self._closed:
             self._closed = True
             self._slots.close()
@@ -261,10 +263,12 @@ class ProcessVectorTextEnv(_VectorCalls):
 
     # ----------------------------------------------------------------- API
     def unwrapped(self, slot: int) -> Any:
+        """A proxy whose method calls run on the slot's unwrapped environment in its worker."""
         self._check_slots([slot])
         return _SlotProxy(self, slot)
 
     def close(self) -> None:
+        """Close the slots and stop the worker processes (once)."""
         if self._closed:
             return
         self._closed = True

@@ -1,7 +1,7 @@
 """The documentation covers the code and builds.
 
 Without the docs extra: every public module is in the API reference (``docs/api/*.md``), every public
-module, class and top-level function has a docstring, every example is included in a page, and the
+module, class, function and method has a docstring, every example is included in a page, and the
 docs do not point at files that do not exist. With it (``pip install -e ".[docs]"``; skipped with a
 message otherwise): the site builds with ``mkdocs build --strict``, with no broken link, no missing
 page or API reference target, no unknown table marker and no warning."""
@@ -42,15 +42,25 @@ def test_every_public_module_is_in_the_api_reference():
     assert not documented - modules, f"docs/api/ documents what is not a module: {sorted(documented - modules)}"
 
 
-def test_every_public_module_class_and_function_has_a_docstring():
+def _undocumented(body: list[ast.stmt], prefix: str) -> list[str]:
+    """Public functions, classes and (in public classes) methods under ``body`` without a docstring."""
+    missing = []
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            if not ast.get_docstring(node):
+                missing.append(prefix + node.name)
+            if isinstance(node, ast.ClassDef):
+                missing += _undocumented(node.body, f"{prefix}{node.name}.")
+    return missing
+
+
+def test_every_public_module_class_function_and_method_has_a_docstring():
     missing = []
     for name, path in _public_modules().items():
         tree = ast.parse(path.read_text())
         if not ast.get_docstring(tree):
             missing.append(name)
-        missing += [f"{name}.{node.name}" for node in tree.body
-                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                    and not node.name.startswith("_") and not ast.get_docstring(node)]
+        missing += _undocumented(tree.body, name + ".")
     assert not missing, "no docstring: " + ", ".join(missing)
 
 

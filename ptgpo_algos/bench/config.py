@@ -54,6 +54,7 @@ class EnvironmentEntry:
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:
+        """The environment kwargs of evaluation: ``kwargs`` with ``eval_kwargs`` over them."""
         return {**self.kwargs, **(self.eval_kwargs or {})}
 
 
@@ -141,6 +142,7 @@ class BenchConfig:
         return cls(name, budget, seeds, policy, environments, methods, baselines, workers)
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as plain data."""
         return asdict(self)
 
 

@@ -35,6 +35,7 @@ class ParsedResponse:
 
     @property
     def valid(self) -> bool:
+        """Whether the response named an action."""
         return self.action is not None
 
 

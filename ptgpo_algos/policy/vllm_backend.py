@@ -76,6 +76,7 @@ class SyncReport:
     engine_logprobs: list[list[float]]
 
     def ok(self, tolerance: float = 1e-3) -> bool:
+        """Whether the tokens are equal and the log-probabilities within ``tolerance``."""
         return self.tokens_equal and self.max_logprob_diff <= tolerance
 
 
@@ -147,6 +148,8 @@ class VLLMPolicy:
         self, contexts: Sequence[Context], *, greedy: bool = False, generator: Any = None,
         temperature: float | None = None,
     ) -> list[Decision]:
+        """One :class:`~ptgpo_algos.data.Decision` per context, sampled by the engine, as the transformers
+        policy samples."""
         if not contexts:
             return []
         temperature = call_temperature(self.mode, self.score_mode, self.temperature, temperature)

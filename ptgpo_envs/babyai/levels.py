@@ -49,6 +49,7 @@ class Level:
     minigrid_id: str | None = field(default=None)
 
     def environment_class(self) -> type:
+        """The minigrid environment class of this level, imported from its entry point."""
         module, _, name = self.entry_point.partition(":")
         return getattr(importlib.import_module(module), name)
 

@@ -47,6 +47,7 @@ class Scene:
     has_lamp: bool
 
     def kind(self, name: str) -> ReceptacleKind:
+        """The receptacle kind called ``name`` in this scene; KeyError if there is none."""
         for kind in self.receptacles:
             if kind.name == name:
                 return kind

@@ -189,6 +189,7 @@ class State:
     subgoals: int = 0  # bit set of the task's subgoals reached so far (household/env.py's _HOLD...)
 
     def copy(self) -> State:
+        """An independent copy (the lists copied), for forking."""
         return State(
             self.location, self.held, list(self.contents), self.opened,
             list(self.conditions), self.seen, self.lamp_on, self.won, self.subgoals,

@@ -245,6 +245,7 @@ class Catalog:
         self.by_asin = {product["asin"]: product for product in self.products}
 
     def documents(self) -> list[tuple[str, str]]:
+        """``(asin, search document)`` for every product: what the search index is built from."""
         return [(product["asin"], search_document(product)) for product in self.products]
 
     def split_indices(self, split: str) -> range:

@@ -153,6 +153,7 @@ class RewardBreakdown:
     option_matches: int
 
     def as_dict(self) -> dict[str, Any]:
+        """Every term of the reward, by name."""
         return dict(self.__dict__)
 
 

@@ -94,6 +94,7 @@ class SearchIndex:
 
     @classmethod
     def build(cls, documents: Sequence[tuple[str, str]]) -> SearchIndex:
+        """Index ``(asin, text)`` documents with BM25."""
         retriever = bm25s.BM25(**BM25_PARAMS)
         retriever.index([tokenize(text) for _, text in documents], show_progress=False)
         return cls([asin for asin, _ in documents], retriever)
