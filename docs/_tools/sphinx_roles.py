@@ -6,7 +6,7 @@ mkdocstrings renders Markdown, where a role would show as raw text. This extensi
 into an autorefs link when its target is a public object of this project (so ``mkdocs build
 --strict`` fails on a reference to something that is not documented), and into plain code otherwise
 (Gymnasium, NumPy, private helpers). Targets resolve as Sphinx resolves them: absolute, relative to
-the current class, module or package, or with a leading ``.``.
+the current class, module or package, or with a leading ``.``; ``title <target>`` shows the title.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import griffe
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("ptgpo_envs", "ptgpo_algos", "baselines", "leaderboard")
-ROLE = re.compile(r":(?:py:)?(class|mod|func|meth|data|attr|exc|obj):`(~?)([^`<>]+?)`")
+ROLE = re.compile(r":(?:py:)?(class|mod|func|meth|data|attr|exc|obj):`(~?)([^`<>]+?)(?:\s*<([^`<>]+)>)?`")
 LITERAL_BLOCK = re.compile(r"(?<=\S)::(?=\n)")
 
 
@@ -69,9 +69,12 @@ def rewrite(text: str, context: griffe.Object) -> str:
 
     def link(match: re.Match[str]) -> str:
         short, target = match.group(2) == "~", match.group(3).strip()
-        shown = target.lstrip(".").rsplit(".", 1)[-1] if short else target.lstrip(".")
-        if match.group(1) in ("func", "meth"):
-            shown += "()"
+        if match.group(4):  # ``title <target>``: the title is shown as written
+            shown, target = target, match.group(4).strip()
+        else:
+            shown = target.lstrip(".").rsplit(".", 1)[-1] if short else target.lstrip(".")
+            if match.group(1) in ("func", "meth"):
+                shown += "()"
         path = resolve(target, context)
         return f"[`{shown}`][{path}]" if path else f"`{shown}`"
 
