@@ -132,3 +132,9 @@ def test_readme_headline_table_is_the_committed_leaderboard():
     # The full table's cells end with the seed count, " (n=2)"; the README states it once above the table.
     expected = [[row[header.index(column)].split(" (n=")[0] for column in wanted] for row in rows]
     assert headline[1:] == expected
+
+
+def test_readme_training_output_is_the_committed_one():
+    """The README shows what ``examples/train_frozenlake.py`` printed, as committed for the docs."""
+    output = (ROOT / "docs/results/data/train_frozenlake.txt").read_text()
+    assert output.strip() in (ROOT / "README.md").read_text()
