@@ -15,4 +15,5 @@ class ExpertAgent:
     name = "expert"
 
     def act(self, episodes: Sequence[EpisodeView]) -> list[str]:
+        """The environment's expert action in each episode."""
         return [view.env.expert_action() for view in episodes]

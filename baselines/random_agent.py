@@ -25,6 +25,7 @@ class RandomAgent:
         self._rng = random.Random(seed)
 
     def act(self, episodes: Sequence[EpisodeView]) -> list[str]:
+        """A uniformly random admissible action in each episode (empty where there is none)."""
         actions = []
         for view in episodes:
             admissible = view.info.get("admissible_actions") or []

@@ -50,6 +50,7 @@ class BaselineRun:
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:
+        """The environment kwargs of evaluation: ``eval_env_kwargs`` if set, else ``env_kwargs``."""
         return self.env_kwargs if self.eval_env_kwargs is None else self.eval_env_kwargs
 
 
@@ -94,9 +95,11 @@ for _name, _spec in {
 
 
 def get_baseline(name: str) -> Callable[[BaselineRun], BaselineOutcome]:
+    """The function that runs the baseline registered as ``name`` (imported from its entry point)."""
     module_name, function_name = BASELINES.get(name).entry_point.split(":")
     return getattr(importlib.import_module(module_name), function_name)
 
 
 def run_baseline(name: str, job: BaselineRun) -> BaselineOutcome:
+    """Run the baseline registered as ``name`` on ``job``."""
     return get_baseline(name)(job)

@@ -82,6 +82,7 @@ class SlotActionEnv(gym.Wrapper):
         self._info: dict[str, Any] = {}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode on a training seed drawn from the task seeds; its feature vector and info."""
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         task_seed = int(self.task_seeds[int(self._rng.integers(len(self.task_seeds)))])
@@ -90,6 +91,7 @@ class SlotActionEnv(gym.Wrapper):
         return self._features(observation, info), {**info, "task_seed": task_seed}
 
     def step(self, action: int):
+        """Play the admissible action in slot ``action``; features, reward, flags and info."""
         text = slot_action(action, self._info["admissible_actions"], self.featurizer.max_slots)
         observation, reward, terminated, truncated, info = self.env.step(text)
         self._info = info
@@ -109,6 +111,7 @@ class SB3Agent:
         self.name = name
 
     def act(self, episodes: Sequence[EpisodeView]) -> list[str]:
+        """The trained SB3 policy's action for each episode, mapped from its slot to text."""
         features = np.stack(
             [
                 self.featurizer(view.info["task"], view.observation, view.info["admissible_actions"])

@@ -21,8 +21,12 @@ def _evaluate_only(agent: Agent, job: BaselineRun) -> BaselineOutcome:
 
 
 def run_random(job: BaselineRun) -> BaselineOutcome:
+    """The ``random`` baseline: a uniformly random admissible action at every step, evaluated on the job's
+    seeds."""
     return _evaluate_only(RandomAgent(seed=job.seed), job)
 
 
 def run_expert(job: BaselineRun) -> BaselineOutcome:
+    """The ``expert`` baseline: the environment's own solver, evaluated on the job's seeds (an unranked
+    reference)."""
     return _evaluate_only(ExpertAgent(), job)

@@ -42,6 +42,7 @@ class HashedBagOfWords:
             raise ValueError(f"dims must be a positive integer, got {self.dims!r}")
 
     def bucket(self, word: str) -> int:
+        """The hash bucket of ``word`` (CRC32, stable across processes)."""
         return zlib.crc32(word.encode("utf-8")) % self.dims
 
     def __call__(self, text: str) -> np.ndarray:
@@ -74,9 +75,11 @@ class SlotFeaturizer:
 
     @property
     def size(self) -> int:
+        """The length of a feature vector."""
         return 2 * self.text_dims + self.max_slots * (self.slot_dims + 1)
 
     def truncated(self, admissible: Sequence[str]) -> bool:
+        """Whether some admissible actions do not fit in the slots."""
         return len(admissible) > self.max_slots
 
     def __call__(self, task: str, observation: str, admissible: Sequence[str]) -> np.ndarray:

@@ -14,6 +14,8 @@ __all__ = ["run"]
 
 
 def run(job: BaselineRun) -> BaselineOutcome:
+    """The ``zero_shot`` baseline: the benchmark's policy, untrained, evaluated with the trainer's own
+    protocol."""
     from ptgpo_algos.config import TrainConfig
 
     # The trainer's own builder and evaluation protocol, so the zero-shot policy cannot drift from the

@@ -98,6 +98,9 @@ class LeaderboardError(ValueError):
 
 @dataclass(frozen=True)
 class Column:
+    """A leaderboard column: an environment label and a metric (a task type, ``All``, ``success`` or
+    ``score``)."""
+
     env_label: str
     metric: str
 
@@ -122,6 +125,9 @@ class Cell:
 
 @dataclass
 class Row:
+    """A leaderboard row: one method's cells, its mean success (with its interval and IQM), rank and, for
+    reported rows, model and source."""
+
     method: str
     kind: str  # "rl" | "baseline" | "reported"
     section: str  # "measured" | "reference" | "reported"
@@ -155,6 +161,9 @@ class Improvement:
 
 @dataclass
 class Leaderboard:
+    """The aggregated table: columns, ranked and reference rows, the reported table, failed and unreadable
+    records, budgets and the records behind the curves."""
+
     columns: list[Column]
     rows: list[Row]  # measured rows in rank order, then reference rows
     reported_columns: list[Column] = field(default_factory=list)
@@ -174,6 +183,7 @@ class Leaderboard:
     improvements: list[Improvement] = field(default_factory=list)
 
     def ranked(self) -> list[Row]:
+        """The measured rows, in rank order (reference rows left out)."""
         return [row for row in self.rows if row.section == "measured"]
 
     def task_scores(self, row: Row) -> list[tuple[Column, list[float]]]:
@@ -194,6 +204,7 @@ def mean_se(values: Sequence[float]) -> tuple[float, float | None]:
 
 
 def overall_metric(env_columns: Iterable[Column]) -> str:
+    """The overall metric of an environment's columns: ``All`` where it has task types, else ``success``."""
     metrics = {c.metric for c in env_columns}
     return "All" if "All" in metrics else "success"
 

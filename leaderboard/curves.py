@@ -44,12 +44,16 @@ GRID_POINTS = 101
 
 @dataclass(frozen=True)
 class Curve:
+    """One run's learning curve: held-out success (a fraction) against policy decisions (increasing)."""
+
     decisions: np.ndarray  # increasing
     success: np.ndarray  # fractions
 
 
 @dataclass(frozen=True)
 class MeanCurve:
+    """A method's curve averaged over ``n`` seeds, with the standard error (None for one seed)."""
+
     decisions: np.ndarray
     mean: np.ndarray
     se: np.ndarray | None  # None for a single seed

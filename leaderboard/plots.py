@@ -40,6 +40,8 @@ PROFILE_THRESHOLDS = np.linspace(0.0, 100.0, 101)
 
 
 def new_figure(width: float, height: float) -> Figure:
+    """A matplotlib figure of ``width`` × ``height`` inches on the Agg canvas (no display, no global pyplot
+    state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -49,6 +51,7 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def save_png(figure: Figure, path: Path) -> Path:
+    """Write ``figure`` to ``path`` as a PNG, atomically; ``path``."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=120)
     atomic_write_bytes(path, buffer.getvalue())

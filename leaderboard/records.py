@@ -271,6 +271,7 @@ def cell_name(env_label: str, method: str, seed: int) -> str:
 
 
 def record_path(results_dir: str | os.PathLike, name: str) -> Path:
+    """The file of the result record ``name`` in ``results_dir``."""
     return Path(results_dir) / f"{name}.json"
 
 

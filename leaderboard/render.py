@@ -183,6 +183,8 @@ def _md_table(header: list[str], rows: list[list[str]], align: list[str]) -> lis
 
 
 def to_markdown(board: Leaderboard) -> str:
+    """The leaderboard as Markdown: the legend, the measured table, the reported table and the failed or
+    unreadable records."""
     lines = ["# Leaderboard", ""]
     if board.rows:
         lines += [*_LEGEND]
@@ -387,6 +389,7 @@ _TEX_SPECIAL = {
 
 
 def tex_escape(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped."""
     return "".join(_TEX_SPECIAL.get(char, char) for char in str(text))
 
 

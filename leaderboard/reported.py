@@ -53,6 +53,8 @@ class ReportedFileError(ValueError):
 
 @dataclass(frozen=True)
 class ReportedSource:
+    """A paper the reported results come from: its key, citation and setup."""
+
     key: str
     citation: str
     setup: str | None = None
@@ -61,12 +63,16 @@ class ReportedSource:
 
 @dataclass(frozen=True)
 class ReportedValue:
+    """A reported figure and the ± the paper prints with it, if any."""
+
     value: float
     pm: float | None = None
 
 
 @dataclass(frozen=True)
 class ReportedRow:
+    """One method's reported results in one source: benchmark -> metric -> value."""
+
     method: str
     model: str | None
     source: str
@@ -76,6 +82,8 @@ class ReportedRow:
 
 @dataclass(frozen=True)
 class ReportedResults:
+    """The whole reported-results file: its rows, sources and caveat."""
+
     rows: list[ReportedRow]
     sources: dict[str, ReportedSource]
     caveat: str | None = None

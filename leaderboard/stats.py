@@ -77,6 +77,7 @@ class Estimate:
 
     @property
     def has_interval(self) -> bool:
+        """Whether the estimate has an interval."""
         return self.low is not None
 
     def bounds(self) -> tuple[float, float]:

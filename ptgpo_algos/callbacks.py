@@ -30,21 +30,28 @@ class Callback:
     #: The key of this callback's state in the checkpoint (None: it has none).
     state_key: str | None = None
 
-    def on_train_start(self, trainer: Trainer) -> None: ...
+    def on_train_start(self, trainer: Trainer) -> None:
+        """After the run's state is built or restored, before the first iteration."""
 
     def after_update(self, trainer: Trainer, batch: Batch) -> dict[str, Any]:
+        """After an iteration's PPO update, with its batch; figures returned join the metrics row."""
         return {}
 
-    def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None: ...
+    def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        """At the end of an iteration, with its metrics row (``metrics.jsonl``)."""
 
-    def on_evaluation(self, trainer: Trainer, row: dict[str, Any]) -> None: ...
+    def on_evaluation(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        """After a held-out evaluation, with its row (``curve.jsonl``)."""
 
-    def on_train_end(self, trainer: Trainer) -> None: ...
+    def on_train_end(self, trainer: Trainer) -> None:
+        """When the run stops, whatever stopped it."""
 
     def state_dict(self) -> Any:
+        """State to keep in the checkpoint under :attr:`state_key` (plain data and tensors); None: none."""
         return None
 
-    def load_state_dict(self, state: Any) -> None: ...
+    def load_state_dict(self, state: Any) -> None:
+        """Take back what :meth:`state_dict` returned, on resume."""
 
 
 def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
@@ -61,9 +68,11 @@ class JsonlLogger(Callback):
         self.curve_path = out_dir / "curve.jsonl"
 
     def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        """Append the row to ``metrics.jsonl``."""
         _append_jsonl(self.metrics_path, row)
 
     def on_evaluation(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        """Append the row to ``curve.jsonl``."""
         _append_jsonl(self.curve_path, row)
 
 
@@ -76,9 +85,11 @@ class TensorBoardLogger(Callback):
         self.writer = SummaryWriter(str(out_dir / "tensorboard"))
 
     def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        """Write the row's numbers as ``train/`` scalars."""
         self._scalars("train", row)
 
     def on_evaluation(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        """Write the row's numbers as ``eval/`` scalars."""
         self._scalars("eval", row)
 
     def _scalars(self, prefix: str, row: dict[str, Any]) -> None:
@@ -88,6 +99,7 @@ class TensorBoardLogger(Callback):
         self.writer.flush()
 
     def on_train_end(self, trainer: Trainer) -> None:
+        """Close the writer."""
         self.writer.close()
 
 
@@ -98,6 +110,7 @@ class ProgressBar(Callback):
         self.bar = None
 
     def on_train_start(self, trainer: Trainer) -> None:
+        """Open the bar, in decisions when the run has a decision budget, else in iterations."""
         from tqdm.auto import tqdm
 
         run, state = trainer.config.run, trainer.state
@@ -109,6 +122,7 @@ class ProgressBar(Callback):
             self.bar = tqdm(total=run.iterations, initial=state.iteration, unit="it", desc=desc)
 
     def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
+        """Advance the bar."""
         run, state = trainer.config.run, trainer.state
         if run.total_decisions is not None:
             self.bar.update(max(0, min(state.decisions, run.total_decisions) - self.bar.n))
@@ -118,4 +132,5 @@ class ProgressBar(Callback):
                              rollout=f"{row['rollout_success']:.2f}", decisions=state.decisions)
 
     def on_train_end(self, trainer: Trainer) -> None:
+        """Close the bar."""
         self.bar.close()

@@ -30,6 +30,7 @@ def _tune_threads() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``ptgpo`` argument parser: one subcommand per module of :mod:`ptgpo_algos.commands`."""
     parser = argparse.ArgumentParser(
         prog="ptgpo", description="Train and benchmark LLM agents on multi-turn text environments."
     )
@@ -43,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``ptgpo`` console script: set up the thread settings, parse ``argv`` and run the subcommand; its
+    exit status."""
     _tune_threads()
     args = build_parser().parse_args(argv)
     return int(args._run(args) or 0)

@@ -71,9 +71,11 @@ class SyncCollector:
     def __init__(self, trainer: Trainer):
         self.trainer = trainer
 
-    def start(self) -> None: ...
+    def start(self) -> None:
+        """Nothing to start: collection happens in :meth:`collect`."""
 
     def collect(self) -> tuple[Batch, RolloutStats, int]:
+        """Play this iteration's tasks now; the batch, its statistics and a policy lag of 0."""
         trainer = self.trainer
         batch, stats = collect_iteration(trainer.config, trainer.rollout_policy, trainer.next_tasks(),
                                          rng=trainer.state.rng, generator=trainer.state.sampler,
@@ -81,11 +83,14 @@ class SyncCollector:
         return batch, stats, 0
 
     def state_dict(self) -> None:
+        """None: nothing is in flight between iterations."""
         return None
 
-    def load_state_dict(self, state: Any) -> None: ...
+    def load_state_dict(self, state: Any) -> None:
+        """Nothing to restore."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Nothing to close."""
 
 
 @dataclass
@@ -105,6 +110,7 @@ class RolloutRequest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RolloutRequest:
+        """The request from its checkpointed form."""
         return cls(**{**data, "tasks": [Task(**t) for t in data["tasks"]]})
 
 
@@ -136,6 +142,8 @@ class AsyncCollector:
         self.worker.submit(self.pending)
 
     def collect(self) -> tuple[Batch, RolloutStats, int]:
+        """The batch the worker played, its statistics and its policy lag; the next request is submitted
+        at once, to be played while the trainer updates."""
         trainer = self.trainer
         state, run = trainer.state, trainer.config.run
         batch, stats = self.worker.result()
@@ -152,9 +160,11 @@ class AsyncCollector:
         return self.pending.to_dict() if self.pending is not None else None
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Take back the request in flight at the checkpoint, to replay it."""
         self.pending = RolloutRequest.from_dict(state) if state else None
 
     def close(self) -> None:
+        """Stop the worker and give the trainer its threads back."""
         self.worker.close()
         torch.set_num_threads(self.threads)
 
@@ -234,6 +244,7 @@ class RolloutWorker:
         return payload
 
     def submit(self, request: RolloutRequest) -> None:
+        """Send a request to the worker process (one at a time)."""
         if self._pending:
             raise RuntimeError("the rollout worker holds one request at a time: call result() first")
         if not self._ready:
@@ -243,12 +254,14 @@ class RolloutWorker:
         self._pending = True
 
     def result(self) -> tuple[Batch, RolloutStats]:
+        """Wait for the submitted request's batch and statistics."""
         if not self._pending:
             raise RuntimeError("no rollout request in flight: call submit() first")
         self._pending = False
         return self._receive("batch")
 
     def close(self) -> None:
+        """Stop the worker process."""
         if self._process.is_alive():
             if not self._pending:
                 try:

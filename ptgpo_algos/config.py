@@ -14,12 +14,12 @@ one style (:mod:`ptgpo_algos.validation`)::
     env_workers  where environments step: in this process, or in worker processes
 
 ``TrainConfig.from_dict`` (and ``from_yaml``) take the sections as mappings, dotted keys
-(``"optim.lr": 1e-3``) and the flat field names of earlier configs (``learning_rate: 1e-3``), which
-map onto the sections (:data:`FLAT_KEYS`), so every config written before still loads and a saved
-run's ``config.json`` still resumes. Defaults that depend on other fields are resolved once, when the
-config is built: the tiny model trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL,
-evaluated sampled at 0.4; a pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01,
-evaluated greedily; ``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise; PATR's K
+(``"optim.lr": 1e-3``) and flat field names (``learning_rate: 1e-3``), which map onto the sections
+(:data:`FLAT_KEYS`), so a flat config file and a run folder's saved ``config.json`` load alike.
+Defaults that depend on other fields are resolved once, when the config is built: the tiny model
+trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL, evaluated sampled at 0.4; a
+pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01, evaluated greedily;
+``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise; PATR's K
 (``rollouts.patr.every``) is the environment's default. A recipe (``policy.recipe``,
 :mod:`ptgpo_algos.policy.recipes`) fills in a published protocol's settings and prompt wherever the given
 keys say nothing, before those defaults. The saved config holds the resolved values, a prompt template's
@@ -241,6 +241,7 @@ class PolicyConfig:
 
     @property
     def is_tiny(self) -> bool:
+        """Whether the policy is the locally built tiny model."""
         return self.model == "tiny"
 
 
@@ -493,7 +494,7 @@ SECTIONS: dict[str, type] = {
     "optim": OptimConfig, "evaluation": EvaluationConfig, "run": RunConfig, "hindsight": HindsightConfig,
     "env_workers": EnvWorkersConfig,
 }
-#: Flat field names of earlier configs -> their place in the sections (``hindsight`` is a section itself).
+#: Flat field names (``learning_rate``) -> their place in the sections (``hindsight`` is a section itself).
 FLAT_KEYS: dict[str, str] = {
     f.metadata["flat"]: f"{section}.{f.name}"
     for section, cls in SECTIONS.items() for f in dataclasses.fields(cls) if f.metadata.get("flat")
@@ -624,6 +625,7 @@ class TrainConfig:
     # ------------------------------------------------------------------ derived values
     @property
     def run_dir(self) -> Path:
+        """The run folder: ``run.out_dir``, else ``runs/<env>-<algorithm>-s<seed>``."""
         if self.run.out_dir:
             return Path(self.run.out_dir)
         return Path("runs") / f"{self.env.id.split('/')[-1]}-{self.algorithm.name}-s{self.run.seed}"

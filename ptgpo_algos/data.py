@@ -122,6 +122,7 @@ class Trajectory:
 
     @property
     def total_reward(self) -> float:
+        """The sum of the steps' rewards."""
         return float(sum(step.reward for step in self.steps))
 
 

@@ -81,6 +81,7 @@ class Transition:
 
     @property
     def done(self) -> bool:
+        """Whether the episode ended (terminated or truncated)."""
         return self.terminated or self.truncated
 
 
@@ -100,6 +101,7 @@ class EpisodeEngine(Generic[D]):
 
     @staticmethod
     def restore(vector: Any, slot: int, snapshot: Any) -> None:
+        """Restore ``slot`` of ``vector`` to ``snapshot``."""
         vector.restore([slot], [snapshot])
 
     @staticmethod

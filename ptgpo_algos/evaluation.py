@@ -22,6 +22,8 @@ __all__ = ["PROTOCOL_INFO", "Agent", "EpisodeView", "EpisodeResult", "EvalResult
 
 
 class Agent(Protocol):
+    """What :func:`evaluate` plays: anything with a ``name`` that chooses one action for each live episode."""
+
     name: str
 
     def act(self, episodes: Sequence[EpisodeView]) -> list[str]:
@@ -31,6 +33,9 @@ class Agent(Protocol):
 
 @dataclass
 class EpisodeResult:
+    """One evaluation episode: its seed, outcome, return, length, invalid actions, and task type and score
+    where the environment has them."""
+
     seed: int
     won: bool
     total_reward: float
@@ -47,29 +52,36 @@ PROTOCOL_INFO = ("observation_style", "reward_impl", "reward_model")
 
 @dataclass
 class EvalResult:
+    """The episodes of one evaluation, with their success rate, mean return and mean length."""
+
     episodes: list[EpisodeResult] = field(default_factory=list)
     #: The :data:`PROTOCOL_INFO` keys the environment reported, as it reported them.
     environment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def success_rate(self) -> float:
+        """The fraction of episodes won."""
         return _mean([float(e.won) for e in self.episodes])
 
     @property
     def mean_return(self) -> float:
+        """The mean total reward."""
         return _mean([e.total_reward for e in self.episodes])
 
     @property
     def mean_length(self) -> float:
+        """The mean episode length in steps."""
         return _mean([float(e.length) for e in self.episodes])
 
     @property
     def invalid_rate(self) -> float:
+        """The fraction of steps whose action was not admissible."""
         steps = sum(e.length for e in self.episodes)
         return sum(e.invalid_actions for e in self.episodes) / steps if steps else 0.0
 
     @property
     def success_by_type(self) -> dict[str, float]:
+        """The success rate of each task type (environments with types)."""
         by_type: dict[str, list[float]] = defaultdict(list)
         for e in self.episodes:
             if e.task_type is not None:
@@ -78,6 +90,7 @@ class EvalResult:
 
     @property
     def mean_score(self) -> float | None:
+        """The mean score (WebShop), None where episodes have none."""
         scores = [e.score for e in self.episodes if e.score is not None]
         return _mean(scores) if scores else None
 
@@ -95,6 +108,7 @@ class EvalResult:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """The summary and every episode, as plain data."""
         return {**self.summary(), "per_episode": [asdict(e) for e in self.episodes]}
 
 

@@ -3,7 +3,7 @@
 Group estimators contrast the rollouts of one task with each other, never with another task's, so a
 policy that learns routines good for many tasks (go to a counter, take what is there) scores as well
 within a group as one that reads the task; on Household the RL policies barely read it (the
-task-sensitivity figures in docs/learning-household.md). Hindsight relabelling gives the cross-task
+task-sensitivity figures in docs/results/household-tiny-model.md). Hindsight relabelling gives the cross-task
 signal directly, as hindsight experience replay (Andrychowicz et al., 2017) and goal-conditioned
 supervised learning (Ghosh et al., 2019) do: when a failed rollout's step completed another task
 (the environment says which, :meth:`~ptgpo_envs.core.TextEnv.achieved_tasks`), the steps that led
@@ -22,7 +22,7 @@ failed trajectory:
 
 A completion in the shared prefix of several trajectories of a prefix tree is relabelled once.
 
-Measured on Household easy (docs/learning-household.md has the commands): added to the easy config's
+Measured on Household easy (docs/results/household-tiny-model.md has the commands): added to the easy config's
 10-minute GiGPO run, the policy reads the task as much as behaviour cloning does (task sensitivity
 0.26-0.30 against 0.02-0.04 without it, 0.24 for cloning), but held-out success did not change
 beyond the spread between seeds (three seeds, 0.21 against 0.19 sampled at 0.4): the types that
@@ -103,6 +103,7 @@ class HindsightBuffer:
         return len(self.items)
 
     def add(self, decisions: Iterable[Decision]) -> None:
+        """Append relabelled decisions (the oldest fall out past the buffer's size)."""
         self.items.extend(decisions)
 
     def sample(self, size: int, rng: np.random.Generator) -> list[Decision]:
@@ -146,6 +147,7 @@ class Hindsight(Callback):
         self.buffer = HindsightBuffer(config.buffer_size)
 
     def after_update(self, trainer: Trainer, batch: Batch) -> dict[str, Any]:
+        """Relabel the batch's failed rollouts into the buffer, train on it; the ``hindsight_*`` metrics."""
         config, rng = self.config, trainer.state.rng
         relabelled = relabel_batch(batch, trainer.policy.prompts, config.window, config.types, rng)
         self.buffer.add(relabelled)
@@ -154,7 +156,9 @@ class Hindsight(Callback):
         return {**stats, "hindsight_relabelled": len(relabelled), "hindsight_buffer": len(self.buffer)}
 
     def state_dict(self) -> list[dict[str, Any]]:
+        """The buffer, as plain data for the checkpoint."""
         return [dataclasses.asdict(decision) for decision in self.buffer.items]
 
     def load_state_dict(self, state: list[dict[str, Any]] | None) -> None:
+        """Refill the buffer from the checkpoint."""
         self.buffer.add(Decision(**item) for item in state or [])

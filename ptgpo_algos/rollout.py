@@ -43,6 +43,9 @@ BRANCH_STRATEGIES = ("uniform", "entropy", "novel")
 
 @dataclass
 class RolloutStats:
+    """Counts of one collection: decisions and tokens generated, those a prefix tree saved, episodes, wins,
+    invalid steps and wall time."""
+
     decisions: int = 0
     tokens: int = 0
     decisions_saved: int = 0
@@ -54,9 +57,11 @@ class RolloutStats:
 
     @property
     def decisions_per_s(self) -> float:
+        """Decisions per second of wall time."""
         return self.decisions / self.wall_time_s if self.wall_time_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, float]:
+        """The counts as a metrics row."""
         return {
             "decisions": self.decisions,
             "tokens": self.tokens,

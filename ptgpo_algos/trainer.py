@@ -72,6 +72,9 @@ __all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evalua
 
 @dataclass
 class TrainSummary:
+    """What a training run returns: the final evaluation, the best held-out success, the decisions and
+    tokens spent, wall time and the run folder's files."""
+
     final_eval: dict[str, Any]
     best_success: float
     decisions: int
@@ -117,18 +120,22 @@ class TrainState:
 
     @classmethod
     def seeded(cls, seed: int) -> TrainState:
+        """A fresh state with every random generator seeded from ``seed``."""
         random.seed(seed)
         torch.manual_seed(seed)
         return cls(np.random.default_rng(seed), torch.Generator().manual_seed(seed))
 
     def counters(self) -> dict[str, Any]:
+        """The counters, for the checkpoint."""
         return {name: getattr(self, name) for name in _COUNTERS}
 
     def rng_state(self) -> dict[str, Any]:
+        """The state of every random generator, for the checkpoint."""
         return {"python": random.getstate(), "numpy": self.rng.bit_generator.state,
                 "torch": torch.random.get_rng_state(), "sampler": self.sampler.get_state()}
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
+        """Take back counters, last evaluation and random generators from a checkpoint."""
         for name in _COUNTERS:
             setattr(self, name, checkpoint["counters"][name])
         self.last_eval = checkpoint.get("last_eval", {})
@@ -139,6 +146,7 @@ class TrainState:
         self.sampler.set_state(rng["sampler"])
 
     def add(self, stats: RolloutStats) -> None:
+        """Add an iteration's rollout counts."""
         for key in ("decisions", "tokens", "decisions_saved", "tokens_saved"):
             setattr(self, key, getattr(self, key) + getattr(stats, key))
 
@@ -224,9 +232,12 @@ class Trainer:
         _trim_jsonl(self.logger.curve_path, self.state.iteration)
 
     def elapsed(self) -> float:
+        """Wall-clock seconds the run has spent, time before a resume included (``run.time_limit_s``'s
+        clock)."""
         return time.perf_counter() - self.started
 
     def budget_spent(self) -> bool:
+        """Whether ``run.iterations``, ``run.total_decisions`` or ``run.time_limit_s`` is reached."""
         run, state = self.config.run, self.state
         return (state.iteration >= run.iterations
                 or (run.total_decisions is not None and state.decisions >= run.total_decisions)
@@ -241,6 +252,7 @@ class Trainer:
 
     # ================================================================== one iteration
     def run_iteration(self) -> None:
+        """One iteration: collect, estimate, update, sync, then :meth:`end_iteration` with its metrics row."""
         state = self.state
         iteration = state.iteration + 1
         iteration_start = time.perf_counter()
@@ -375,6 +387,7 @@ class Trainer:
             raise GpuDoesNotFit(plan.refusal())
 
     def end_iteration(self, row: dict[str, Any]) -> None:
+        """Hand the row to the callbacks, then evaluate and checkpoint when due (and at the end)."""
         for callback in self.callbacks:
             callback.on_iteration_end(self, row)
         finished = self.budget_spent()
@@ -421,6 +434,8 @@ class Trainer:
         save_checkpoint(self.config.run_dir / "checkpoint.pt", payload)
 
     def finish(self) -> TrainSummary:
+        """Evaluate and checkpoint if the last iteration did not, tell the callbacks, save ``final_model/``
+        and return the run's :class:`TrainSummary`."""
         state = self.state
         if state.last_eval_iteration != state.iteration:
             self.evaluate(final=True)

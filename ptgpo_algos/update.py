@@ -40,6 +40,9 @@ __all__ = ["TrainingSample", "flatten_batch", "micro_batches", "minibatches", "p
 
 @dataclass
 class TrainingSample:
+    """One distinct step to train on: its decision, its (mean) advantage and its weight in the loss (see
+    :func:`flatten_batch`)."""
+
     decision: Decision
     advantage: float
     weight: float

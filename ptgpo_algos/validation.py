@@ -16,6 +16,7 @@ __all__ = ["check_bool", "check_choice", "check_int", "check_mapping", "check_nu
 
 
 def check_choice(where: str, value: Any, choices: Iterable[Any]) -> Any:
+    """``value`` if it is one of ``choices``; otherwise a ValueError that names ``where`` and the choices."""
     choices = list(choices)
     if value not in choices:
         raise ValueError(f"{where}: {value!r} is not valid; choose one of {', '.join(map(str, choices))}")
@@ -30,24 +31,29 @@ def check_registered(where: str, value: Any, registry: Any) -> Any:
 
 
 def check_mapping(where: str, value: Any) -> dict:
+    """``value`` as a dict if it is a mapping; otherwise a ValueError that names ``where``."""
     if not isinstance(value, Mapping):
         raise ValueError(f"{where}: expected a mapping (key: value), got {value!r}")
     return dict(value)
 
 
 def check_bool(where: str, value: Any) -> bool:
+    """``value`` if it is a bool; otherwise a ValueError that names ``where``."""
     if not isinstance(value, bool):
         raise ValueError(f"{where}: expected true or false, got {value!r}")
     return value
 
 
 def check_string(where: str, value: Any) -> str:
+    """``value`` if it is a non-empty string; otherwise a ValueError that names ``where``."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{where}: expected a non-empty string, got {value!r}")
     return value
 
 
 def check_int(where: str, value: Any, low: int, high: int | None = None, hint: str = "") -> int:
+    """``value`` if it is an integer (not a bool) in ``[low, high]``; otherwise a ValueError that names
+    ``where`` (and ``hint``)."""
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
     if not ok:
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
@@ -56,6 +62,8 @@ def check_int(where: str, value: Any, low: int, high: int | None = None, hint: s
 
 
 def check_number(where: str, value: Any, low: float, high: float = math.inf, exclusive_low: bool = False) -> float:
+    """``value`` as a float if it is a finite number in range (``> low`` with ``exclusive_low``); otherwise
+    a ValueError that names ``where``."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if exclusive_low else value >= low) and value <= high
     if not ok:

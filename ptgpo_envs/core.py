@@ -61,6 +61,7 @@ class TextSpace(spaces.Text):
         super().__init__(max_length, min_length=0, charset=string.printable, seed=seed)
 
     def contains(self, x: Any) -> bool:
+        """Whether ``x`` is a string of printable text (newlines and tabs allowed) within ``max_length``."""
         return (
             isinstance(x, str)
             and len(x) <= self.max_length
@@ -166,6 +167,7 @@ class TextEnv(gym.Env[str, str]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
+        """Start an episode (Gymnasium's ``reset``): the first observation and its ``info``."""
         super().reset(seed=seed)
         self._steps = 0
         self._done = False
@@ -175,6 +177,8 @@ class TextEnv(gym.Env[str, str]):
         return self._observation, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Play ``action`` (Gymnasium's ``step``). An action that is not admissible uses up a step, earns
+        0 and sets ``info["action_valid"]`` False; a non-``str`` action raises TypeError."""
         if not isinstance(action, str):
             raise TypeError(
                 f"actions are text: expected str, got {type(action).__name__} ({action!r:.80})"
@@ -197,10 +201,12 @@ class TextEnv(gym.Env[str, str]):
         return observation, float(reward), bool(terminated), bool(truncated), info
 
     def render(self) -> str | None:
+        """The current observation in ``ansi`` render mode; None otherwise."""
         return self._observation if self.render_mode == "ansi" else None
 
     # ----------------------------------------------------------------- helpers
     def admissible_actions(self) -> list[str]:
+        """The actions valid now, in the environment's deterministic order (a copy)."""
         if self._admissible_cache is None:
             self._admissible_cache = list(self._admissible_actions())
         return list(self._admissible_cache)
@@ -230,10 +236,12 @@ class TextEnv(gym.Env[str, str]):
 
     @property
     def steps_taken(self) -> int:
+        """Steps taken in this episode (what the horizon counts)."""
         return self._steps
 
     @property
     def done(self) -> bool:
+        """Whether the episode has ended (terminated or truncated)."""
         return self._done
 
     # ----------------------------------------------------------------- forking

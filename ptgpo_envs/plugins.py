@@ -61,9 +61,12 @@ class Registry(Generic[T]):
         return decorate
 
     def unregister(self, name: str) -> None:
+        """Remove the entry ``name``, if there is one."""
         self._entries.pop(name, None)
 
     def get(self, name: str) -> T:
+        """The entry registered as ``name``; an unknown name raises :class:`RegistryError` naming the closest
+        one and all of them."""
         self.load_plugins()
         try:
             return self._entries[name]
@@ -78,6 +81,7 @@ class Registry(Generic[T]):
         return f"unknown {self.kind} {name!r}{hint}; choose one of {', '.join(names)}"
 
     def names(self) -> list[str]:
+        """Every registered name, in registration order (plugins loaded first)."""
         self.load_plugins()
         return list(self._entries)
 
@@ -92,6 +96,7 @@ class Registry(Generic[T]):
         return len(self.names())
 
     def items(self) -> list[tuple[str, T]]:
+        """Every ``(name, entry)``, in registration order (plugins loaded first)."""
         self.load_plugins()
         return list(self._entries.items())
 

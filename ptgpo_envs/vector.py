@@ -42,19 +42,33 @@ class VectorTextEnv(Protocol):
     num_envs: int
 
     def reset(self, indices: Sequence[int], seeds: Sequence[int | None] | None = None,
-              options: Sequence[dict[str, Any] | None] | None = None) -> list[tuple[str, dict[str, Any]]]: ...
+              options: Sequence[dict[str, Any] | None] | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Reset these slots (with these seeds and options); one ``(observation, info)`` per slot."""
+        ...
 
-    def step(self, indices: Sequence[int], actions: Sequence[str]) -> list[tuple[str, float, bool, bool, dict]]: ...
+    def step(self, indices: Sequence[int], actions: Sequence[str]) -> list[tuple[str, float, bool, bool, dict]]:
+        """Step each slot with its action; one ``(observation, reward, terminated, truncated, info)`` per slot."""
+        ...
 
-    def snapshot(self, indices: Sequence[int]) -> list[Any]: ...
+    def snapshot(self, indices: Sequence[int]) -> list[Any]:
+        """A picklable snapshot of each slot's episode, which any slot can restore."""
+        ...
 
-    def restore(self, indices: Sequence[int], snapshots: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]: ...
+    def restore(self, indices: Sequence[int], snapshots: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
+        """Restore each slot to its snapshot; one ``(observation, info)`` per slot."""
+        ...
 
-    def call(self, name: str, indices: Sequence[int], *args: Any) -> list[Any]: ...
+    def call(self, name: str, indices: Sequence[int], *args: Any) -> list[Any]:
+        """Call the unwrapped environment's method ``name`` on each slot; one result per slot."""
+        ...
 
-    def unwrapped(self, slot: int) -> Any: ...
+    def unwrapped(self, slot: int) -> Any:
+        """The slot's unwrapped environment, or a proxy to it in its worker process."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close every slot (and stop the worker processes)."""
+        ...
 
 
 class _Slots:
@@ -179,9 +193,11 @@ class InProcessVectorTextEnv(_VectorCalls):
         self._closed = False
 
     def unwrapped(self, slot: int) -> Any:
+        """The slot's unwrapped environment."""
         return self._slots.envs[slot].unwrapped
 
     def close(self) -> None:
+        """Close every slot's environment (once)."""
         if not self._closed:
             self._closed = True
             self._slots.close()
@@ -285,6 +301,7 @@ class ProcessVectorTextEnv(_WorkerVector):
 
     # ----------------------------------------------------------------- API
     def close(self) -> None:
+        """Close the slots and stop the worker processes (once)."""
         if self._closed:
             return
         self._closed = True

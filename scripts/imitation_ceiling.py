@@ -5,7 +5,7 @@ given prompt (history length), reaches when every label is right. The expert kno
 has seen so far (``expert_action()``), so its decisions can in principle be imitated from the
 episode's history, but not from a truncated one. Give it enough demonstrations: with 400 episodes
 (2,656 decisions) the easy config's model overfits and stalls near 0.7, with the default 4,000 it
-reaches ~0.9 (docs/learning-household.md has the curves).
+reaches ~0.9 (docs/results/household-tiny-model.md has the curves).
 
 The policy is built exactly as ``ptgpo train`` builds it from ``--config`` (plus ``--set`` overrides;
 ``choose`` mode), trained by minimising the negative log-probability of the expert's action under the

@@ -2,7 +2,7 @@
 is clicked (a mouse event, not a call into the script) and loads the plots next to the page.
 
 Skipped where Chromium is not installed (Debian: ``apt-get install -y chromium``; ``.ci/run`` installs
-it). ``python tests/test_leaderboard_browser.py`` rewrites the README's screenshot,
+it). ``python tests/test_leaderboard_browser.py`` rewrites the leaderboard page's screenshot,
 ``docs/images/leaderboard-html.png``, from the same hand-made records.
 """
 

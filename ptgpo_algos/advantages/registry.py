@@ -47,6 +47,9 @@ class Estimate:
 
 @dataclass(frozen=True)
 class EstimatorSpec:
+    """A registered estimator: its function, every config key it accepts with its default and rule, and the
+    common keys it takes itself."""
+
     name: str
     function: Callable[..., Estimate]
     defaults: Mapping[str, Any]  # every accepted config key and its default

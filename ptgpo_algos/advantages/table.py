@@ -46,14 +46,17 @@ class StepTable:
 
     @property
     def n_steps(self) -> int:
+        """Steps in the batch."""
         return int(self.group.shape[0])
 
     @property
     def n_trajectories(self) -> int:
+        """Trajectories in the batch."""
         return int(self.trajectory_group.shape[0])
 
     @property
     def n_groups(self) -> int:
+        """Groups in the batch."""
         return int(self.group_size.shape[0])
 
     @classmethod

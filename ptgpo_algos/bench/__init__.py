@@ -135,6 +135,9 @@ __all__ = [
 
 @dataclass
 class BenchReport:
+    """What :func:`run_bench` did: the cells planned, run, skipped and failed, the leaderboard files
+    written (or the error), wall time and the cells' CPU time."""
+
     out_dir: Path
     cells: list[str]
     ran: list[str]

@@ -58,11 +58,15 @@ class EnvironmentEntry:
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:
+        """The environment kwargs of evaluation: ``kwargs`` with ``eval_kwargs`` over them."""
         return {**self.kwargs, **(self.eval_kwargs or {})}
 
 
 @dataclass(frozen=True)
 class MethodEntry:
+    """An RL method of a benchmark: its label, estimator and estimator config, rollout strategy (``linear``
+    or ``tree``) and training overrides."""
+
     name: str
     algo: str
     algo_config: dict[str, Any]
@@ -73,6 +77,8 @@ class MethodEntry:
 
 @dataclass(frozen=True)
 class BaselineEntry:
+    """A baseline of a benchmark: its registered name and options."""
+
     name: str
     options: dict[str, Any]
     resources: dict[str, float] | None = None
@@ -80,6 +86,9 @@ class BaselineEntry:
 
 @dataclass(frozen=True)
 class BenchConfig:
+    """A validated benchmark config: its name, default budget of policy decisions, seeds, policy section,
+    environments, methods and baselines."""
+
     name: str
     budget: int
     seeds: list[int]
@@ -344,6 +353,7 @@ def _baseline(entry: Any, where: str) -> BaselineEntry:
 
 
 def default_config_text() -> str:
+    """The text of the embedded CPU benchmark config (what ``ptgpo bench --print-default`` prints)."""
     return resources.files("ptgpo_algos.bench").joinpath(DEFAULT_CONFIG_NAME).read_text(encoding="utf-8")
 
 

@@ -92,10 +92,13 @@ def _child_environment() -> Iterator[None]:
 
 
 def default_workers() -> int:
+    """The number of CPU cores this process may run on (at least 1)."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Logger, progress: bool) -> list[str]:
+    """Run ``cells``, each in its own spawned process, ``workers`` at a time; return the names of the cells
+    that failed."""
     from tqdm.auto import tqdm
 
     context = multiprocessing.get_context("spawn")

@@ -27,6 +27,7 @@ SPLIT_LABELS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ptgpo alfworld``'s actions: ``eval`` (play a split) and ``generate`` (make training games)."""
     sub = parser.add_subparsers(dest="alfworld_command", metavar="ACTION", required=True)
 
     ev = sub.add_parser("eval", help="play every game of a split with an agent; report success per task type")
@@ -56,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the chosen ``ptgpo alfworld`` action; its exit status."""
     if args.alfworld_command == "eval":
         return _evaluate(args)
     return _generate(args)

@@ -19,6 +19,7 @@ HELP = "run a benchmark (environments x methods x seeds) from a YAML config and 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ptgpo bench``'s arguments: the config file and the flags that change how it runs."""
     parser.add_argument(
         "config", nargs="?", default=None,
         help="benchmark YAML (e.g. configs/bench/alfworld_qwen2.5-1.5b.yaml); default: the embedded CPU benchmark",
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``ptgpo bench``: plan the cells, run those not done, build the leaderboard; its exit status."""
     from pathlib import Path
 
     from ptgpo_algos.bench import BenchError, default_config_text, load_config, run_bench

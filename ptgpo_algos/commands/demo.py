@@ -13,6 +13,8 @@ FAST_ENVS = ("ptgpo/Household-v0", "ptgpo/FrozenLake-v0", "ptgpo/Sokoban-v0")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ptgpo demo``'s arguments: the environments, the number of seeds, constructor kwargs and the random
+    agent's seed."""
     parser.add_argument(
         "--env", action="append", dest="envs", metavar="ID",
         help=f"environment to play (repeatable; default: {', '.join(FAST_ENVS)})",
@@ -29,6 +31,8 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Play each environment with a random and an expert agent and print their success rates; the exit
+    status."""
     import ptgpo_envs
     from baselines.expert_agent import ExpertAgent
     from baselines.random_agent import RandomAgent

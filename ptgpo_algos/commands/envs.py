@@ -8,10 +8,12 @@ HELP = "list the registered environments with a one-line description each"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ptgpo envs`` takes no arguments."""
     pass
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print every registered environment id with its one-line description."""
     import ptgpo_envs
 
     specs = [spec for _, spec in ptgpo_envs.ENVIRONMENTS.items()]

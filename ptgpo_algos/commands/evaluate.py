@@ -28,6 +28,7 @@ HELP = "evaluate a trained policy (a run folder or a saved model) on held-out se
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ptgpo evaluate``'s arguments: what to evaluate, and the protocol settings that override the run's."""
     parser.add_argument("target", help="a training run folder (final_model/ or checkpoint.pt) or a saved model folder")
     parser.add_argument("--env", help="environment id (default: the run's)")
     parser.add_argument("--difficulty", help="shortcut for the environment's difficulty keyword (Household)")
@@ -135,6 +136,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Evaluate a run folder or a saved model on held-out seeds and print (and save) the result; the exit
+    status."""
     from ptgpo_algos.evaluation import evaluate
     from ptgpo_algos.files import atomic_write_text
     from ptgpo_algos.policy import load_policy

@@ -11,6 +11,8 @@ HELP = "aggregate result records into leaderboard tables and learning-curve plot
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ptgpo leaderboard``'s arguments: the results folder, the output folder, the reported results and
+    the formats."""
     parser.add_argument(
         "results_dir", type=Path, metavar="RESULTS_DIR", help="directory of <cell>.json result records"
     )
@@ -44,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Aggregate a results folder, write the leaderboard files and print the Markdown table; the exit
+    status."""
     from leaderboard.aggregate import DECISIONS_TOLERANCE, LeaderboardError, build_leaderboard
     from leaderboard.render import FORMATS, to_markdown, write_outputs
     from leaderboard.reported import DEFAULT_REPORTED, ReportedFileError, load_reported

@@ -15,6 +15,8 @@ HELP = "train a policy (tiny model or a Hugging Face model) with any registered 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ptgpo train``'s arguments: ``--config``, one flag per field of
+    :func:`~ptgpo_algos.config.cli_fields`, ``--set`` and the shortcuts."""
     from ptgpo_algos.config import cli_fields
 
     parser.add_argument("--config", help="YAML file of config keys (sections, dotted or flat names); flags "
@@ -52,6 +54,8 @@ def parse_set(items: list[str]) -> dict:
 
 
 def build_config(args: argparse.Namespace):
+    """The :class:`~ptgpo_algos.config.TrainConfig` the parsed arguments describe (the config file, then
+    flags and ``--set``)."""
     from ptgpo_algos.config import TrainConfig, merge_overrides
 
     flags = {name[4:]: value for name, value in vars(args).items() if name.startswith("cfg:") and value is not None}
@@ -64,6 +68,7 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Build the config, train, and print the summary; the exit status (2 for a bad configuration)."""
     try:
         config = build_config(args)
     except ValueError as error:

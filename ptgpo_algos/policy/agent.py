@@ -37,6 +37,7 @@ class PolicyAgent:
         return cls(policy, greedy=temperature == 0.0, name=name, seed=seed, temperature=temperature or None)
 
     def act(self, episodes: Sequence[EpisodeView]) -> list[str]:
+        """The policy's action for each episode (an empty action where it produced none)."""
         decisions = self.policy.decide(
             [view.context() for view in episodes], greedy=self.greedy, generator=self.generator,
             temperature=self.temperature,

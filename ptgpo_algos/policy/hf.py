@@ -251,6 +251,7 @@ class CausalLMPolicy:
 
     @property
     def device(self) -> torch.device:
+        """The device the model's weights are on."""
         return next(self.model.parameters()).device
 
     @property
@@ -287,6 +288,7 @@ class CausalLMPolicy:
 
     @property
     def gradient_checkpointing(self) -> bool:
+        """Whether gradient checkpointing is on."""
         model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         flag = "is_activation_checkpointing"  # transformers 5.x; 4.x has is_gradient_checkpointing
         if not hasattr(type(model), flag):
@@ -298,6 +300,7 @@ class CausalLMPolicy:
         self, contexts: Sequence[Context], *, greedy: bool = False, generator: torch.Generator | None = None,
         temperature: float | None = None,
     ) -> list[Decision]:
+        """One :class:`~ptgpo_algos.data.Decision` per context, sampled (or greedy) in one batched pass."""
         if not contexts:
             return []
         temperature = call_temperature(self.mode, self.score_mode, self.temperature, temperature)
@@ -603,9 +606,11 @@ class CausalLMPolicy:
         return [row[: int(m.sum())].tolist() for row, m in zip(logp.float().cpu(), rmask.cpu())]
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """The trainable parameters (the LoRA adapters' with LoRA)."""
         return (p for p in self.model.parameters() if p.requires_grad)
 
     def named_trainable(self) -> dict[str, torch.nn.Parameter]:
+        """The trainable parameters by name."""
         return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -681,6 +686,7 @@ class CausalLMPolicy:
         return clone
 
     def save_pretrained(self, folder: str | Path) -> None:
+        """Save model (LoRA merged) and tokenizer, with the acting settings in ``ptgpo_policy.json``."""
         folder = Path(folder)
         model = self.model
         if hasattr(model, "merge_and_unload"):

@@ -30,7 +30,8 @@ _TAG = re.compile(r"</?(think|action)>", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class ParsedResponse:
-    """``action``: what to play (None: nothing parsable); ``error``: why the response is invalid."""
+    """A generated response, parsed: ``action`` is what to play (None: nothing parsable), ``error`` why
+    the response is invalid."""
 
     action: str | None
     think: str | None
@@ -38,6 +39,7 @@ class ParsedResponse:
 
     @property
     def valid(self) -> bool:
+        """Whether the response named an action and broke no rule (``require_think``)."""
         return self.action is not None and self.error is None
 
 

@@ -24,7 +24,7 @@ in: the actions are still random, but they concern the objects and places the ta
 on Household easy with the easy config's spec: the untrained policy wins 1.6-4.7 % of 256 held-out
 episodes at temperature 0.4, against 2.7 % from transcripts of the episode's own task; it reads the
 task no more than that one does, and 10-minute GiGPO runs from it were not better. The numbers are in
-docs/learning-household.md.)
+docs/results/household-tiny-model.md.)
 
 Model and tokenizer are saved with ``save_pretrained`` to ``$PTGPO_CACHE/tiny-<hash>`` (default
 ``~/.cache/ptgpo``), where the hash covers the corpus and the configuration, so a change in an
@@ -309,6 +309,7 @@ def _train_tokenizer(corpus: list[str], vocab_size: int):
 
 
 def default_cache_dir() -> Path:
+    """Where built tiny models are cached: ``$PTGPO_CACHE`` (default ``~/.cache/ptgpo``)."""
     return Path(os.environ.get("PTGPO_CACHE", Path.home() / ".cache" / "ptgpo"))
 
 

@@ -88,6 +88,7 @@ class SyncReport:
     trainer_logprobs: list[list[float]]
 
     def ok(self, tolerance: float = 1e-3) -> bool:
+        """Whether the mean log-probability difference is within ``tolerance``."""
         return self.mean_logprob_diff <= tolerance
 
 
@@ -174,6 +175,8 @@ class VLLMPolicy:
         self, contexts: Sequence[Context], *, greedy: bool = False, generator: Any = None,
         temperature: float | None = None,
     ) -> list[Decision]:
+        """One :class:`~ptgpo_algos.data.Decision` per context, sampled by the engine, as the transformers
+        policy samples."""
         if not contexts:
             return []
         temperature = call_temperature(self.mode, self.score_mode, self.temperature, temperature)

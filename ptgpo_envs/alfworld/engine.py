@@ -109,24 +109,29 @@ class ALFWorldEngine:
         self.game_path = game_path
 
     def reset(self) -> Any:
+        """Start the game; the engine's state."""
         with _memoised_translation():
             self.state = self._engine.reset()
         return self.state
 
     def step(self, command: str) -> Any:
+        """Play ``command``; the engine's state after it."""
         self.state, _score, _done = self._engine.step(command)
         return self.state
 
     @property
     def admissible_commands(self) -> list[str]:
+        """The commands the engine accepts now."""
         return list(self.state["admissible_commands"])
 
     @property
     def won(self) -> bool:
+        """Whether the game's goal is reached."""
         return bool(self.state["won"])
 
     @property
     def feedback(self) -> str:
+        """The engine's text after the last command."""
         return str(self.state.feedback)
 
     def plan(self) -> list[str]:

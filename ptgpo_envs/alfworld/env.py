@@ -122,10 +122,12 @@ class ALFWorldEnv(TextEnv):
 
     # ----------------------------------------------------------------- gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode; ``seed`` chooses the game of the split (see the class docstring)."""
         self._reset_seed = seed
         return super().reset(seed=seed, options=options)
 
     def close(self) -> None:
+        """Release the game engine, then close as Gymnasium does."""
         if self._engine is not None:
             self._release_engine()  # the finalizer: releases once, now
             self._engine = None
@@ -182,6 +184,8 @@ class ALFWorldEnv(TextEnv):
         return self._engine.admissible_commands
 
     def match_action(self, action: str) -> str | None:
+        """The admissible command that ``action`` names, exactly (case and spacing aside) or by placement
+        (:func:`ptgpo_envs.alfworld.grammar.match_command`)."""
         if len(action) > MAX_ACTION_CHARS:
             return None
         return match_command(action, self.admissible_actions())

@@ -60,6 +60,8 @@ def build(level: Level, max_steps: int):
 
 
 def reset(env, seed: int) -> None:
+    """Reset ``env`` with ``seed``, silencing the lines BabyAI's level generator prints for rejected
+    samples."""
     with contextlib.redirect_stdout(io.StringIO()):
         env.reset(seed=seed)
 

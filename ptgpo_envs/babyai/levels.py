@@ -49,6 +49,7 @@ class Level:
     minigrid_id: str | None = field(default=None)
 
     def environment_class(self) -> type:
+        """The minigrid environment class of this level, imported from its entry point."""
         module, _, name = self.entry_point.partition(":")
         return getattr(importlib.import_module(module), name)
 
@@ -111,6 +112,7 @@ _BY_FOLDED_NAME.update({level.minigrid_id.casefold(): level for level in _LEVELS
 
 
 def level_names() -> list[str]:
+    """The names of every supported level, in :data:`LEVELS` order."""
     return list(LEVELS)
 
 

@@ -28,6 +28,8 @@ LAMP = "desklamp"
 
 @dataclass(frozen=True)
 class ReceptacleKind:
+    """A kind of receptacle: its name, whether it opens, and how many instances a room may have."""
+
     name: str
     openable: bool
     max_count: int
@@ -45,6 +47,7 @@ class Scene:
     has_lamp: bool
 
     def kind(self, name: str) -> ReceptacleKind:
+        """The receptacle kind called ``name`` in this scene; KeyError if there is none."""
         for kind in self.receptacles:
             if kind.name == name:
                 return kind

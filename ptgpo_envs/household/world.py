@@ -127,6 +127,8 @@ DEFAULT_DIFFICULTY = "medium"
 
 
 def parse_difficulty(value: object) -> Difficulty:
+    """The :class:`Difficulty` named by ``value`` (case and surrounding space ignored); ValueError
+    otherwise."""
     if isinstance(value, str):
         for difficulty in DIFFICULTIES:
             if value.strip().casefold() == difficulty.name:
@@ -137,6 +139,9 @@ def parse_difficulty(value: object) -> Difficulty:
 
 @dataclass(frozen=True)
 class Task:
+    """An episode's goal: its type, the object kind, the target receptacle kind (None for Look) and its
+    sentence."""
+
     type: TaskType
     obj: str  # object kind, e.g. "apple"
     target: str | None  # receptacle kind, e.g. "fridge" (None for Look)
@@ -171,6 +176,8 @@ class Layout:
 
 @dataclass(slots=True)
 class State:
+    """Everything that changes during an episode, in compact integer form; :meth:`copy` forks it."""
+
     location: int  # receptacle index, -1 in the middle of the room
     held: int  # object index, -1 when the hands are empty
     contents: list[tuple[int, ...]]  # per receptacle, sorted object indices
@@ -182,6 +189,7 @@ class State:
     subgoals: int = 0  # bit set of the task's subgoals reached so far (household/env.py's _HOLD...)
 
     def copy(self) -> State:
+        """An independent copy (the lists copied), for forking."""
         return State(
             self.location, self.held, list(self.contents), self.opened,
             list(self.conditions), self.seen, self.lamp_on, self.won, self.subgoals,

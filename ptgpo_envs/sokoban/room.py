@@ -27,11 +27,13 @@ class Room:
     targets: frozenset[int]
 
     def offset(self, direction: str) -> int:
+        """The change of flat cell index for one move in ``direction``."""
         dr, dc = DIRECTIONS[direction]
         return dr * self.width + dc
 
     @cached_property
     def offsets(self) -> tuple[tuple[str, int], ...]:
+        """``(direction, offset)`` for every direction."""
         return tuple((name, self.offset(name)) for name in DIRECTIONS)
 
     @cached_property

@@ -69,6 +69,9 @@ MATERIALS = ["oak", "walnut", "pine", "metal", "bamboo"]
 
 @dataclass(frozen=True)
 class ProductType:
+    """One of the bundled catalogue's product types: its query, noun, breadcrumb, attribute pool, option
+    groups, price band and pitch."""
+
     query: str
     noun: str
     breadcrumb: str
@@ -761,6 +764,8 @@ def generate_raw_data(seed: int = CATALOG_SEED) -> RawWebShopData:
 
 
 def main(argv: list[str]) -> int:
+    """``python -m ptgpo_envs.webshop.catalog OUTPUT_DIR``: write the bundled catalogue's raw files to a
+    folder."""
     if len(argv) != 1:
         print("usage: python -m ptgpo_envs.webshop.catalog OUTPUT_DIR", file=sys.stderr)
         return 2

@@ -245,6 +245,7 @@ class Catalog:
         self.by_asin = {product["asin"]: product for product in self.products}
 
     def documents(self) -> list[tuple[str, str]]:
+        """``(asin, search document)`` for every product: what the search index is built from."""
         return [(product["asin"], search_document(product)) for product in self.products]
 
     def split_indices(self, split: str) -> range:
@@ -262,6 +263,8 @@ class Catalog:
 
 
 def build_catalog(raw: RawWebShopData, source: str, price_seed: int = 0) -> Catalog:
+    """A :class:`Catalog` from raw WebShop data: the usable products, their prices (drawn with
+    ``price_seed``) and the goals."""
     products = load_products(raw)
     if not products:
         raise ValueError(f"{source} holds no usable product")

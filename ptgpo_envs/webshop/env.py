@@ -135,10 +135,12 @@ class WebShopEnv(TextEnv):
     # ----------------------------------------------------------------- reading the state
     @property
     def goal(self) -> dict[str, Any]:
+        """The episode's goal: the instruction and the attributes, options and price it asks for."""
         return self.catalog.goals[self._world.goal_index]
 
     @property
     def page(self) -> Page:
+        """The page the agent is on."""
         return self._world
 
     @property
@@ -281,6 +283,7 @@ class WebShopEnv(TextEnv):
         return info
 
     def expert_action(self) -> str:
+        """The next action of the scripted expert (:func:`ptgpo_envs.webshop.expert.expert_action`)."""
         from ptgpo_envs.webshop.expert import expert_action
 
         return expert_action(self)

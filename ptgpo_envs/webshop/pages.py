@@ -197,4 +197,6 @@ def annotated_body(page: Page, products: Products) -> str:
 
 
 def annotated_page(page: Page, products: Products, instruction: str) -> str:
+    """A page as the agent sees it in the annotated style: ``WebShop``, the instruction, then
+    :func:`annotated_body`."""
     return f"WebShop{SEP}Instruction:{SEP}{instruction}{SEP}{annotated_body(page, products)}"

@@ -86,6 +86,9 @@ def normalize_color(value: GoalOption) -> GoalOption:
 
 @dataclass(frozen=True)
 class TypeMatch:
+    """The product-type part of WebShop's reward: ``r_type`` and the query, category and title matches it
+    comes from."""
+
     r_type: float
     query_match: bool
     category_match: bool
@@ -150,6 +153,7 @@ class RewardBreakdown:
     option_matches: int
 
     def as_dict(self) -> dict[str, Any]:
+        """Every term of the reward, by name."""
         return dict(self.__dict__)
 
 

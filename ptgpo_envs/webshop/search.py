@@ -65,6 +65,7 @@ def _s_stem(token: str) -> str:
 
 
 def tokenize(text: str) -> list[str]:
+    """The search tokens of ``text``: lower-cased words without stop words, with a light plural stemming."""
     return [_s_stem(t) for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
 
 
@@ -78,6 +79,7 @@ def corpus_fingerprint(documents: Iterable[tuple[str, str]]) -> str:
 
 
 def default_cache_root() -> Path:
+    """Where search indexes are cached: ``$PTGPO_CACHE/webshop`` (default ``~/.cache/ptgpo/webshop``)."""
     root = os.environ.get("PTGPO_CACHE")
     base = Path(root) if root else Path.home() / ".cache" / "ptgpo"
     return base / "webshop"
@@ -92,6 +94,7 @@ class SearchIndex:
 
     @classmethod
     def build(cls, documents: Sequence[tuple[str, str]]) -> SearchIndex:
+        """Index ``(asin, text)`` documents with BM25."""
         retriever = bm25s.BM25(**BM25_PARAMS)
         retriever.index([tokenize(text) for _, text in documents], show_progress=False)
         return cls([asin for asin, _ in documents], retriever)
