@@ -4,7 +4,8 @@ A :class:`TrainConfig` is made of sections, each a frozen dataclass that checks 
 one style (:mod:`ptgpo_algos.validation`)::
 
     env          what to play: environment id, keywords, horizon, training seeds
-    algorithm    the advantage estimator (by name, with its keys), the policy loss and its aggregation
+    algorithm    the advantage estimator (by name, with its keys), the policy loss and its aggregation,
+                 the auxiliary objectives beside it
     policy       the model and how it acts: tiny or a Hugging Face model, choose/generate, prompts, dtype
     rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree
     optim        the update: learning rate, PPO passes and mini-batches, KL, entropy, clipping
@@ -138,11 +139,15 @@ class AlgorithmConfig:
     loss: str = _field("ppo-clip", "policy loss, by name", flat="loss")
     loss_agg: str = _field("token-mean", "token-mean (every action unit counts once) or trajectory-mean "
                            "(every trajectory counts once)", flat="loss_agg")
+    objectives: list[dict[str, Any]] = _field(help="auxiliary objectives beside the RL loss, each with its weight "
+                                              "and keys, e.g. [{name: isdpo, weight: 1.0}] (isdpo, seed, mcgpo)",
+                                              flat="objectives", factory=list)
 
     def __post_init__(self) -> None:
         from ptgpo_algos.advantages import ESTIMATORS
         from ptgpo_algos.advantages.config import validate_config
         from ptgpo_algos.losses import LOSS_AGGREGATIONS, LOSSES
+        from ptgpo_algos.objectives import validate_objectives
 
         check_registered("algorithm.name (algo)", self.name, ESTIMATORS)
         config = check_mapping("algorithm.config (algo_config)", self.config)
@@ -153,6 +158,8 @@ class AlgorithmConfig:
         object.__setattr__(self, "config", config)
         check_registered("algorithm.loss", self.loss, LOSSES)
         check_choice("algorithm.loss_agg (loss_agg)", self.loss_agg, LOSS_AGGREGATIONS)
+        object.__setattr__(self, "objectives", validate_objectives("algorithm.objectives (objectives)",
+                                                                   self.objectives))
 
 
 @dataclass(frozen=True)

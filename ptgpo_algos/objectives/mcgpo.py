@@ -1,0 +1,182 @@
+"""MCGPO (matched-context pairwise preferences): actions taken in matched contexts, ranked by held-out outcomes.
+
+No paper, code or citing text of MCGPO could be found; its structure is inferred from its abstract
+(``shared/specs/seed-methods.md``), and every choice below is a config key:
+
+* **Contexts.** A decision's context is the pre-action state summary (``Step.state_key``) and the rubric
+  progress: the tasks the trajectory's earlier steps completed, as the environment reported them
+  (``Step.achieved``; empty on environments that report none, where both rules coincide). Rules are
+  tried in order, ``exact`` (state and progress) then ``coarse`` (state only); ``rules`` picks them.
+* **Folds.** The trajectories of a group are split into ``folds`` fixed folds by their index in the group
+  (index mod ``folds``). The decisions of one fold are compared; only the *other* folds' terminal
+  outcomes orient them: an action's value in a context is the mean return of the other folds'
+  trajectories that took it there (each trajectory once), so a decision is never ranked by its own
+  outcome.
+* **Support.** A decision uses the first rule under which its context, in the other folds, has
+  ``min_support`` (2) distinct actions with values, its own among them.
+* **Pairs.** Two decisions of a fold assigned the same rule and context, with different actions whose
+  values differ by more than ``min_gap``, make a pair (preferred: the higher value); at most
+  ``max_pairs`` per group, drawn with the run's generator when there are more.
+* **Weights.** ``w = n / (n + support_prior) * rule_weight``, where ``n`` is the smaller number of
+  orienting trajectories behind the two values and ``rule_weight`` is 1 for ``exact`` and
+  ``coarse_weight`` for ``coarse``.
+* **Loss.** ``-w log sigmoid(beta (log pi(a+) - log pi(a-)))``, averaged over pairs, each log-probability
+  the decision's under the current weights (the choice in ``choose`` mode, the response's summed token
+  log-probability in ``generate`` mode).
+
+The abstract puts it on GraphGPO; here it goes on any estimator (G2PO is the closest to GraphGPO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ptgpo_algos.advantages.config import ConfigKey
+from ptgpo_algos.data import Decision, Step, Trajectory
+from ptgpo_algos.objectives.base import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec
+from ptgpo_algos.objectives.rules import choice_rule, count_rule, real_rule
+
+__all__ = ["MCGPO", "Pair", "context_keys", "group_pairs", "pair_loss"]
+
+RULE_SETS = {"exact-coarse": ("exact", "coarse"), "exact": ("exact",), "coarse": ("coarse",)}
+
+
+def context_keys(trajectory: Trajectory) -> list[dict[str, tuple]]:
+    """Per step, its context under each rule: ``exact`` (state, progress so far) and ``coarse`` (state)."""
+    done: set[str] = set()
+    out = []
+    for step in trajectory.steps:
+        progress = tuple(sorted(done))
+        out.append({"exact": (step.state_key, progress), "coarse": (step.state_key,)})
+        done.update(step.achieved or {})
+    return out
+
+
+@dataclass(frozen=True)
+class Pair:
+    """``better`` is preferred to ``worse``, with weight ``weight`` (values: the orienting returns)."""
+
+    better: Step
+    worse: Step
+    weight: float
+    rule: str
+
+
+def _action_values(group: Sequence[Trajectory], keys: list[list[dict]], fold: int, folds: int, rule: str):
+    """``{context: {action: [returns]}}`` of the trajectories outside ``fold`` (each once per pair)."""
+    table: dict[tuple, dict[str, list[float]]] = {}
+    for i, trajectory in enumerate(group):
+        if i % folds == fold:
+            continue
+        seen = set()
+        for step, key in zip(trajectory.steps, keys[i]):
+            if (key[rule], step.sent) not in seen:
+                seen.add((key[rule], step.sent))
+                table.setdefault(key[rule], {}).setdefault(step.sent, []).append(trajectory.total_reward)
+    return table
+
+
+def _assign(group, keys, fold, folds, rules, min_support):
+    """Each decision of ``fold`` with the first rule whose context has enough support: ``{(rule,
+    context): [(step, value, n)]}``."""
+    tables = {rule: _action_values(group, keys, fold, folds, rule) for rule in rules}
+    assigned: dict[tuple, list] = {}
+    seen: set[int] = set()
+    for i, trajectory in enumerate(group):
+        if i % folds != fold:
+            continue
+        for step, key in zip(trajectory.steps, keys[i]):
+            if id(step) in seen or step.decision is None:
+                continue
+            seen.add(id(step))
+            for rule in rules:
+                values = tables[rule].get(key[rule], {})
+                if len(values) >= min_support and step.sent in values:
+                    returns = values[step.sent]
+                    assigned.setdefault((rule, key[rule]), []).append((step, float(np.mean(returns)), len(returns)))
+                    break
+    return assigned
+
+
+def group_pairs(group: Sequence[Trajectory], *, folds: int, rules: Sequence[str], min_support: int,
+                min_gap: float, support_prior: float, coarse_weight: float) -> list[Pair]:
+    """Every preference pair of a group (module docstring), before the ``max_pairs`` cap."""
+    keys = [context_keys(t) for t in group]
+    pairs = []
+    for fold in range(folds):
+        for (rule, _), entries in _assign(group, keys, fold, folds, rules, min_support).items():
+            scale = 1.0 if rule == "exact" else coarse_weight
+            for a, (step_a, value_a, n_a) in enumerate(entries):
+                for step_b, value_b, n_b in entries[a + 1:]:
+                    if step_a.sent == step_b.sent or abs(value_a - value_b) <= min_gap:
+                        continue
+                    n = min(n_a, n_b)
+                    better, worse = (step_a, step_b) if value_a > value_b else (step_b, step_a)
+                    pairs.append(Pair(better, worse, scale * n / (n + support_prior), rule))
+    return pairs
+
+
+def pair_loss(better: torch.Tensor, worse: torch.Tensor, weight: torch.Tensor, beta: float) -> torch.Tensor:
+    """Mean of ``-w log sigmoid(beta (better - worse))`` over pairs (log-probabilities)."""
+    return (-weight * F.logsigmoid(beta * (better - worse))).mean()
+
+
+class MCGPO(Objective):
+    """The MCGPO objective (module docstring)."""
+
+    def __init__(self, *, beta: float, folds: int, rules: str, min_support: int, min_gap: float,
+                 support_prior: float, coarse_weight: float, max_pairs: int):
+        self.beta, self.max_pairs = beta, max_pairs
+        self.settings = dict(folds=folds, rules=RULE_SETS[rules], min_support=min_support, min_gap=min_gap,
+                             support_prior=support_prior, coarse_weight=coarse_weight)
+
+    def prepare(self, inputs: ObjectiveInputs) -> tuple[list[Pair], dict[str, float]]:
+        pairs: list[Pair] = []
+        for group in inputs.batch:
+            found = group_pairs(group, **self.settings)
+            if len(found) > self.max_pairs:
+                picks = sorted(inputs.rng.choice(len(found), size=self.max_pairs, replace=False))
+                found = [found[int(i)] for i in picks]
+            pairs += found
+        exact = sum(p.rule == "exact" for p in pairs)
+        return pairs, {"pairs": len(pairs), "exact_share": exact / len(pairs) if pairs else 0.0}
+
+    def loss(self, policy: Any, items: Sequence[Pair]) -> tuple[torch.Tensor, dict[str, float]]:
+        steps: dict[int, Decision] = {}
+        for pair in items:
+            steps.setdefault(id(pair.better), pair.better.decision)
+            steps.setdefault(id(pair.worse), pair.worse.decision)
+        order = list(steps)
+        scored = policy.score([steps[k] for k in order], entropy_grad=False)
+        logp = (scored.logprobs.float() * scored.mask.float()).sum(-1)
+        index = {k: i for i, k in enumerate(order)}
+        better = logp[[index[id(p.better)] for p in items]]
+        worse = logp[[index[id(p.worse)] for p in items]]
+        weight = torch.tensor([p.weight for p in items], dtype=torch.float32, device=logp.device)
+        loss = pair_loss(better, worse, weight, self.beta)
+        agree = float(((better - worse) > 0).float().mean())
+        return loss, {"pair_accuracy": agree}
+
+
+DEFAULTS = {"beta": 1.0, "folds": 2, "rules": "exact-coarse", "min_support": 2, "min_gap": 0.0,
+            "support_prior": 1.0, "coarse_weight": 0.5, "max_pairs": 256}
+KEYS = {
+    "beta": ConfigKey("scale of the log-probability margin in the logistic loss", "a number > 0",
+                      real_rule(0.0, open_low=True)),
+    "folds": ConfigKey("fixed folds of a group's trajectories (by index): compared in one, oriented by the "
+                       "others", "an integer >= 2", count_rule(2)),
+    "rules": ConfigKey("context rules tried in order", "one of " + ", ".join(RULE_SETS), choice_rule(tuple(RULE_SETS))),
+    "min_support": ConfigKey("distinct valued actions a context needs", "an integer >= 2", count_rule(2)),
+    "min_gap": ConfigKey("smallest difference of values that makes a preference", "a finite number >= 0",
+                         real_rule(0.0)),
+    "support_prior": ConfigKey("kappa of the support weight n / (n + kappa)", "a finite number >= 0", real_rule(0.0)),
+    "coarse_weight": ConfigKey("factor on pairs matched by the coarse rule", "a finite number >= 0", real_rule(0.0)),
+    "max_pairs": ConfigKey("pairs kept per group (drawn at random when more)", "an integer >= 1", count_rule(1)),
+}
+OBJECTIVES.register("mcgpo", ObjectiveSpec("mcgpo", MCGPO, DEFAULTS, KEYS,
+                                           "pairwise preferences between actions in matched contexts, fold-oriented"))
