@@ -12,11 +12,11 @@ No paper, code or citing text of MCGPO could be found; its structure is inferred
   outcomes orient them: an action's value in a context is the mean return of the other folds'
   trajectories that took it there (each trajectory once), so a decision is never ranked by its own
   outcome.
-* **Support.** A decision uses the first rule under which its context, in the other folds, has
-  ``min_support`` (2) distinct actions with values, its own among them.
-* **Pairs.** Two decisions of a fold assigned the same rule and context, with different actions whose
-  values differ by more than ``min_gap``, make a pair (preferred: the higher value); at most
-  ``max_pairs`` per group, drawn with the run's generator when there are more.
+* **Support.** Two decisions of a fold with different actions are matched by the first rule under
+  which they share a context that has, in the other folds, ``min_support`` (2) distinct actions with
+  values, both of theirs among them.
+* **Pairs.** A matched pair whose values differ by more than ``min_gap`` is a preference (preferred: the
+  higher value); at most ``max_pairs`` per group, drawn with the run's generator when there are more.
 * **Weights.** ``w = n / (n + support_prior) * rule_weight``, where ``n`` is the smaller number of
   orienting trajectories behind the two values and ``rule_weight`` is 1 for ``exact`` and
   ``coarse_weight`` for ``coarse``.
@@ -81,26 +81,31 @@ def _action_values(group: Sequence[Trajectory], keys: list[list[dict]], fold: in
     return table
 
 
-def _assign(group, keys, fold, folds, rules, min_support):
-    """Each decision of ``fold`` with the first rule whose context has enough support: ``{(rule,
-    context): [(step, value, n)]}``."""
-    tables = {rule: _action_values(group, keys, fold, folds, rule) for rule in rules}
-    assigned: dict[tuple, list] = {}
+def _fold_decisions(group: Sequence[Trajectory], keys: list[list[dict]], fold: int, folds: int):
+    """The distinct decisions of ``fold``, each with its contexts."""
     seen: set[int] = set()
+    out = []
     for i, trajectory in enumerate(group):
         if i % folds != fold:
             continue
         for step, key in zip(trajectory.steps, keys[i]):
-            if id(step) in seen or step.decision is None:
-                continue
-            seen.add(id(step))
-            for rule in rules:
-                values = tables[rule].get(key[rule], {})
-                if len(values) >= min_support and step.sent in values:
-                    returns = values[step.sent]
-                    assigned.setdefault((rule, key[rule]), []).append((step, float(np.mean(returns)), len(returns)))
-                    break
-    return assigned
+            if id(step) not in seen and step.decision is not None:
+                seen.add(id(step))
+                out.append((step, key))
+    return out
+
+
+def _match(a, b, tables, rules, min_support):
+    """The first rule under which decisions ``a`` and ``b`` share a context with support for both
+    actions: ``(rule, values)``, or None."""
+    (step_a, key_a), (step_b, key_b) = a, b
+    for rule in rules:
+        if key_a[rule] != key_b[rule]:
+            continue
+        values = tables[rule].get(key_a[rule], {})
+        if len(values) >= min_support and step_a.sent in values and step_b.sent in values:
+            return rule, values
+    return None
 
 
 def group_pairs(group: Sequence[Trajectory], *, folds: int, rules: Sequence[str], min_support: int,
@@ -109,14 +114,23 @@ def group_pairs(group: Sequence[Trajectory], *, folds: int, rules: Sequence[str]
     keys = [context_keys(t) for t in group]
     pairs = []
     for fold in range(folds):
-        for (rule, _), entries in _assign(group, keys, fold, folds, rules, min_support).items():
-            scale = 1.0 if rule == "exact" else coarse_weight
-            for a, (step_a, value_a, n_a) in enumerate(entries):
-                for step_b, value_b, n_b in entries[a + 1:]:
-                    if step_a.sent == step_b.sent or abs(value_a - value_b) <= min_gap:
+        tables = {rule: _action_values(group, keys, fold, folds, rule) for rule in rules}
+        buckets: dict[tuple, list] = {}
+        for entry in _fold_decisions(group, keys, fold, folds):
+            buckets.setdefault(entry[1][rules[-1]], []).append(entry)  # pairs share the last rule's context
+        for entries in buckets.values():
+            for i, a in enumerate(entries):
+                for b in entries[i + 1:]:
+                    found = _match(a, b, tables, rules, min_support) if a[0].sent != b[0].sent else None
+                    if found is None:
                         continue
-                    n = min(n_a, n_b)
-                    better, worse = (step_a, step_b) if value_a > value_b else (step_b, step_a)
+                    rule, values = found
+                    value_a, value_b = np.mean(values[a[0].sent]), np.mean(values[b[0].sent])
+                    if abs(value_a - value_b) <= min_gap:
+                        continue
+                    n = min(len(values[a[0].sent]), len(values[b[0].sent]))
+                    better, worse = (a[0], b[0]) if value_a > value_b else (b[0], a[0])
+                    scale = 1.0 if rule == "exact" else coarse_weight
                     pairs.append(Pair(better, worse, scale * n / (n + support_prior), rule))
     return pairs
 
