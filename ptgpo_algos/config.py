@@ -487,6 +487,9 @@ class TrainConfig:
         if self.evaluation.temperature is None:
             object.__setattr__(self, "evaluation", dataclasses.replace(
                 self.evaluation, temperature=default_evaluation_temperature(tiny)))
+        if self.policy.lora is not None and any(o["name"] == "isdpo" for o in self.algorithm.objectives):
+            raise ValueError("algorithm.objectives (objectives): isdpo's EMA teacher is a full copy of the model, "
+                             "which LoRA training (policy.lora) does not keep; train without lora or leave isdpo out")
         start, stop = self.env.train_seeds
         overlap = [s for s in self.evaluation.seeds if start <= s < stop]
         if overlap:

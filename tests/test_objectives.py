@@ -425,3 +425,35 @@ def test_rollouts_record_the_experts_next_action_only_when_asked(tmp_path):
             env.step(step.sent)
     # Recording changes nothing else about the rollouts.
     assert [[s.action for s in t.steps] for t in plain[0]] == [[s.action for s in t.steps] for t in recorded[0]]
+
+
+# ----------------------------------------------------------------------------- in the benchmark
+def _bench(method):
+    return {"name": "t", "budget": 100, "seeds": [0], "methods": [method],
+            "environments": [{"id": "ptgpo/FrozenLake-v0", "train_seeds": {"count": 10}, "eval_seeds": [100]}]}
+
+
+def test_bench_methods_take_objectives_beside_their_estimator():
+    from ptgpo_algos.bench import BenchConfig, plan_cells
+    from ptgpo_algos.config import merge_overrides
+
+    config = BenchConfig.from_dict(_bench({"name": "g2po+mcgpo", "algo": "g2po", "objectives": [{"name": "mcgpo"}]}))
+    (cell,) = plan_cells(config)
+    trained = TrainConfig.from_dict(merge_overrides(cell.spec, {"tiny": {"pretrain_steps": 0}}))
+    assert trained.algorithm.name == "g2po" and [o["name"] for o in trained.algorithm.objectives] == ["mcgpo"]
+
+
+@pytest.mark.parametrize("method, message", [
+    ({"algo": "grpo", "objectives": [{"name": "sed"}]}, r"methods\[0\].objectives\[0\]: unknown objective 'sed'"),
+    ({"algo": "grpo", "objectives": ["seed"], "train": {"objectives": ["seed"]}}, "both as"),
+])
+def test_bench_objectives_are_checked_with_the_method_named(method, message):
+    from ptgpo_algos.bench import BenchConfig, BenchError
+
+    with pytest.raises(BenchError, match=message):
+        BenchConfig.from_dict(_bench(method))
+
+
+def test_isdpo_refuses_lora_before_any_work():
+    with pytest.raises(ValueError, match="isdpo's EMA teacher is a full copy"):
+        TrainConfig.from_dict({"objectives": ["isdpo"], "policy.lora": {"r": 8}})

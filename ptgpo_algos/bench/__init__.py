@@ -36,6 +36,8 @@ Config schema (YAML; unknown keys are errors)::
         algo_config: {}          # estimator keyword arguments
         rollout: linear          # linear | tree
         train: {}                # optional: other TrainConfig fields for this method only
+        objectives: []           # optional: auxiliary objectives beside the estimator, e.g.
+                                 # [{name: isdpo, weight: 1.0}] (ptgpo_algos.objectives)
     baselines:                   # baseline cells (see baselines.registry for names)
       - name: random
       - name: sb3_ppo
