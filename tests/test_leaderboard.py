@@ -405,9 +405,9 @@ def test_html_is_standalone_with_sortable_tables(results):
     measured, improvement, reported, failed = parser.tables
     assert measured["rows"] == 1 + 5 and set(measured["widths"]) == {5 + 4}
     assert improvement["rows"] == 1 + 4 and set(improvement["widths"]) == {1 + 4}
-    assert reported["rows"] == 1 + 29 and set(reported["widths"]) == {
-        3 + 7 + 2 + 2 + 2 + 1
-    }  # ALFWorld types + All, in, out; WebShop; AppWorld; SciWorld
+    assert reported["rows"] == 1 + 39 and set(reported["widths"]) == {
+        3 + 7 + 2 + 2 + 2 + 1 + 1 + 1
+    }  # ALFWorld types + All, in, out; WebShop; AppWorld; SciWorld; SciKnowEval; Search
     assert failed["rows"] == 1 + 1
     assert {t["class"] for t in parser.tables} == {"sortable"}
     assert parser.links == [] and "<script>" in page and "http" not in page

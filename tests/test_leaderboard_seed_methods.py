@@ -1,4 +1,4 @@
-"""The reported rows of G2PO, PlanPO and CovGPO in ``leaderboard/reported.yaml`` against the "Reported
+"""The reported rows of G2PO, PlanPO, CovGPO, I-SDPO and SEED in ``leaderboard/reported.yaml`` against the "Reported
 results" table of ``shared/specs/seed-methods.md``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from leaderboard.reported import DEFAULT_REPORTED, load_reported
 
 SPEC = Path(__file__).resolve().parents[1] / ".." / "shared" / "specs" / "seed-methods.md"
-SOURCES = {"G2PO": "g2po", "PlanPO": "planpo", "CovGPO": "covgpo"}
+SOURCES = {"G2PO": "g2po", "PlanPO": "planpo", "CovGPO": "covgpo", "I-SDPO": "isdpo", "SEED": "seed"}
 
 
 def spec_numbers() -> dict[str, set[float]]:
@@ -49,3 +49,6 @@ def test_seed_method_sources_carry_the_specs_caveats():
     assert "2608.17289" in sources["planpo"].citation and "Caveat" in sources["planpo"].setup
     assert "2607.22724" in sources["covgpo"].citation and "secondary" in sources["covgpo"].setup
     assert "not stated" in sources["covgpo"].setup
+    assert "2608.12957" in sources["isdpo"].citation and "not an agentic benchmark" in sources["isdpo"].setup
+    assert "2607.14777" in sources["seed"].citation and "secondary" in sources["seed"].setup
+    assert "60.2" in sources["seed"].setup
