@@ -457,3 +457,27 @@ def test_bench_objectives_are_checked_with_the_method_named(method, message):
 def test_isdpo_refuses_lora_before_any_work():
     with pytest.raises(ValueError, match="isdpo's EMA teacher is a full copy"):
         TrainConfig.from_dict({"objectives": ["isdpo"], "policy.lora": {"r": 8}})
+
+
+def test_a_resumed_isdpo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch):
+    from ptgpo_algos.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    timing = {"wall_time_s", "rollout_time_s", "decisions_per_s", "train_time_s", "train_tokens_per_s",
+              "iteration_time_s", "rollout_wait_s"}
+
+    def config(out, iterations, **change):
+        return TrainConfig.from_dict(dict(
+            env_id="ptgpo/FrozenLake-v0", env_kwargs={"desc": ["SFF", "FHF", "FFG"]}, max_steps=6, group_size=4,
+            tasks_per_iteration=2, iterations=iterations, eval_every=3, eval_seeds=2, checkpoint_every=1,
+            out_dir=str(tmp_path / out), tiny={"hidden_size": 32, "pretrain_steps": 0}, algo="gigpo",
+            objectives=[{"name": "isdpo", "tau_ema": 0.5}], **change))
+
+    def rows(summary):
+        return [{k: v for k, v in json.loads(line).items() if k not in timing}
+                for line in summary.metrics_path.read_text().splitlines()]
+
+    whole = rows(run_training(config("whole", 3), progress=False))
+    run_training(config("parts", 2), progress=False)
+    resumed = rows(run_training(config("parts", 3, resume=True), progress=False))
+    assert any(r["isdpo_items"] for r in whole) and resumed == whole
