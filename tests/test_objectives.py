@@ -481,3 +481,20 @@ def test_a_resumed_isdpo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypa
     run_training(config("parts", 2), progress=False)
     resumed = rows(run_training(config("parts", 3, resume=True), progress=False))
     assert any(r["isdpo_items"] for r in whole) and resumed == whole
+
+
+def test_seed_skills_written_by_the_policy_drop_answers_without_an_action():
+    policy = TablePolicy()
+    trajectories = [_trajectory([_step(policy, "t", "a", "right", reward=1.0)], won=True),
+                    _trajectory([_step(policy, "t", "a", "left")])]
+    seen = []
+
+    def decide(contexts, *, greedy=False, **_):
+        seen.extend(contexts)
+        return [SimpleNamespace(action="go right early"), SimpleNamespace(action=None)]
+
+    policy.decide = decide
+    objective = SEED(beta_opd=5.0, max_skills=3, skill_source="policy", skill_template="{task} [{skill}]")
+    assert objective.skills(policy, trajectories) == ["go right early", None]
+    assert "up to 3 short lessons" in seen[0].task
+    assert seen[0].observation == "Action: right -> reward 1\nOutcome: solved"

@@ -43,7 +43,7 @@ __all__ = ["SEED", "seed_unit_loss", "skill_context", "template_skill", "transcr
 
 SKILL_SOURCES = ("auto", "template", "policy")
 WRITER_TASK = ("Read this finished attempt and write up to {n} short lessons (skills) that would help on the "
-               "same task, separated by ';'")
+               "same task, separated by ';', inside <action></action>")
 
 
 def template_skill(trajectory: Trajectory, max_skills: int) -> str:
