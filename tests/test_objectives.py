@@ -255,7 +255,8 @@ def _mcgpo_group(policy):
     ]
 
 
-SETTINGS = dict(folds=2, rules=("exact", "coarse"), min_support=2, min_gap=0.0, support_prior=1.0, coarse_weight=0.5)
+SETTINGS = dict(folds=2, rules=("exact", "coarse"), min_support=2, min_gap=0.0, support_prior=1.0, coarse_weight=0.5,
+                gamma=1.0)
 
 
 def test_mcgpo_folds_orient_each_fold_by_the_others_outcomes():
@@ -293,6 +294,21 @@ def test_mcgpo_support_rule_falls_back_to_the_coarse_context():
     assert all(p.rule == "exact" for p in group_pairs(group, **{**SETTINGS, "rules": ("exact",)}))
 
 
+def test_mcgpo_values_discount_the_steps_left_so_a_wasted_step_loses():
+    policy = TablePolicy()
+    group = [
+        _trajectory([_step(policy, "t", "s", "up"), _step(policy, "t", "s", "right", reward=1.0)]),
+        _trajectory([_step(policy, "t", "s", "up"), _step(policy, "t", "s", "right", reward=1.0)]),
+        _trajectory([_step(policy, "t", "s", "right", reward=1.0)]),
+        _trajectory([_step(policy, "t", "s", "right", reward=1.0)]),
+    ]
+    # Every trajectory succeeded: undiscounted, standing still ("up") and moving tie; discounted, "up"
+    # is worth 0.9 (one step more to go) against 1.0.
+    assert group_pairs(group, **SETTINGS) == []
+    pairs = group_pairs(group, **{**SETTINGS, "gamma": 0.9})
+    assert pairs and all(p.better.action == "right" and p.worse.action == "up" for p in pairs)
+
+
 def test_mcgpo_pair_loss_numbers_and_direction():
     better = torch.tensor([-1.0], requires_grad=True)
     loss = pair_loss(better, torch.tensor([-2.0]), torch.tensor([0.5]), 1.0)
@@ -303,7 +319,7 @@ def test_mcgpo_pair_loss_numbers_and_direction():
     policy = TablePolicy()
     group = _mcgpo_group(policy)
     objective = MCGPO(beta=1.0, folds=2, rules="exact-coarse", min_support=2, min_gap=0.0, support_prior=1.0,
-                      coarse_weight=0.5, max_pairs=1)
+                      coarse_weight=0.5, max_pairs=1, gamma=0.95)
     items, stats = objective.prepare(ObjectiveInputs([group], [], policy, np.random.default_rng(0)))
     assert stats["pairs"] == 1 and len(items) == 1  # capped
     preferred = items[0].better.action
