@@ -319,14 +319,24 @@ def test_mcgpo_pair_loss_numbers_and_direction():
     policy = TablePolicy()
     group = _mcgpo_group(policy)
     objective = MCGPO(beta=1.0, folds=2, rules="exact-coarse", min_support=2, min_gap=0.0, support_prior=1.0,
-                      coarse_weight=0.5, max_pairs=1, gamma=0.95)
+                      coarse_weight=0.5, max_pairs=1, gamma=0.95, margin="reference")
     items, stats = objective.prepare(ObjectiveInputs([group], [], policy, np.random.default_rng(0)))
     assert stats["pairs"] == 1 and len(items) == 1  # capped
     preferred = items[0].better.action
     before = policy.probs("t")[ACTIONS.index(preferred)]
     loss, _ = objective.loss(policy, items)
+    # Against the rollout policy the margin starts at 0: -w log sigmoid(0) with w = 1 / (1 + 1).
+    assert float(loss.detach()) == pytest.approx(0.5 * math.log(2.0))
     _sgd(policy, loss)
     assert policy.probs("t")[ACTIONS.index(preferred)] > before
+    # In absolute terms the margin is the log-probabilities' own difference.
+    with torch.no_grad():
+        policy.model.logits[policy.rows["t"]] = torch.tensor([2.0, 0.0, 0.0])
+    absolute = MCGPO(**{**objective.__dict__["settings"], "rules": "exact-coarse", "beta": 1.0, "max_pairs": 1,
+                        "margin": "absolute"})
+    loss, _ = absolute.loss(policy, items)
+    gap = 2.0 if preferred == "left" else -2.0
+    assert float(loss.detach()) == pytest.approx(-0.5 * math.log(1 / (1 + math.exp(-gap))))
 
 
 # ----------------------------------------------------------------------------- in the trainer

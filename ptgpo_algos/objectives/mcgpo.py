@@ -24,9 +24,14 @@ No paper, code or citing text of MCGPO could be found; its structure is inferred
 * **Weights.** ``w = n / (n + support_prior) * rule_weight``, where ``n`` is the smaller number of
   orienting trajectories behind the two values and ``rule_weight`` is 1 for ``exact`` and
   ``coarse_weight`` for ``coarse``.
-* **Loss.** ``-w log sigmoid(beta (log pi(a+) - log pi(a-)))``, averaged over pairs, each log-probability
-  the decision's under the current weights (the choice in ``choose`` mode, the response's summed token
-  log-probability in ``generate`` mode).
+* **Loss.** ``-w log sigmoid(beta (m(a+) - m(a-)))``, averaged over pairs, where ``m`` is a decision's
+  log-probability under the current weights (the choice in ``choose`` mode, the response's summed token
+  log-probability in ``generate`` mode) less its rollout log-probability (``margin: reference``, as DPO
+  measures it against its reference), or the log-probability itself (``margin: absolute``). Measured
+  against the rollout policy, a pair the policy already ranks the other way starts at margin 0 and its
+  push fades as it is learned; in absolute terms it starts at full strength and keeps pushing until
+  the policy agrees, which on a 3x3 FrozenLake with G2PO made the policy near-deterministic within two
+  iterations, before the orienting outcomes were worth much.
 
 The abstract puts it on GraphGPO; here it goes on any estimator (G2PO is the closest to GraphGPO).
 """
@@ -47,6 +52,7 @@ from ptgpo_algos.objectives.rules import choice_rule, count_rule, real_rule
 
 __all__ = ["MCGPO", "Pair", "context_keys", "group_pairs", "pair_loss"]
 
+MARGINS = ("reference", "absolute")
 RULE_SETS = {"exact-coarse": ("exact", "coarse"), "exact": ("exact",), "coarse": ("coarse",)}
 
 
@@ -152,8 +158,8 @@ class MCGPO(Objective):
     """The MCGPO objective (module docstring)."""
 
     def __init__(self, *, beta: float, folds: int, rules: str, min_support: int, min_gap: float,
-                 support_prior: float, coarse_weight: float, max_pairs: int, gamma: float):
-        self.beta, self.max_pairs = beta, max_pairs
+                 support_prior: float, coarse_weight: float, max_pairs: int, gamma: float, margin: str):
+        self.beta, self.max_pairs, self.margin = beta, max_pairs, margin
         self.settings = dict(folds=folds, rules=RULE_SETS[rules], min_support=min_support, min_gap=min_gap,
                              support_prior=support_prior, coarse_weight=coarse_weight, gamma=gamma)
 
@@ -176,6 +182,9 @@ class MCGPO(Objective):
         order = list(steps)
         scored = policy.score([steps[k] for k in order], entropy_grad=False)
         logp = (scored.logprobs.float() * scored.mask.float()).sum(-1)
+        if self.margin == "reference":
+            old = [steps[k].choice_logprob if policy.mode == "choose" else sum(steps[k].logprobs) for k in order]
+            logp = logp - torch.tensor(old, dtype=torch.float32, device=logp.device)
         index = {k: i for i, k in enumerate(order)}
         better = logp[[index[id(p.better)] for p in items]]
         worse = logp[[index[id(p.worse)] for p in items]]
@@ -186,7 +195,7 @@ class MCGPO(Objective):
 
 
 DEFAULTS = {"beta": 1.0, "folds": 2, "rules": "exact-coarse", "min_support": 2, "min_gap": 0.0,
-            "support_prior": 1.0, "coarse_weight": 0.5, "max_pairs": 256, "gamma": 0.95}
+            "support_prior": 1.0, "coarse_weight": 0.5, "max_pairs": 256, "gamma": 0.95, "margin": "reference"}
 KEYS = {
     "beta": ConfigKey("scale of the log-probability margin in the logistic loss", "a number > 0",
                       real_rule(0.0, open_low=True)),
@@ -199,6 +208,8 @@ KEYS = {
     "support_prior": ConfigKey("kappa of the support weight n / (n + kappa)", "a finite number >= 0", real_rule(0.0)),
     "coarse_weight": ConfigKey("factor on pairs matched by the coarse rule", "a finite number >= 0", real_rule(0.0)),
     "max_pairs": ConfigKey("pairs kept per group (drawn at random when more)", "an integer >= 1", count_rule(1)),
+    "margin": ConfigKey("the log-probability margin: against the rollout policy's (reference) or absolute",
+                        "one of " + ", ".join(MARGINS), choice_rule(MARGINS)),
     "gamma": ConfigKey("discount of an orienting trajectory's return by the steps it had left", "a number in [0, 1]",
                        real_rule(0.0, 1.0)),
 }
