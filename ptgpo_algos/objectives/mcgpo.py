@@ -30,8 +30,8 @@ No paper, code or citing text of MCGPO could be found; its structure is inferred
   measures it against its reference), or the log-probability itself (``margin: absolute``). Measured
   against the rollout policy, a pair the policy already ranks the other way starts at margin 0 and its
   push fades as it is learned; in absolute terms it starts at full strength and keeps pushing until
-  the policy agrees, which on a 3x3 FrozenLake with G2PO made the policy near-deterministic within two
-  iterations, before the orienting outcomes were worth much.
+  the policy agrees (on a 3x3 FrozenLake with G2PO, undiscounted and absolute pairs lowered the
+  policy's entropy faster than G2PO alone and ended all three seeds at 0 held-out success).
 
 The abstract puts it on GraphGPO; here it goes on any estimator (G2PO is the closest to GraphGPO).
 """
