@@ -17,6 +17,7 @@ Layout (``format: "ptgpo-checkpoint"``, ``version: 1``)::
     config           the run's TrainConfig as a dict
     pending_rollout  {weights, tasks: [{env_id, seed, env_kwargs, max_steps}], seed, updates} | None
     hindsight_buffer [Decision fields as a dict, ...] | None
+    objectives       {objective name: its state (I-SDPO: the EMA teacher's weights)} | None
 
 A checkpoint written before the format was versioned loads when it holds plain data only.
 """

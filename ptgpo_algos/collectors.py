@@ -30,6 +30,7 @@ import torch
 
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
+from ptgpo_algos.objectives import needs_expert
 from ptgpo_algos.patr import PatrConfig, collect_patr_rollouts
 from ptgpo_algos.rollout import RolloutStats, collect_rollouts
 
@@ -49,13 +50,13 @@ def collect_iteration(config: TrainConfig, policy, tasks: list[Task], *, rng, ge
         return collect_patr_rollouts(
             policy, tasks, PatrConfig.from_mapping(rollouts.patr), rng=rng, generator=generator,
             env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
-            max_decisions=max_decisions,
+            max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives),
         )
     return collect_rollouts(
         policy, tasks, group_size=rollouts.group_size, mode=rollouts.strategy,
         initial_rollouts=rollouts.initial_rollouts, branch=rollouts.branch, rng=rng, generator=generator,
         env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
-        max_decisions=max_decisions,
+        max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives),
     )
 
 

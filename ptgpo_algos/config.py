@@ -4,7 +4,8 @@ A :class:`TrainConfig` is made of sections, each a frozen dataclass that checks 
 one style (:mod:`ptgpo_algos.validation`)::
 
     env          what to play: environment id, keywords, horizon, training seeds
-    algorithm    the advantage estimator (by name, with its keys), the policy loss and its aggregation
+    algorithm    the advantage estimator (by name, with its keys), the policy loss and its aggregation,
+                 the auxiliary objectives beside it
     policy       the model and how it acts: tiny or a Hugging Face model, choose/generate, prompts, dtype
     rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr
     optim        the update: learning rate, PPO passes and mini-batches, KL, entropy, clipping
@@ -143,11 +144,15 @@ class AlgorithmConfig:
                            "(every trajectory counts once)", flat="loss_agg")
     placebo: bool = _field(False, "a negative control: the estimator's advantages randomly permuted over the "
                            "batch's steps each iteration (the same magnitudes, no information)", flat="placebo")
+    objectives: list[dict[str, Any]] = _field(help="auxiliary objectives beside the RL loss, each with its weight "
+                                              "and keys, e.g. [{name: isdpo, weight: 1.0}] (isdpo, seed, mcgpo)",
+                                              flat="objectives", factory=list)
 
     def __post_init__(self) -> None:
         from ptgpo_algos.advantages import ESTIMATORS
         from ptgpo_algos.advantages.config import validate_config
         from ptgpo_algos.losses import LOSS_AGGREGATIONS, LOSSES
+        from ptgpo_algos.objectives import validate_objectives
 
         check_registered("algorithm.name (algo)", self.name, ESTIMATORS)
         config = check_mapping("algorithm.config (algo_config)", self.config)
@@ -159,6 +164,8 @@ class AlgorithmConfig:
         check_registered("algorithm.loss", self.loss, LOSSES)
         check_bool("algorithm.placebo (placebo)", self.placebo)
         check_choice("algorithm.loss_agg (loss_agg)", self.loss_agg, LOSS_AGGREGATIONS)
+        object.__setattr__(self, "objectives", validate_objectives("algorithm.objectives (objectives)",
+                                                                   self.objectives))
 
 
 @dataclass(frozen=True)
@@ -535,6 +542,9 @@ class TrainConfig:
         if self.evaluation.temperature is None:
             object.__setattr__(self, "evaluation", dataclasses.replace(
                 self.evaluation, temperature=default_evaluation_temperature(tiny)))
+        if self.policy.lora is not None and any(o["name"] == "isdpo" for o in self.algorithm.objectives):
+            raise ValueError("algorithm.objectives (objectives): isdpo's EMA teacher is a full copy of the model, "
+                             "which LoRA training (policy.lora) does not keep; train without lora or leave isdpo out")
         start, stop = self.env.train_seeds
         overlap = [s for s in self.evaluation.seeds if start <= s < stop]
         if overlap:

@@ -251,12 +251,14 @@ def collect_patr_rollouts(
     env_workers: int | None = None,
     env_options: dict[str, Any] | None = None,
     max_decisions: int | None = None,
+    expert: bool = False,
 ) -> tuple[Batch, PatrStats]:
     """PATR's groups for ``tasks`` (the module docstring), the arguments as
     :func:`~ptgpo_algos.rollout.collect_rollouts` takes them; ``settings.every`` None means 5."""
     settings = settings if settings.every is not None else dataclasses.replace(settings, every=_EVERY)
     collection = PatrCollection(policy, tasks, settings, rng if rng is not None else np.random.default_rng(0),
                                 generator)
+    collection.expert = expert
     return play(collection, task_vectors(tasks, settings.max_leaves, env_backend, env_workers, env_options),
                 max_decisions)
 

@@ -99,6 +99,7 @@ class Leaf:
     won: bool = False
     task_type: str | None = None
     context: Context | None = None  # of the decision being taken
+    plan: list[str] | None = None  # the expert's next actions there, when recorded
 
 
 @dataclass(eq=False)
@@ -123,6 +124,7 @@ def collect_rollouts(
     env_workers: int | None = None,
     env_options: dict[str, Any] | None = None,
     max_decisions: int | None = None,
+    expert: bool = False,
 ) -> tuple[Batch, RolloutStats]:
     """Play a group of ``group_size`` episodes for each task (see the module docstring).
 
@@ -130,7 +132,10 @@ def collect_rollouts(
     where the environments step (:func:`~ptgpo_algos.episodes.make_vector_env`). ``max_decisions`` caps the
     decisions spent (a matched budget's last iteration): once it is reached, the episodes still
     running stop unfinished and are left out of the batch (their decisions count as spent), and so
-    are groups left without a finished episode.
+    are groups left without a finished episode. With ``expert``, each step also records the
+    environment expert's next actions in ``Step.extras["expert_plan"]`` (ALFWorld's ``expert_plan``
+    when the environment reports one, else ``[expert_action()]``): privileged information for
+    objectives that use it, asked of the environment only then.
     """
     if mode not in ROLLOUT_MODES:
         raise ValueError(f"rollout mode must be one of {ROLLOUT_MODES}, got {mode!r}")
@@ -146,6 +151,7 @@ def collect_rollouts(
         raise ValueError(f"initial_rollouts must be in [1, group_size={group_size}], got {initial_rollouts}")
     collection = Collection(policy, tasks, group_size, initial_rollouts, mode == "tree", branch,
                             rng if rng is not None else np.random.default_rng(0), generator)
+    collection.expert = expert
     return play(collection, task_vectors(tasks, initial_rollouts, env_backend, env_workers, env_options),
                 max_decisions)
 
@@ -176,6 +182,7 @@ class Collection:
         self.engine: EpisodeEngine[Decision] = EpisodeEngine()
         self.stats = RolloutStats()
         self.started = time.perf_counter()
+        self.expert = False
 
     def start(self, vectors: list[tuple[Any, int]]) -> list[Episode]:
         """``initial`` episodes of each group from reset, in its first slots, each a leaf at its first
@@ -200,6 +207,9 @@ class Collection:
     def act(self, episodes: list[Episode]) -> list[Decision]:
         for episode in episodes:
             episode.state.context = episode.context()
+        if self.expert:
+            for episode, plan in zip(episodes, _expert_plans(episodes)):
+                episode.state.plan = plan
         return self.policy.decide([e.state.context for e in episodes], generator=self.generator)
 
     def record(self, episode: Episode, decision: Decision, transition: Transition) -> Leaf:
@@ -217,6 +227,7 @@ class Collection:
             state_key=node.info["state_key"], action=decision.action if decision.action is not None else decision.text,
             reward=float(transition.reward), valid=valid, response_ids=decision.response_ids, decision=decision,
             context=leaf.context, achieved=transition.achieved,
+            extras={"expert_plan": leaf.plan} if leaf.plan is not None else {},
         ))
         if not transition.done:
             episode.advance(sent_action(decision), transition)
@@ -257,6 +268,22 @@ class Collection:
                 batch.append(trajectories)
         self.stats.wall_time_s = time.perf_counter() - self.started
         return batch
+
+
+def _expert_plans(episodes: list[Episode]) -> list[list[str]]:
+    """The expert's next actions in each episode: its reported plan, else one ``expert_action`` call
+    per vector environment."""
+    plans: list[list[str] | None] = [list(e.info["expert_plan"]) if e.info.get("expert_plan") else None
+                                     for e in episodes]
+    by_vector: dict[int, list[int]] = {}
+    for i, plan in enumerate(plans):
+        if plan is None:
+            by_vector.setdefault(id(episodes[i].vector), []).append(i)
+    for positions in by_vector.values():
+        vector = episodes[positions[0]].vector
+        for i, action in zip(positions, vector.call("expert_action", [episodes[i].slot for i in positions])):
+            plans[i] = [action]
+    return plans  # type: ignore[return-value]
 
 
 def sent_action(decision: Decision) -> str:

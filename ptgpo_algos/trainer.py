@@ -51,6 +51,7 @@ from ptgpo_algos.device import resolve_device
 from ptgpo_algos.evaluation import evaluate
 from ptgpo_algos.files import FileFormatError, atomic_folder, atomic_write_text, folder_lock, read_jsonl
 from ptgpo_algos.hindsight import Hindsight
+from ptgpo_algos.objectives import Objectives, needs_expert
 from ptgpo_algos.policy.agent import PolicyAgent
 from ptgpo_algos.policy.backends import (
     build_policy,
@@ -200,6 +201,9 @@ class Trainer:
             self.callbacks.append(TensorBoardLogger(out_dir))
         if config.hindsight is not None:
             self.callbacks.append(Hindsight(config.hindsight))
+        self.objectives = Objectives.from_config(config.algorithm.objectives)
+        if self.objectives:
+            self.callbacks.append(self.objectives)
         if self.progress:
             self.callbacks.append(ProgressBar())
         self.callbacks += self.extra_callbacks
@@ -313,12 +317,16 @@ class Trainer:
     def update(self, batch: Batch, advantages) -> tuple[list, dict[str, Any]]:
         """The PPO update on the batch's distinct steps, then each callback's ``after_update``.
 
-        Before it, without gradients: pi_old (:meth:`old_logprobs`) and the KL reference's
+        Before it, without gradients: the auxiliary objectives' routing and items
+        (:mod:`ptgpo_algos.objectives`), pi_old (:meth:`old_logprobs`) and the KL reference's
         log-probabilities (:meth:`reference_logprobs`) of the steps it trains.
         """
-        config = self.config
+        config, optim = self.config, self.config.optim
+        auxiliary, objective_stats = None, {}
+        if self.objectives:
+            advantages, auxiliary, objective_stats = self.objectives.prepare(
+                batch, advantages, self.policy, self.state.rng, optim.micro_batch_size)
         samples = flatten_batch(batch, advantages, config.algorithm.loss_agg, config.policy.mode)
-        optim = config.optim
         trained = trained_samples(samples, entropy_coef=optim.entropy_coef, kl=self.reference is not None)
         drift = self.old_logprobs(trained)
         self.reference_logprobs(trained)
@@ -327,9 +335,10 @@ class Trainer:
             kl_coef=optim.kl_coef, max_grad_norm=optim.max_grad_norm, epochs=optim.epochs,
             minibatch_size=optim.minibatch_size, rng=self.state.rng, loss=config.algorithm.loss,
             clip_ratio_c=optim.clip_ratio_c, micro_batch_size=optim.micro_batch_size, tis_cap=optim.tis_cap,
-            activation_offload=optim.activation_offload,
+            activation_offload=optim.activation_offload, auxiliary=auxiliary,
         )
         update.update(drift)
+        update.update(objective_stats)
         for callback in self.callbacks:
             update.update(callback.after_update(self, batch))
         return samples, update
@@ -464,7 +473,7 @@ def check_environment(config: TrainConfig) -> None:
     """What the run needs of its environment, checked by building it once (before any model or file):
     the keywords, and the optional parts of the contract the config uses (``achieved_tasks()`` for
     hindsight, ``snapshot()``/``restore()`` for tree and PATR rollouts, ``progress()`` for PATR's
-    progress scorer)."""
+    progress scorer, ``expert_action()`` for objectives that show a teacher the expert's plan)."""
     from ptgpo_algos.evaluation import make_env
 
     env = config.env
@@ -488,6 +497,10 @@ def check_environment(config: TrainConfig) -> None:
                              "snapshot()/restore(); use linear rollouts")
         if strategy == "patr":
             _check_progress(config, made)
+        expert = getattr(type(unwrapped), "expert_action", TextEnv.expert_action)
+        if needs_expert(config.algorithm.objectives) and expert is TextEnv.expert_action:
+            raise ValueError(f"algorithm.objectives (objectives): isdpo's teacher sees the expert's next actions, "
+                             f"and {env.id} has no expert (expert_action()); leave isdpo out")
         if config.hindsight is not None and getattr(unwrapped, "achieved_tasks", lambda: None)() is None:
             raise ValueError(f"hindsight: {env.id} does not report which tasks its steps complete "
                              "(achieved_tasks()), so nothing can be relabelled; leave hindsight unset")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -205,10 +205,14 @@ def ppo_update(
     micro_batch_size: int | None = None,
     tis_cap: float | None = None,
     activation_offload: bool = False,
+    auxiliary: Callable[[int, int], dict[str, float]] | None = None,
 ) -> dict[str, float]:
     """PPO epochs over shuffled mini-batches; returns the mean of each logged figure and counts.
 
     The KL term is on when the samples carry reference log-probabilities (:func:`reference_logprobs`).
+    ``auxiliary(index, parts)`` (the auxiliary objectives, :mod:`ptgpo_algos.objectives`) backpropagates
+    its part ``index`` of ``parts`` into the gradient of each mini-batch's step, ``parts`` being the
+    epoch's mini-batches; a mini-batch without RL units then still takes its step.
     """
     loss_fn = LOSSES.get(loss)
     totals: dict[str, float] = {}
@@ -219,14 +223,18 @@ def ppo_update(
     settings = dict(clip_ratio=clip_ratio, clip_ratio_c=clip_ratio_c, entropy_coef=entropy_coef, kl_coef=kl_coef,
                     tis_cap=tis_cap, activation_offload=activation_offload)
     for _ in range(epochs):
-        for chunk in minibatches(same_prompt, rng.permutation(len(same_prompt)), minibatch_size):
+        chunks = list(minibatches(same_prompt, rng.permutation(len(same_prompt)), minibatch_size))
+        for index, chunk in enumerate(chunks):
             chunk = [samples[i] for i in chunk]
             total_units = sum(s.weight * units(s.decision, policy.mode) for s in chunk)
             chunk = trained_samples(chunk, entropy_coef=entropy_coef, kl=kl)
-            if not chunk:
+            if not chunk and auxiliary is None:
                 continue
             optimizer.zero_grad(set_to_none=True)
-            stats = accumulate_gradients(policy, chunk, loss_fn, total_units, micro_batch_size, **settings)
+            stats = accumulate_gradients(policy, chunk, loss_fn, total_units, micro_batch_size, **settings) \
+                if chunk else {}
+            if auxiliary is not None:
+                stats.update(auxiliary(index, len(chunks)))
             grad_norm = torch.nn.utils.clip_grad_norm_(list(policy.parameters()), max_grad_norm)
             optimizer.step()
             stats["grad_norm"] = float(grad_norm)

@@ -405,10 +405,10 @@ def test_html_is_standalone_with_sortable_tables(results):
     measured, improvement, reported, failed = parser.tables
     assert measured["rows"] == 1 + 5 and set(measured["widths"]) == {5 + 4}
     assert improvement["rows"] == 1 + 4 and set(improvement["widths"]) == {1 + 4}
-    assert reported["rows"] == 1 + 29 + 9 and set(reported["widths"]) == {
-        4 + 7 + 2 + 2 + 2 + 1 + 1 + 1
+    assert reported["rows"] == 1 + 29 + 9 + 10 and set(reported["widths"]) == {
+        4 + 7 + 2 + 2 + 2 + 1 + 1 + 1 + 1 + 1
     }  # method, model, source, protocol; ALFWorld types + All, in, out; WebShop; AppWorld; SciWorld;
-    # FrozenLake; SWE-Bench Verified (PATR's)
+    # FrozenLake; SWE-Bench Verified (PATR's); SciKnowEval; Search (I-SDPO's and SEED's)
     assert failed["rows"] == 1 + 1
     assert {t["class"] for t in parser.tables} == {"sortable"}
     assert parser.links == [] and "<script>" in page and "http" not in page

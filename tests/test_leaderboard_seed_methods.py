@@ -1,5 +1,5 @@
-"""The reported rows of G2PO, PlanPO, CovGPO and PATR in ``leaderboard/reported.yaml`` against the
-"Reported results" table of ``shared/specs/seed-methods.md``, and how the tables show them."""
+"""The reported rows of G2PO, PlanPO, CovGPO, PATR, I-SDPO and SEED in ``leaderboard/reported.yaml``
+against the "Reported results" table of ``shared/specs/seed-methods.md``, and how the tables show them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from leaderboard.reported import DEFAULT_REPORTED, load_reported
 
 SPEC = Path(__file__).resolve().parents[1] / ".." / "shared" / "specs" / "seed-methods.md"
-SOURCES = {"G2PO": "g2po", "PlanPO": "planpo", "CovGPO": "covgpo", "PATR": "patr"}
+SOURCES = {"G2PO": "g2po", "PlanPO": "planpo", "CovGPO": "covgpo", "PATR": "patr", "I-SDPO": "isdpo", "SEED": "seed"}
 
 
 def spec_numbers() -> dict[str, set[float]]:
@@ -51,6 +51,9 @@ def test_seed_method_sources_carry_the_specs_caveats():
     assert "not stated" in sources["covgpo"].setup
     assert "2607.15610" in sources["patr"].citation and "single-run noise" in sources["patr"].setup
     assert "secondary" in sources["patr"].setup and "λ not stated" in sources["patr"].setup
+    assert "2608.12957" in sources["isdpo"].citation and "not an agentic benchmark" in sources["isdpo"].setup
+    assert "2607.14777" in sources["seed"].citation and "secondary" in sources["seed"].setup
+    assert "60.2" in sources["seed"].setup
 
 
 def test_patrs_rows_render_in_the_reported_table(tmp_path):

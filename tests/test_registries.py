@@ -54,8 +54,11 @@ def test_entry_points_are_loaded_when_a_registry_is_first_asked(monkeypatch):
 def test_every_extensible_part_is_a_registry_of_one_kind():
     from baselines.registry import BASELINES
 
-    for registry in (ESTIMATORS, LOSSES, ROLLOUT_BACKENDS, BASELINES, ptgpo_envs.ENVIRONMENTS):
+    from ptgpo_algos.objectives import OBJECTIVES
+
+    for registry in (ESTIMATORS, LOSSES, OBJECTIVES, ROLLOUT_BACKENDS, BASELINES, ptgpo_envs.ENVIRONMENTS):
         assert isinstance(registry, Registry) and registry.group.startswith("ptgpo.")
+    assert {"isdpo", "seed", "mcgpo"} <= set(OBJECTIVES)
     assert {"grpo", "gigpo", "ptgpo", "g2po"} <= set(ESTIMATORS)
     assert set(ROLLOUT_BACKENDS) >= {"transformers", "vllm"} and "ppo-clip" in LOSSES
 

@@ -42,6 +42,8 @@ Config schema (YAML; unknown keys are errors)::
         algo_config: {}          # estimator keyword arguments
         rollout: linear          # linear | tree | patr (PATR's settings: train: {rollouts.patr: {...}})
         train: {}                # optional: other TrainConfig fields for this method only
+        objectives: []           # optional: auxiliary objectives beside the estimator, e.g.
+                                 # [{name: isdpo, weight: 1.0}] (ptgpo_algos.objectives)
     baselines:                   # baseline cells (see baselines.registry for names)
       - name: random
       - name: sb3_ppo

@@ -323,19 +323,36 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
 
 def _method(entry: Any, where: str) -> MethodEntry:
     entry = _mapping(entry, where)
-    _known_keys(entry, ("name", "algo", "algo_config", "rollout", "train", "resources"), where)
+    _known_keys(entry, ("name", "algo", "algo_config", "rollout", "train", "resources", "objectives"), where)
     algo = _string(entry.get("algo"), f"{where}.algo")
     rollout = entry.get("rollout", "linear")
     if rollout not in ROLLOUT_STRATEGIES:
         raise BenchError(f"{where}.rollout must be one of {', '.join(ROLLOUT_STRATEGIES)}, got {rollout!r}")
+    train = _not_per_cell(dict(_mapping(entry.get("train", {}) or {}, f"{where}.train")), f"{where}.train")
+    if "objectives" in entry:
+        train = _with_objectives(train, entry["objectives"], where)
     return MethodEntry(
         name=_string(entry.get("name", algo), f"{where}.name"),
         algo=algo,
         algo_config=dict(_mapping(entry.get("algo_config", {}) or {}, f"{where}.algo_config")),
         rollout=rollout,
-        train=_not_per_cell(dict(_mapping(entry.get("train", {}) or {}, f"{where}.train")), f"{where}.train"),
+        train=train,
         resources=_resources(entry["resources"], f"{where}.resources") if "resources" in entry else None,
     )
+
+
+def _with_objectives(train: dict[str, Any], objectives: Any, where: str) -> dict[str, Any]:
+    """A method's ``objectives`` (auxiliary losses beside its estimator, ``ptgpo_algos.objectives``), checked
+    now and put among its training settings."""
+    from ptgpo_algos.objectives import validate_objectives
+
+    if any(path == "algorithm.objectives" for key, value in train.items() for path, _ in key_paths(key, value)):
+        raise BenchError(f"{where}: objectives are given both as {where}.objectives and in {where}.train; keep one")
+    try:
+        checked = validate_objectives(f"{where}.objectives", objectives)
+    except ValueError as error:
+        raise BenchError(str(error)) from None
+    return {**train, "algorithm.objectives": checked}
 
 
 def _baseline(entry: Any, where: str) -> BaselineEntry:

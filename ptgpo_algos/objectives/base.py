@@ -1,0 +1,296 @@
+"""Auxiliary objectives beside the RL loss: the registry, the config check, and how they join an update.
+
+An objective adds a second signal to the policy update where the estimator's advantages give none
+(all-failed groups, task-blind policies). It is registered by name with its configuration keys (each a
+:class:`~ptgpo_algos.advantages.config.ConfigKey`, checked at the edge) and a builder::
+
+    OBJECTIVES.register("my-objective", ObjectiveSpec("my-objective", build, defaults, keys))
+
+``build(**params)`` returns an :class:`Objective`. Per update, the trainer gives it the batch
+(groups of trajectories, whose steps carry the decisions, contexts, outcomes and what the environment
+reported) and the advantages; the objective
+
+1. may ``route`` the advantages (I-SDPO takes all-failed groups away from the RL loss);
+2. ``prepare``s its items without gradients (a teacher's scores, the skill-conditioned scores, the
+   pairs and their weights) under the rollout weights, before the first PPO step;
+3. returns, for a share of those items, a ``loss`` with gradients and its metrics: every optimiser
+   step of the PPO update adds ``weight * loss`` of one share, the shares of an epoch covering every
+   item once, so the RL and auxiliary gradients are summed in the same AdamW steps (a separate Adam
+   step would rescale a small weight away);
+4. ``after_update``: bookkeeping once the update is done (I-SDPO's EMA teacher).
+
+The config lists them next to the estimator, ``algorithm.objectives: [{name: isdpo, weight: 1.0,
+alpha: 0.5}]``, so any estimator combines with any objective. With none configured, the update is
+exactly the one without this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ptgpo_algos.advantages.config import ConfigKey
+from ptgpo_algos.callbacks import Callback
+from ptgpo_algos.data import Batch, Decision, Step, Trajectory
+from ptgpo_envs.plugins import Registry
+
+if TYPE_CHECKING:
+    from ptgpo_algos.trainer import Trainer
+
+__all__ = ["OBJECTIVES", "Objective", "ObjectiveInputs", "ObjectiveSpec", "Objectives", "WEIGHT_KEY",
+           "candidate_logprobs", "distinct_steps", "needs_expert", "split_parts", "trajectory_succeeded", "validate_objectives"]
+
+
+@dataclass
+class ObjectiveInputs:
+    """What an objective reads once per update: the batch, the estimator's advantages (after routing),
+    the policy under the rollout weights (no update has run yet), and the run's generator."""
+
+    batch: Batch
+    advantages: list[list[list[float]]]
+    policy: Any
+    rng: np.random.Generator
+
+
+class Objective:
+    """An auxiliary loss (see the module docstring); subclasses implement ``prepare`` and ``loss``."""
+
+    #: Whether the rollouts must record the environment expert's next actions at each decision
+    #: (``Step.extras["expert_plan"]``); off unless an objective needs it, since experts cost time.
+    needs_expert: bool = False
+
+    def route(self, batch: Batch, advantages: list[list[list[float]]]) -> list[list[list[float]]]:
+        return advantages
+
+    def prepare(self, inputs: ObjectiveInputs) -> tuple[list[Any], dict[str, float]]:
+        """The items the loss is taken over, and metrics of the batch (no gradients)."""
+        raise NotImplementedError
+
+    def loss(self, policy: Any, items: Sequence[Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The mean loss over ``items`` (with gradients) and its figures."""
+        raise NotImplementedError
+
+    def after_update(self, policy: Any) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> Any:
+        return None
+
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """A registered objective: its builder, every config key with its default, and their rules."""
+
+    name: str
+    build: Callable[..., Objective]
+    defaults: Mapping[str, Any]
+    keys: Mapping[str, ConfigKey]
+    summary: str = ""
+    #: The weight when the config gives none (SEED's lambda_opd is 0.01).
+    default_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        missing = sorted(set(self.defaults) - set(self.keys))
+        if missing:
+            raise RuntimeError(f"objective {self.name!r}: keys {missing} have no rule")
+
+
+#: Auxiliary objectives by name; other packages add theirs through the ``ptgpo.objectives`` entry points.
+OBJECTIVES: Registry[ObjectiveSpec] = Registry("objective", "ptgpo.objectives")
+#: The key every objective takes: the factor on its loss.
+WEIGHT_KEY = "weight"
+
+
+def validate_objectives(where: str, value: Any) -> list[dict[str, Any]]:
+    """The ``objectives`` list with every entry complete (name, weight and each key at its default),
+    checked and converted; ``ValueError`` names the entry and the key to fix."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"{where}: expected a list of objectives, e.g. [{{name: isdpo, weight: 1.0}}], got "
+                         f"{value!r}")
+    checked, names = [], set()
+    for i, entry in enumerate(value):
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        if not isinstance(entry, Mapping) or "name" not in entry:
+            raise ValueError(f"{where}[{i}]: expected a mapping with a name, e.g. {{name: isdpo}}, got {entry!r}")
+        name = entry["name"]
+        if name not in OBJECTIVES:
+            raise ValueError(f"{where}[{i}]: {OBJECTIVES.unknown(name)}")
+        if name in names:
+            raise ValueError(f"{where}[{i}]: objective {name!r} is listed twice; keep one")
+        names.add(name)
+        checked.append({"name": name, **_checked_params(f"{where}[{i}]", OBJECTIVES.get(name), entry)})
+    return checked
+
+
+def _checked_params(where: str, spec: ObjectiveSpec, entry: Mapping[str, Any]) -> dict[str, Any]:
+    given = {k: v for k, v in entry.items() if k != "name"}
+    valid = [WEIGHT_KEY, *spec.defaults]
+    unknown = sorted(set(given) - set(valid))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} for objective {spec.name!r}; "
+                         f"valid keys: {', '.join(valid)}")
+    out = {WEIGHT_KEY: spec.default_weight, **spec.defaults}
+    rules = {WEIGHT_KEY: WEIGHT_RULE, **spec.keys}
+    for key, item in given.items():
+        try:
+            out[key] = rules[key].convert(item)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: {key}={item!r} is invalid for objective {spec.name!r}: {key} "
+                             f"({rules[key].meaning}) must be {rules[key].expected}") from None
+    return out
+
+
+def _weight(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+        raise ValueError
+    return float(value)
+
+
+WEIGHT_RULE = ConfigKey("factor on the objective's loss, added to the RL loss", "a finite number >= 0", _weight)
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def needs_expert(entries: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any of the configured objectives needs the expert's next actions recorded in rollouts."""
+    return any(getattr(OBJECTIVES.get(entry["name"]).build, "needs_expert", False) for entry in entries)
+
+
+def trajectory_succeeded(trajectory: Trajectory, threshold: float | None) -> bool:
+    """The environment's ``won`` flag, or a return that reaches ``threshold`` when one is given."""
+    if threshold is None:
+        return bool(trajectory.meta.get("won", False))
+    return trajectory.total_reward >= threshold
+
+
+def distinct_steps(group: Sequence[Trajectory]) -> list[tuple[int, int, Step]]:
+    """``(trajectory index, step index, step)`` of each distinct step of a group (a prefix tree's shared
+    steps once, at their first trajectory), with a decision."""
+    seen: set[int] = set()
+    out = []
+    for i, trajectory in enumerate(group):
+        for t, step in enumerate(trajectory.steps):
+            if id(step) not in seen and step.decision is not None:
+                seen.add(id(step))
+                out.append((i, t, step))
+    return out
+
+
+def candidate_logprobs(policy: Any, decisions: Sequence[Decision]) -> list[torch.Tensor]:
+    """``choose`` mode: each decision's log-softmax over all its candidates under ``policy`` (with
+    gradients when the caller allows them), through the policy's own ``score``: one scored copy per
+    candidate, which the policy computes on one shared context."""
+    copies = [Decision(**{**d.__dict__, "choice": k}) for d in decisions for k in range(len(d.candidate_ids))]
+    scored = policy.score(copies, entropy_grad=False).logprobs[:, 0]
+    out, start = [], 0
+    for d in decisions:
+        n = len(d.candidate_ids)
+        out.append(scored[start:start + n])
+        start += n
+    return out
+
+
+def split_parts(items: Sequence[Any], parts: int, index: int) -> list[Any]:
+    """Part ``index`` of ``parts`` consecutive, near-equal parts of ``items``."""
+    bounds = np.linspace(0, len(items), parts + 1).round().astype(int)
+    return list(items[bounds[index]:bounds[index + 1]])
+
+
+# ----------------------------------------------------------------------------------------- the set
+@dataclass
+class _Prepared:
+    objective: Objective
+    weight: float
+    items: list[Any]
+
+
+@dataclass
+class Objectives(Callback):
+    """The run's configured objectives, as one trainer component (a callback: ``after_update`` and the
+    checkpointed state); :meth:`prepare` is the update's one call point."""
+
+    objectives: list[tuple[str, float, Objective]] = field(default_factory=list)
+    state_key = "objectives"
+
+    @classmethod
+    def from_config(cls, entries: Sequence[Mapping[str, Any]]) -> Objectives:
+        built = []
+        for entry in validate_objectives("objectives", list(entries)):
+            params = {k: v for k, v in entry.items() if k not in ("name", WEIGHT_KEY)}
+            spec = OBJECTIVES.get(entry["name"])
+            built.append((entry["name"], float(entry.get(WEIGHT_KEY, spec.default_weight)), spec.build(**params)))
+        return cls(built)
+
+    def __bool__(self) -> bool:
+        return bool(self.objectives)
+
+    @property
+    def needs_expert(self) -> bool:
+        return any(objective.needs_expert for _, _, objective in self.objectives)
+
+    def prepare(self, batch: Batch, advantages, policy: Any, rng: np.random.Generator, micro_batch_size: int | None):
+        """Route the advantages, prepare every objective's items; returns ``(advantages, auxiliary,
+        metrics)`` where ``auxiliary(index, parts)`` backpropagates part ``index`` of each objective's
+        items and returns its figures (None when no objective has items)."""
+        advantages = [[list(map(float, t)) for t in g] for g in advantages]
+        for _, _, objective in self.objectives:
+            advantages = objective.route(batch, advantages)
+        prepared, metrics = [], {}
+        with torch.no_grad():
+            for name, weight, objective in self.objectives:
+                items, stats = objective.prepare(ObjectiveInputs(batch, advantages, policy, rng))
+                prepared.append(_Prepared(objective, weight, items))
+                metrics.update({f"{name}_{k}": v for k, v in stats.items()})
+                metrics[f"{name}_items"] = len(items)
+        if not any(p.items and p.weight for p in prepared):
+            return advantages, None, metrics
+        names = [name for name, _, _ in self.objectives]
+        return advantages, _Auxiliary(policy, prepared, names, micro_batch_size), metrics
+
+    def after_update(self, trainer: Trainer, batch: Batch) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, _, objective in self.objectives:
+            out.update({f"{name}_{k}": v for k, v in objective.after_update(trainer.policy).items()})
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: objective.state_dict() for name, _, objective in self.objectives}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        for name, _, objective in self.objectives:
+            objective.load_state_dict((state or {}).get(name))
+
+
+@dataclass
+class _Auxiliary:
+    """Backpropagates ``weight * loss`` of one part of each objective's items (in micro-batches whose
+    gradients add up to the part's mean loss)."""
+
+    policy: Any
+    prepared: list[_Prepared]
+    names: list[str]
+    micro_batch_size: int | None
+
+    def __call__(self, index: int, parts: int) -> dict[str, float]:
+        stats: dict[str, float] = {}
+        for name, p in zip(self.names, self.prepared):
+            part = split_parts(p.items, parts, index)
+            if not part or not p.weight:
+                continue
+            size = self.micro_batch_size or len(part)
+            total = 0.0
+            for start in range(0, len(part), size):
+                micro = part[start:start + size]
+                loss, figures = p.objective.loss(self.policy, micro)
+                (p.weight * loss * (len(micro) / len(part))).backward()
+                total += float(loss.detach()) * len(micro) / len(part)
+                stats.update({f"{name}_{k}": v for k, v in figures.items()})
+            stats[f"{name}_loss"] = total
+        return stats

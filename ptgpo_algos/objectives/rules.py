@@ -1,0 +1,72 @@
+"""Conversion rules of the objectives' config keys (each a ``ConfigKey.convert``: the converted value, or
+``ValueError``)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import string
+from typing import Any, Callable
+
+__all__ = ["choice_rule", "count_rule", "fraction_rule", "optional_real_rule", "real_rule", "real_list_rule",
+           "template_rule"]
+
+
+def real_rule(low: float, high: float = math.inf, *, open_low: bool = False) -> Callable[[Any], float]:
+    def convert(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError
+        value = float(value)
+        if not (math.isfinite(value) and low <= value <= high) or (open_low and value == low):
+            raise ValueError
+        return value
+
+    return convert
+
+
+fraction_rule = real_rule(0.0, 1.0)
+
+
+def optional_real_rule(value: Any) -> float | None:
+    return None if value is None else real_rule(-math.inf)(value)
+
+
+def count_rule(low: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            raise ValueError
+        return int(value)
+
+    return convert
+
+
+def choice_rule(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if value not in options:
+            raise ValueError
+        return value
+
+    return convert
+
+
+def template_rule(*fields: str) -> Callable[[Any], str]:
+    """A ``str.format`` template that names exactly ``fields``."""
+
+    def convert(value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError
+        names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+        if names != set(fields):
+            raise ValueError
+        return value
+
+    return convert
+
+
+def real_list_rule(low: float, length: int | None = None) -> Callable[[Any], list[float]]:
+    def convert(value: Any) -> list[float]:
+        if not isinstance(value, (list, tuple)) or not value or (length is not None and len(value) != length):
+            raise ValueError
+        return [real_rule(low)(v) for v in value]
+
+    return convert
