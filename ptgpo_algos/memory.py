@@ -73,6 +73,7 @@ class ModelShape:
 
     @property
     def kv_width(self) -> int:
+        """The width of the key and value projections: ``kv_heads`` heads of ``hidden // heads``."""
         return self.kv_heads * (self.hidden // self.heads)
 
     def linear_shapes(self) -> list[tuple[int, int]]:
@@ -81,10 +82,12 @@ class ModelShape:
         return [(h, h), (h, kv), (h, kv), (h, h), (h, i), (h, i), (i, h)]
 
     def layer_parameters(self) -> int:
+        """The parameters of one decoder layer: its linear layers, the q/k/v biases and two norms."""
         biases = (self.hidden + 2 * self.kv_width) if self.qkv_bias else 0
         return sum(a * b for a, b in self.linear_shapes()) + biases + 2 * self.hidden
 
     def parameters(self) -> int:
+        """The model's parameters: embeddings (and an untied output layer), the layers and the final norm."""
         embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
         return embeddings + self.layers * self.layer_parameters() + self.hidden
 
@@ -125,6 +128,7 @@ class RunShape:
 # ----------------------------------------------------------------------------------------- the plan
 @dataclass(frozen=True)
 class MemoryItem:
+    """One item of a plan: its name, its bytes, a note, and whether the trainer's own allocations hold it."""
     name: str
     bytes: float
     note: str = ""
@@ -142,17 +146,21 @@ class MemoryPlan:
 
     @property
     def trainer_bytes(self) -> float:
+        """The bytes of the items the trainer allocates itself (``torch.cuda.max_memory_allocated``)."""
         return sum(item.bytes for item in self.items if item.trainer)
 
     @property
     def peak_bytes(self) -> float:
+        """The predicted peak: the sum of every item."""
         return sum(item.bytes for item in self.items)
 
     @property
     def fits(self) -> bool:
+        """Whether the predicted peak is within the device's memory."""
         return self.peak_bytes <= self.run.total_bytes
 
     def table(self) -> str:
+        """The plan as a Markdown table, item by item, with the trainer's share and the peak."""
         where = "GPU" if self.run.device == "cuda" else "CPU (resident memory)"
         lines = [f"memory plan, {where}: {self.model.parameters() / 1e9:.2f}B parameters, micro-batch "
                  f"{self.run.micro_batch} x {self.run.sequence} tokens",
@@ -164,6 +172,7 @@ class MemoryPlan:
         return "\n".join(lines)
 
     def refusal(self) -> str:
+        """Why the run does not fit, with the changes that would make it fit."""
         text = (f"the run needs about {self.peak_bytes / GIB:.1f} GiB at its peak, more than the "
                 f"{self.run.total_bytes / GIB:.1f} GiB there are (`ptgpo plan CONFIG` shows each part)")
         if self.advice:

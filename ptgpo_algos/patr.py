@@ -206,6 +206,7 @@ class PatrConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PatrConfig:
+        """The settings from ``rollouts.patr`` (unknown keys refused, naming the valid ones)."""
         values = check_mapping("rollouts.patr (patr)", values)
         unknown_keys("rollouts.patr (patr)", values, cls.FIELDS)
         return cls(**values)
@@ -215,6 +216,7 @@ class PatrConfig:
         return self if self.every is not None else dataclasses.replace(self, every=DEFAULT_EVERY.get(env_id, _EVERY))
 
     def as_dict(self) -> dict[str, Any]:
+        """The settings as a plain mapping."""
         return dataclasses.asdict(self)
 
 
@@ -231,6 +233,7 @@ class PatrStats(RolloutStats):
     pruned_repeat: int = 0
 
     def as_dict(self) -> dict[str, float]:
+        """The rollout counts plus PATR's: branches, checkpoints, expansions, prunings and leaves per group."""
         return {
             **super().as_dict(),
             "patr_branches": self.branches, "patr_checkpoints": self.checkpoints, "patr_expansions": self.expansions,
@@ -278,6 +281,8 @@ class PatrCollection(Collection):
         self.pruned: dict[int, str] = {}  # id(leaf) -> why it was pruned
 
     def start(self, vectors: list[tuple[Any, int]]) -> list[Episode]:
+        """Start ``initial_branches`` branches a group; the group's other slots, up to ``max_leaves``, are kept free
+        for forks."""
         live = super().start(vectors)
         first_free = self.settings.initial_branches
         self.free = [list(range(first + first_free, first + self.settings.max_leaves)) for _, first in vectors]
@@ -286,10 +291,13 @@ class PatrCollection(Collection):
         return live
 
     def run(self, vectors: list[tuple[Any, int]], max_decisions: int | None) -> None:
+        """Play the groups in the episode engine until no branch is active, checkpointing between steps."""
         self.engine.run(self.start(vectors), self.act, self.on_transition, send=sent_action, achieved=True,
                         budget=max_decisions, regroup=self.regroup)
 
     def on_transition(self, episode: Episode, decision: Any, transition: Transition) -> Episode | None:
+        """Book a transition; an ended branch frees its slot, and one whose last ``repeat_limit`` actions are equal
+        is pruned."""
         leaf = self.record(episode, decision, transition)
         if transition.done:
             self.finish(leaf, transition.info)
@@ -385,9 +393,11 @@ class PatrCollection(Collection):
                        index=parent.index, state=child)
 
     def leaf_meta(self, group: Any, index: int, leaf: Leaf) -> dict[str, Any]:
+        """A leaf's ``Trajectory.meta``, with why it was pruned (None: it finished)."""
         return {**super().leaf_meta(group, index, leaf), "pruned": self.pruned.get(id(leaf))}
 
     def batch(self) -> Batch:
+        """The finished and pruned leaves of every group, counted in the stats."""
         batch = super().batch()
         self.stats.groups = len(batch)
         self.stats.leaves = sum(len(group) for group in batch)

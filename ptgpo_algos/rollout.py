@@ -104,6 +104,7 @@ class Leaf:
 
 @dataclass(eq=False)
 class TreeGroup:
+    """One task's group: the task, the leaves started, the state keys seen and the finished leaves."""
     task: Task
     started: int = 0
     seen: set = field(default_factory=set)
@@ -201,10 +202,12 @@ class Collection:
         return live
 
     def run(self, vectors: list[tuple[Any, int]], max_decisions: int | None) -> None:
+        """Play every group in the episode engine until each has its leaves, or ``max_decisions`` are spent."""
         self.engine.run(self.start(vectors), self.act, self.on_transition, send=sent_action, snapshots=self.tree,
                         achieved=True, budget=max_decisions)
 
     def act(self, episodes: list[Episode]) -> list[Decision]:
+        """Decide for every live episode in one policy call (recording the expert's plan when asked)."""
         for episode in episodes:
             episode.state.context = episode.context()
         if self.expert:
@@ -243,6 +246,7 @@ class Collection:
         self.stats.wins += leaf.won
 
     def on_transition(self, episode: Episode, decision: Decision, transition: Transition) -> Episode | None:
+        """Book a transition; at an episode's end a tree group branches its next leaf in the freed slot."""
         leaf = self.record(episode, decision, transition)
         if not transition.done:
             return episode
@@ -292,6 +296,7 @@ def sent_action(decision: Decision) -> str:
 
 
 def decision_point(group: TreeGroup, episode: Episode, snapshot: Any) -> Node:
+    """The episode's current decision point, novel when its state key is new to the group."""
     key = episode.info["state_key"]
     novel = key not in group.seen
     group.seen.add(key)

@@ -113,6 +113,7 @@ class RayVectorTextEnv(_WorkerVector):
         self._ray.kill(self._actors[worker], no_restart=True)
 
     def close(self) -> None:
+        """Kill every actor (once; later calls do nothing)."""
         if self._closed:
             return
         self._closed = True

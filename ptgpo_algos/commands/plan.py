@@ -22,6 +22,7 @@ HELP = "predict a training run's peak GPU (or CPU) memory from its config, and s
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``ptgpo plan``: a config, ``--set`` overrides, the device and the GPU's memory."""
     parser.add_argument("config", help="a training config or a benchmark config (YAML)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any training config field, as in ptgpo train (repeatable)")
@@ -67,6 +68,7 @@ def _device_and_memory(args: argparse.Namespace, config) -> tuple[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the config's memory plan; exit code 0 when it fits, 2 when it does not or the config cannot be planned."""
     from ptgpo_algos.commands.train import parse_set
     from ptgpo_algos.memory import plan_for_config
 

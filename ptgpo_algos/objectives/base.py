@@ -63,6 +63,7 @@ class Objective:
     needs_expert: bool = False
 
     def route(self, batch: Batch, advantages: list[list[list[float]]]) -> list[list[list[float]]]:
+        """The advantages the RL loss uses (by default unchanged; I-SDPO zeroes the groups it distils)."""
         return advantages
 
     def prepare(self, inputs: ObjectiveInputs) -> tuple[list[Any], dict[str, float]]:
@@ -74,12 +75,15 @@ class Objective:
         raise NotImplementedError
 
     def after_update(self, policy: Any) -> dict[str, float]:
+        """Work after each update (I-SDPO's teacher moves towards the policy); returns metrics."""
         return {}
 
     def state_dict(self) -> Any:
+        """The objective's state for the checkpoint (None: it has none)."""
         return None
 
-    def load_state_dict(self, state: Any) -> None: ...
+    def load_state_dict(self, state: Any) -> None:
+        """Restore the state :meth:`state_dict` returned."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,7 @@ class Objectives(Callback):
 
     @classmethod
     def from_config(cls, entries: Sequence[Mapping[str, Any]]) -> Objectives:
+        """Build the objectives from the config's ``objectives`` entries (validated; weights default per objective)."""
         built = []
         for entry in validate_objectives("objectives", list(entries)):
             params = {k: v for k, v in entry.items() if k not in ("name", WEIGHT_KEY)}
@@ -233,6 +238,7 @@ class Objectives(Callback):
 
     @property
     def needs_expert(self) -> bool:
+        """Whether any objective needs the environment expert's next actions recorded in the rollouts."""
         return any(objective.needs_expert for _, _, objective in self.objectives)
 
     def prepare(self, batch: Batch, advantages, policy: Any, rng: np.random.Generator, micro_batch_size: int | None):
@@ -255,15 +261,18 @@ class Objectives(Callback):
         return advantages, _Auxiliary(policy, prepared, names, micro_batch_size), metrics
 
     def after_update(self, trainer: Trainer, batch: Batch) -> dict[str, Any]:
+        """Every objective's ``after_update``, its metrics prefixed with the objective's name."""
         out: dict[str, Any] = {}
         for name, _, objective in self.objectives:
             out.update({f"{name}_{k}": v for k, v in objective.after_update(trainer.policy).items()})
         return out
 
     def state_dict(self) -> dict[str, Any]:
+        """Every objective's state, by name."""
         return {name: objective.state_dict() for name, _, objective in self.objectives}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore every objective's state from :meth:`state_dict`'s mapping (None: nothing saved)."""
         for name, _, objective in self.objectives:
             objective.load_state_dict((state or {}).get(name))
 

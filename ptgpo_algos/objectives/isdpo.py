@@ -112,6 +112,7 @@ class ISDPO(Objective):
         self._saved: dict[str, torch.Tensor] | None = None
 
     def route(self, batch: Batch, advantages):
+        """Zero the advantages of the groups that go to distillation (no success, privileged information recorded)."""
         self._routed = route_groups(batch, self.threshold)
         return [[[0.0] * len(t) for t in g] if r else g for g, r in zip(advantages, self._routed)]
 
@@ -126,6 +127,8 @@ class ISDPO(Objective):
         return self.teacher
 
     def prepare(self, inputs: ObjectiveInputs) -> tuple[list[_Item], dict[str, float]]:
+        """The routed groups' distinct decisions with the teacher's log-probabilities under the hinted prompt and
+        their entropy weights."""
         routed = self._routed if self._routed is not None else route_groups(inputs.batch, self.threshold)
         self._routed = None
         steps: list[Step] = [s for g, r in zip(inputs.batch, routed) if r for _, _, s in distinct_steps(g)]
@@ -151,6 +154,8 @@ class ISDPO(Objective):
         return items, {"routed_share": share, "teacher_entropy": float(flat_entropy.mean())}
 
     def loss(self, policy: Any, items: Sequence[_Item]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The mixed KL between teacher and policy, weighted by the teacher's entropy and the clipped importance
+        ratio, averaged over units."""
         decisions = [item.decision for item in items]
         device = policy.device
         if policy.mode == "choose":
@@ -174,6 +179,7 @@ class ISDPO(Objective):
         return total / max(1, units), {}
 
     def after_update(self, policy: Any) -> dict[str, float]:
+        """Move the EMA teacher towards the policy by ``tau_ema``."""
         if self.teacher is None:
             return {}
         with torch.no_grad():
@@ -183,11 +189,13 @@ class ISDPO(Objective):
         return {}
 
     def state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The teacher's weights (None before a teacher exists and nothing was loaded)."""
         if self.teacher is None:
             return self._saved
         return {k: v.detach().cpu().clone() for k, v in self.teacher.model.state_dict().items()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
+        """Restore the teacher's weights (kept until the teacher is built)."""
         self._saved = copy.copy(state)
         if state is not None and self.teacher is not None:
             self.teacher.model.load_state_dict(state)

@@ -164,6 +164,7 @@ class MCGPO(Objective):
                              support_prior=support_prior, coarse_weight=coarse_weight, gamma=gamma)
 
     def prepare(self, inputs: ObjectiveInputs) -> tuple[list[Pair], dict[str, float]]:
+        """Every group's preference pairs (at most ``max_pairs`` a group, drawn with the run's generator)."""
         pairs: list[Pair] = []
         for group in inputs.batch:
             found = group_pairs(group, **self.settings)
@@ -175,6 +176,8 @@ class MCGPO(Objective):
         return pairs, {"pairs": len(pairs), "exact_share": exact / len(pairs) if pairs else 0.0}
 
     def loss(self, policy: Any, items: Sequence[Pair]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The weighted pairwise logistic loss on the margins of the better and the worse decision, and the pairs'
+        accuracy."""
         steps: dict[int, Decision] = {}
         for pair in items:
             steps.setdefault(id(pair.better), pair.better.decision)

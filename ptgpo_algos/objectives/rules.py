@@ -13,6 +13,7 @@ __all__ = ["choice_rule", "count_rule", "fraction_rule", "optional_real_rule", "
 
 
 def real_rule(low: float, high: float = math.inf, *, open_low: bool = False) -> Callable[[Any], float]:
+    """A rule for a finite real number in ``[low, high]`` (``open_low``: above ``low``); booleans are refused."""
     def convert(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ValueError
@@ -28,10 +29,12 @@ fraction_rule = real_rule(0.0, 1.0)
 
 
 def optional_real_rule(value: Any) -> float | None:
+    """None, or any finite real number."""
     return None if value is None else real_rule(-math.inf)(value)
 
 
 def count_rule(low: int) -> Callable[[Any], int]:
+    """A rule for an integer of at least ``low``; booleans are refused."""
     def convert(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
             raise ValueError
@@ -41,6 +44,7 @@ def count_rule(low: int) -> Callable[[Any], int]:
 
 
 def choice_rule(options: tuple[str, ...]) -> Callable[[Any], str]:
+    """A rule for one of ``options``."""
     def convert(value: Any) -> str:
         if value not in options:
             raise ValueError
@@ -64,6 +68,7 @@ def template_rule(*fields: str) -> Callable[[Any], str]:
 
 
 def real_list_rule(low: float, length: int | None = None) -> Callable[[Any], list[float]]:
+    """A rule for a non-empty list of reals of at least ``low`` (of ``length`` items when given)."""
     def convert(value: Any) -> list[float]:
         if not isinstance(value, (list, tuple)) or not value or (length is not None and len(value) != length):
             raise ValueError

@@ -72,6 +72,7 @@ def transcript(trajectory: Trajectory) -> str:
 
 
 def skill_context(context: Context, skill: str, template: str) -> Context:
+    """``context`` with its task line rewritten by ``template`` to carry ``skill``."""
     return Context(template.format(task=context.task, skill=skill), context.observation,
                    list(context.admissible_actions), list(context.history))
 
@@ -95,6 +96,8 @@ class SEED(Objective):
         self.beta, self.max_skills, self.source, self.template = beta_opd, max_skills, skill_source, skill_template
 
     def source_for(self, policy: Any) -> str:
+        """Who writes the skills for ``policy``: ``policy`` or ``template`` (``auto``: the policy in ``generate``
+        mode with a pretrained model)."""
         if self.source != "auto":
             return self.source
         from ptgpo_algos.policy.tiny import TINY_MARKER
@@ -111,6 +114,8 @@ class SEED(Objective):
         return [d.action.strip() if d.action and d.action.strip() else None for d in written]
 
     def prepare(self, inputs: ObjectiveInputs) -> tuple[list[_Item], dict[str, float]]:
+        """A skill per trajectory, and each distinct decision's log-probabilities with the skill in its task line
+        (no gradients)."""
         policy = inputs.policy
         trajectories = [t for g in inputs.batch for t in g]
         skills = dict(zip(map(id, trajectories), self.skills(policy, trajectories)))
@@ -133,6 +138,7 @@ class SEED(Objective):
         return items, {"skills": written}
 
     def loss(self, policy: Any, items: Sequence[_Item]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The gated skill-distillation loss averaged over units, and the gate's mean."""
         scored = policy.score([item.decision for item in items], entropy_grad=False)
         device = policy.device
         total, units, gates = torch.zeros((), device=device), 0, 0.0

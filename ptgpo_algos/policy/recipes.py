@@ -38,6 +38,8 @@ WHEN_KEYS = ("env.id", "algorithm.name")
 
 @dataclass(frozen=True)
 class Recipe:
+    """A recipe: its name, description, rules (a condition on the environment or estimator, and config paths to set)
+    and folder."""
     name: str
     description: str
     rules: tuple[tuple[dict[str, Any], dict[str, Any]], ...]  # (when, set)

@@ -144,10 +144,12 @@ class PromptTemplate:
         return template
 
     def to_mapping(self) -> dict[str, str]:
+        """The template's fields as a mapping (as in its YAML file)."""
         return dataclasses.asdict(self)
 
     @property
     def view(self) -> PageView:
+        """The page view the template names (``plain`` or ``webshop``)."""
         return PAGE_VIEWS[self.page_view]
 
     def render(self, task: str, observation: str, actions: Sequence[str], history: Sequence[tuple[str, str]],

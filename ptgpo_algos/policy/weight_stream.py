@@ -51,6 +51,7 @@ class Piece:
     size: int
 
     def header(self) -> list[Any]:
+        """The piece's entry in a message header: name, dtype, shape, tensor bytes, offset and size."""
         return [self.name, self.dtype, list(self.shape), self.tensor_bytes, self.offset, self.size]
 
 
@@ -175,6 +176,7 @@ class WeightSender:
                 connection.close()
 
     def start(self, messages: Iterable[tuple[list[Piece], list[memoryview]]]) -> threading.Thread:
+        """Serve ``messages`` to the receivers on a daemon thread, and return the thread."""
         thread = threading.Thread(target=self.serve, args=(messages,), name="ptgpo-weight-sync", daemon=True)
         thread.start()
         return thread
