@@ -17,7 +17,7 @@ saved ``config.json`` holds the values the run used.
 ``policy.prompt_template`` in a rule names a template file of the recipe's folder. Estimator keys
 (``algorithm.config.*``) are set for the estimators that take them only, so one rule serves them all.
 
-Shipped: ``verl-agent`` (the GiGPO paper's protocol; the README's recipe table lists every setting
+Shipped: ``verl-agent`` (the GiGPO paper's protocol; the docs' Recipes page lists every setting
 with the line of verl-agent it comes from).
 """
 

