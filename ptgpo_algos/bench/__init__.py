@@ -13,7 +13,7 @@ resumed by running the same command again.
 
 Config schema (YAML; unknown keys are errors)::
 
-    name: household-cpu          # names the output folder: bench_results/<name>/
+    name: babyai-cpu             # names the output folder: bench_results/<name>/
     budget: 3000                 # matched budget: policy decisions of training per RL/SB3 run
                                  # (an environment's own `budget` overrides it for that environment)
     iterations: 150              # optional: RL cells stop after this many iterations instead (every
