@@ -36,12 +36,17 @@ def _config(**overrides):
 
 def test_embedded_default_is_the_documented_grid():
     config = load_config()
-    assert [e.label for e in config.environments] == ["household-easy", "household-hard"]
-    assert [m.algo for m in config.methods] == ["grpo", "rloo", "gigpo", "hgpo", "ptgpo"]
-    assert [m.rollout for m in config.methods] == ["linear"] * 4 + ["tree"]
+    assert [e.label for e in config.environments] == ["multiroom", "doorkey"]
+    assert [e.kwargs["level"] for e in config.environments] == ["MultiRoom-N2-S4", "DoorKey-5x5"]
+    assert [m.name for m in config.methods] == ["grpo", "rloo", "gigpo", "hgpo", "ptgpo", "placebo"]
+    assert [m.rollout for m in config.methods] == ["linear"] * 4 + ["tree", "linear"]
+    assert config.methods[-1].algo == "gigpo" and config.methods[-1].train == {"placebo": True}
     assert [b.name for b in config.baselines] == ["random", "expert", "sb3_ppo", "zero_shot"]
-    assert config.policy["model"] == "tiny" and config.seeds == [0, 1]
-    assert len(plan_cells(config)) == 2 * (5 + 4) * 2
+    assert config.policy["model"] == "tiny" and config.seeds == [0, 1, 2]
+    # Every seed shares one pretrained tiny model, and every cell's final evaluation has 300 episodes.
+    assert config.policy["tiny"]["seed"] == 0
+    assert all(len(e.eval_seeds) == 300 for e in config.environments)
+    assert len(plan_cells(config)) == 2 * (6 + 4) * 3
 
 
 def test_quick_keeps_the_grid_and_shrinks_budget_seeds_and_evaluation():
@@ -203,7 +208,10 @@ def test_gpu_configs_follow_the_literature_setting(path):
     assert config.policy["rollout_backend"] == "vllm"  # rollouts on vLLM, updates in transformers
     methods = {m.name: m for m in config.methods}
     # Every estimator, and PATR as GRPO over its own rollouts.
-    assert set(methods) == {"grpo", "rloo", "gigpo", "hgpo", "ptgpo", "g2po", "planpo", "progpo", "covgpo", "patr"}
+    estimators = {"grpo", "rloo", "gigpo", "hgpo", "ptgpo", "g2po", "planpo", "progpo", "covgpo", "patr"}
+    # The auxiliary objectives beside their base estimators; isdpo's EMA teacher needs full fine-tuning.
+    objectives = {"grpo+seed", "g2po+mcgpo"} | ({"gigpo+isdpo"} if "1.5b" in path.name else set())
+    assert set(methods) == estimators | objectives
     assert (methods["patr"].algo, methods["patr"].rollout) == ("grpo", "patr")
     assert methods["planpo"].algo_config["alpha_init"] == 2 * methods["planpo"].algo_config["alpha_final"] == 0.1
     for cell in plan_cells(config):

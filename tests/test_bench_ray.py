@@ -97,7 +97,11 @@ def test_a_task_that_dies_is_retried_up_to_the_limit_then_recorded_failed(ray_cl
     # Its own environment label: the tasks' names (what the killer looks for) are this test's alone.
     environment = {**CONFIG["environments"][0], "label": "killed"}
     config = BenchConfig.from_dict({**CONFIG, "methods": [], "environments": [environment]})
-    kills = {"killed__random__seed0": 1, "killed__expert__seed0": 2}
+    # The random cell dies once and is retried; the expert's task dies at every attempt (how many Ray
+    # makes of a task whose worker was lost can exceed max_retries + 1 on a loaded machine, where a
+    # worker may be lost before its task starts), so it ends failed.
+    always = 10**6
+    kills = {"killed__random__seed0": 1, "killed__expert__seed0": always}
     stop = threading.Event()
     killer = threading.Thread(target=_kill_attempts, args=(kills, stop), daemon=True)
     killer.start()
@@ -107,7 +111,7 @@ def test_a_task_that_dies_is_retried_up_to_the_limit_then_recorded_failed(ray_cl
     finally:
         stop.set()
         killer.join()
-    assert kills == {"killed__random__seed0": 0, "killed__expert__seed0": 0}
+    assert kills["killed__random__seed0"] == 0 and always - kills["killed__expert__seed0"] >= 2
     assert report.failed == ["killed__expert__seed0"]
     assert read_record(record_path(tmp_path, "killed__random__seed0")).status == "ok"
     failed = read_record(record_path(tmp_path, "killed__expert__seed0"))
