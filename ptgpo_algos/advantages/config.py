@@ -16,7 +16,7 @@ import numpy as np
 
 from ptgpo_algos.advantages.ops import NORMS
 
-__all__ = ["COMMON_DEFAULTS", "CONFIG_KEYS", "ConfigKey", "validate_config"]
+__all__ = ["COMMON_DEFAULTS", "CONFIG_KEYS", "ConfigKey", "real_rule", "validate_config"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ class ConfigKey:
     convert: Callable[[Any], Any]  # returns the converted value or raises ValueError
 
 
-def _real(low: float, high: float = math.inf, *, open_low: bool = False) -> Callable[[Any], float]:
+def real_rule(low: float, high: float = math.inf, *, open_low: bool = False) -> Callable[[Any], float]:
+    """A conversion rule for a finite real number in ``[low, high]`` (``open_low``: above ``low``);
+    booleans are refused."""
     def convert(value: Any) -> float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
             raise ValueError
@@ -70,45 +72,45 @@ COVERAGE_VARIANTS = ("trajectory", "step")
 
 
 CONFIG_KEYS: Mapping[str, ConfigKey] = {
-    "gamma": ConfigKey("discount of the step returns G and C", "a number in [0, 1]", _real(0.0, 1.0)),
+    "gamma": ConfigKey("discount of the step returns G and C", "a number in [0, 1]", real_rule(0.0, 1.0)),
     "invalid_penalty": ConfigKey(
-        "subtracted from the reward of each invalid action", "a finite number >= 0", _real(0.0)
+        "subtracted from the reward of each invalid action", "a finite number >= 0", real_rule(0.0)
     ),
     "coverage_beta": ConfigKey(
         "scale of coverage credit in groups whose outcome returns are all equal (0 disables)",
         "a finite number >= 0",
-        _real(0.0),
+        real_rule(0.0),
     ),
     "norm": ConfigKey("pool normalisation", _one_of(NORMS), _choice(NORMS)),
-    "omega": ConfigKey("weight of the step-level term", "a finite number >= 0", _real(0.0)),
+    "omega": ConfigKey("weight of the step-level term", "a finite number >= 0", real_rule(0.0)),
     "K": ConfigKey(
         "deepest history level (HGPO levels, ProGPO potential depths)", "an integer >= 0", _count
     ),
-    "alpha": ConfigKey("HGPO level weights (k+1)^alpha", "a finite number >= 0", _real(0.0)),
+    "alpha": ConfigKey("HGPO level weights (k+1)^alpha", "a finite number >= 0", real_rule(0.0)),
     "include_episode": ConfigKey("add GRPO's episode term as an HGPO level", "True or False", _flag),
-    "lam": ConfigKey("weight of PTGPO's HGPO back-off", "a finite number >= 0", _real(0.0)),
+    "lam": ConfigKey("weight of PTGPO's HGPO back-off", "a finite number >= 0", real_rule(0.0)),
     "success_reward": ConfigKey(
         "environment return of a solved task: a trajectory whose return reaches it succeeded "
         "(G2PO: also the value of the success terminal node)",
         "a finite number > 0",
-        _real(0.0, open_low=True),
+        real_rule(0.0, open_low=True),
     ),
     "turn_group": ConfigKey(
         "PlanPO's turn-level group: same turn index (index) or all turns of the group (pooled)",
         _one_of(TURN_GROUPS),
         _choice(TURN_GROUPS),
     ),
-    "alpha_init": ConfigKey("PlanPO's turn-term weight at progress 0", "a finite number >= 0", _real(0.0)),
-    "alpha_final": ConfigKey("PlanPO's turn-term weight at progress 1", "a finite number >= 0", _real(0.0)),
+    "alpha_init": ConfigKey("PlanPO's turn-term weight at progress 0", "a finite number >= 0", real_rule(0.0)),
+    "alpha_final": ConfigKey("PlanPO's turn-term weight at progress 1", "a finite number >= 0", real_rule(0.0)),
     "progress": ConfigKey(
         "training progress, iteration / iterations (PlanPO's linear weight decay)",
         "a number in [0, 1]",
-        _real(0.0, 1.0),
+        real_rule(0.0, 1.0),
     ),
     "coverage_weight": ConfigKey(
         "CovGPO's lambda, scale of the coverage advantage in all-failed groups",
         "a finite number >= 0",
-        _real(0.0),
+        real_rule(0.0),
     ),
     "variant": ConfigKey(
         "CovGPO's coverage credit per trajectory (P_i) or per step (n_{i,t})",
@@ -116,12 +118,12 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
         _choice(COVERAGE_VARIANTS),
     ),
     "transition_weight": ConfigKey(
-        "ProGPO's lambda, weight of the potential-based transition credit", "a finite number >= 0", _real(0.0)
+        "ProGPO's lambda, weight of the potential-based transition credit", "a finite number >= 0", real_rule(0.0)
     ),
     "variance_prior": ConfigKey(
         "ProGPO's tau, added to each potential pool's outcome variance before inverse-variance fusion",
         "a finite number > 0",
-        _real(0.0, open_low=True),
+        real_rule(0.0, open_low=True),
     ),
 }
 

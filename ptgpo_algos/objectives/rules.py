@@ -8,21 +8,10 @@ import numbers
 import string
 from typing import Any, Callable
 
+from ptgpo_algos.advantages.config import real_rule
+
 __all__ = ["choice_rule", "count_rule", "fraction_rule", "optional_real_rule", "real_rule", "real_list_rule",
            "template_rule"]
-
-
-def real_rule(low: float, high: float = math.inf, *, open_low: bool = False) -> Callable[[Any], float]:
-    """A rule for a finite real number in ``[low, high]`` (``open_low``: above ``low``); booleans are refused."""
-    def convert(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ValueError
-        value = float(value)
-        if not (math.isfinite(value) and low <= value <= high) or (open_low and value == low):
-            raise ValueError
-        return value
-
-    return convert
 
 
 fraction_rule = real_rule(0.0, 1.0)
