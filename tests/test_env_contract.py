@@ -47,6 +47,12 @@ EXPERT_SEEDS: dict[str, int] = {
     "ptgpo/ALFWorld-v0": 0,  # its PDDL planner takes 0.1-10 s a state
 }
 DEFAULT_EXPERT_SEEDS = 200
+#: Env id -> how many steps of an episode have every candidate action tried on them (all when absent).
+#: ALFWorld's restore replays the episode, so trying each candidate at step k costs k engine steps;
+#: its own tests compare the admissible commands with the original client's at every step.
+VOCABULARY_CHECK_STEPS: dict[str, int] = {
+    "ptgpo/ALFWorld-v0": 6,
+}
 
 ENV_IDS = ptgpo_envs.env_ids()
 KEYS_ALWAYS = ("task", "admissible_actions", "state_key", "won", "step")
@@ -239,7 +245,8 @@ def test_info_keys_and_admissible_actions_are_exactly_the_valid_ones(env_id):
     vocabulary = sorted({a for entry in record for a in entry[-1]["admissible_actions"]})
     env = make(env_id)
     observation, info = env.reset(seed=17)
-    for action in [None, *_actions(record)]:
+    checked_steps = VOCABULARY_CHECK_STEPS.get(env_id, len(record))
+    for step, action in enumerate([None, *_actions(record)]):
         if action is not None:
             observation, _, terminated, truncated, info = env.step(action)
             assert isinstance(info["action_valid"], bool)
@@ -253,6 +260,8 @@ def test_info_keys_and_admissible_actions_are_exactly_the_valid_ones(env_id):
         assert admissible and all(isinstance(a, str) for a in admissible)
         assert len(set(admissible)) == len(admissible)
         assert env.observation_space.contains(observation)
+        if step > checked_steps:
+            continue
         here = env.snapshot()
         for candidate in vocabulary:
             valid = env.step(candidate)[-1]["action_valid"]
