@@ -260,8 +260,7 @@ def collect_patr_rollouts(
     :func:`~ptgpo_algos.rollout.collect_rollouts` takes them; ``settings.every`` None means 5."""
     settings = settings if settings.every is not None else dataclasses.replace(settings, every=_EVERY)
     collection = PatrCollection(policy, tasks, settings, rng if rng is not None else np.random.default_rng(0),
-                                generator)
-    collection.expert = expert
+                                generator, expert=expert)
     return play(collection, task_vectors(tasks, settings.max_leaves, env_backend, env_workers, env_options),
                 max_decisions)
 
@@ -271,9 +270,9 @@ class PatrCollection(Collection):
     environment, B0 started and the others free for forks; checkpoints run between steps (``regroup``)."""
 
     def __init__(self, policy: Any, tasks: Sequence[Task], settings: PatrConfig, rng: np.random.Generator,
-                 generator: Any):
+                 generator: Any, *, expert: bool = False):
         super().__init__(policy, tasks, settings.max_leaves, settings.initial_branches, False, "uniform", rng,
-                         generator)
+                         generator, expert=expert)
         self.settings = settings
         self.stats: PatrStats = PatrStats()
         self.free: list[list[int]] = []  # per group: its slots free for forks

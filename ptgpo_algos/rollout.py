@@ -151,8 +151,7 @@ def collect_rollouts(
     if not 1 <= initial_rollouts <= group_size:
         raise ValueError(f"initial_rollouts must be in [1, group_size={group_size}], got {initial_rollouts}")
     collection = Collection(policy, tasks, group_size, initial_rollouts, mode == "tree", branch,
-                            rng if rng is not None else np.random.default_rng(0), generator)
-    collection.expert = expert
+                            rng if rng is not None else np.random.default_rng(0), generator, expert=expert)
     return play(collection, task_vectors(tasks, initial_rollouts, env_backend, env_workers, env_options),
                 max_decisions)
 
@@ -176,14 +175,13 @@ class Collection:
     """
 
     def __init__(self, policy: Any, tasks: Sequence[Task], group_size: int, initial: int, tree: bool, branch: str,
-                 rng: np.random.Generator, generator: Any):
-        self.policy, self.generator, self.rng = policy, generator, rng
+                 rng: np.random.Generator, generator: Any, *, expert: bool = False):
+        self.policy, self.generator, self.rng, self.expert = policy, generator, rng, expert
         self.group_size, self.initial, self.tree, self.strategy = group_size, initial, tree, branch
         self.groups = [TreeGroup(task) for task in tasks]
         self.engine: EpisodeEngine[Decision] = EpisodeEngine()
         self.stats = RolloutStats()
         self.started = time.perf_counter()
-        self.expert = False
 
     def start(self, vectors: list[tuple[Any, int]]) -> list[Episode]:
         """``initial`` episodes of each group from reset, in its first slots, each a leaf at its first

@@ -11,8 +11,8 @@ import difflib
 import math
 from typing import Any, Iterable, Mapping
 
-__all__ = ["check_bool", "check_choice", "check_int", "check_mapping", "check_number", "check_registered",
-           "check_string", "unknown_keys"]
+__all__ = ["check_bool", "check_choice", "check_int", "check_list", "check_mapping", "check_number",
+           "check_registered", "check_string", "unknown_keys"]
 
 
 def check_choice(where: str, value: Any, choices: Iterable[Any]) -> Any:
@@ -35,6 +35,13 @@ def check_mapping(where: str, value: Any) -> dict:
     if not isinstance(value, Mapping):
         raise ValueError(f"{where}: expected a mapping (key: value), got {value!r}")
     return dict(value)
+
+
+def check_list(where: str, value: Any, non_empty: bool = False) -> list:
+    """``value`` if it is a list (with an item, when ``non_empty``); otherwise a ValueError that names ``where``."""
+    if not isinstance(value, list) or (non_empty and not value):
+        raise ValueError(f"{where}: expected a {'non-empty ' if non_empty else ''}list, got {value!r}")
+    return value
 
 
 def check_bool(where: str, value: Any) -> bool:

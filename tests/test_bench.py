@@ -71,22 +71,22 @@ def test_seed_ranges_and_defaults():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"budget": 0}, "budget must be a positive integer"),
-        ({"seeds": []}, "seeds must be a non-empty list"),
-        ({"colour": "red"}, r"unknown key\(s\) \['colour'\]"),
+        ({"budget": 0}, "budget: expected an integer >= 1"),
+        ({"seeds": []}, "seeds: expected a non-empty list"),
+        ({"colour": "red"}, r"unknown key\(s\) 'colour'"),
         ({"baselines": ["dqn"]}, "unknown baseline 'dqn'"),
         ({"baselines": ["random", "random"]}, "'random' appears twice"),
-        ({"methods": [{"algo": "grpo", "rollout": "forest"}]}, "rollout must be one of linear, tree, patr"),
+        ({"methods": [{"algo": "grpo", "rollout": "forest"}]}, "rollout: 'forest' is not valid; choose one of linear, tree, patr"),
         ({"methods": [], "baselines": []}, "at least one method or baseline"),
         ({"policy": {"seed": 3}}, "policy.seed is set per cell"),
         ({"methods": [{"algo": "grpo", "train": {"total_decisions": 9}}]}, r"methods\[0\].train.total_decisions is set"),
-        ({"seeds": [1, 1]}, r"seeds must be distinct integers in \[0, 4294967295\]"),
+        ({"seeds": [1, 1]}, "seeds: expected distinct seeds"),
         ({"environments": [{"id": "ptgpo/Nope-v0", "train_seeds": [0], "eval_seeds": [1]}]}, "unknown environment"),
         ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"count": 2}, "eval_seeds": [5, 1]}]}, r"eval_seeds \(e.g. 1\) fall in train_seeds \[0, 2\)"),
-        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"start": 0}, "eval_seeds": [1]}]}, "count must be"),
-        ({"environments": [{"id": HOUSEHOLD, "train_seeds": [0, 1], "eval_seeds": [9]}]}, "must be a range"),
-        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"count": 1}, "eval_seeds": [-3]}]}, "non-negative seeds"),
-        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"count": 1}, "eval_seeds": [3], "max_steps": 0}]}, "max_steps must be"),
+        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"start": 0}, "eval_seeds": [1]}]}, "count: expected an integer >= 1"),
+        ({"environments": [{"id": HOUSEHOLD, "train_seeds": [0, 1], "eval_seeds": [9]}]}, "train_seeds: expected a range"),
+        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"count": 1}, "eval_seeds": [-3]}]}, r"eval_seeds\[0\]: expected an integer >= 0"),
+        ({"environments": [{"id": HOUSEHOLD, "train_seeds": {"count": 1}, "eval_seeds": [3], "max_steps": 0}]}, "max_steps: expected an integer >= 1"),
     ],
 )
 def test_bad_configs_are_refused_with_the_key_named(overrides, message):
@@ -129,7 +129,7 @@ def test_an_environment_budget_overrides_the_top_one_except_in_quick_runs():
     assert budgets[("hard", "sb3_ppo")] == (40, None) and budgets[("hard", "random")] == (None, None)
     quick = plan_cells(BenchConfig.from_dict(data, quick=True))
     assert {c.spec["total_decisions"] for c in quick if c.kind == "rl"} == {7}
-    with pytest.raises(BenchError, match=r"environments\[1\]\.budget must be a positive integer"):
+    with pytest.raises(BenchError, match=r"environments\[1\]\.budget: expected an integer >= 1"):
         BenchConfig.from_dict({**data, "environments": [_config()["environments"][0], {**hard, "budget": 0}]})
 
 

@@ -18,6 +18,8 @@ import yaml
 
 from ptgpo_algos.config import MAX_SEED, key_paths
 from ptgpo_algos.patr import ROLLOUT_STRATEGIES
+from ptgpo_algos.validation import (check_choice, check_int, check_list, check_mapping, check_number, check_string,
+                                    unknown_keys)
 
 __all__ = ["BaselineEntry", "BenchConfig", "BenchError", "DEFAULT_CONFIG_NAME", "EnvironmentEntry", "MethodEntry",
            "default_config_text", "load_config"]
@@ -108,37 +110,46 @@ class BenchConfig:
     @classmethod
     def from_dict(cls, data: Any, *, quick: bool = False) -> BenchConfig:
         """Validate a parsed YAML config; with ``quick``, apply its ``quick`` section first."""
-        data = _mapping(data, "the config")
-        _known_keys(data, _TOP_KEYS, "the config")
+        try:
+            return cls._validated(data, quick)
+        except BenchError:
+            raise
+        except ValueError as error:  # a check of ptgpo_algos.validation: already names the key
+            raise BenchError(str(error)) from None
+
+    @classmethod
+    def _validated(cls, data: Any, quick: bool) -> BenchConfig:
+        data = check_mapping("the config", data)
+        unknown_keys("the config", data, _TOP_KEYS)
         data = copy.deepcopy(data)
-        quick_section = _mapping(data.pop("quick", {}) or {}, "quick")
-        _known_keys(quick_section, _QUICK_KEYS, "quick")
+        quick_section = check_mapping("quick", data.pop("quick", {}) or {})
+        unknown_keys("quick", quick_section, _QUICK_KEYS)
         max_eval = None
         if quick:
             quick_section = dict(quick_section)
             max_eval = quick_section.pop("max_eval_episodes", None)
             if max_eval is not None:
-                max_eval = _positive_int(max_eval, "quick.max_eval_episodes")
-            policy_overrides = _mapping(quick_section.pop("policy", {}) or {}, "quick.policy")
-            data["policy"] = {**_mapping(data.get("policy", {}) or {}, "policy"), **policy_overrides}
+                max_eval = check_int("quick.max_eval_episodes", max_eval, 1)
+            policy_overrides = check_mapping("quick.policy", quick_section.pop("policy", {}) or {})
+            data["policy"] = {**check_mapping("policy", data.get("policy", {}) or {}), **policy_overrides}
             data.update(quick_section)
             data["name"] = quick_section.get("name", f"{data.get('name', 'bench')}-quick")
 
-        name = _string(data.get("name"), "name")
-        budget = _positive_int(data.get("budget"), "budget")
-        seeds = _int_list(data.get("seeds"), "seeds")
-        if min(seeds) < 0 or max(seeds) > MAX_SEED or len(set(seeds)) != len(seeds):
-            raise BenchError(f"seeds must be distinct integers in [0, {MAX_SEED}], got {seeds!r}")
+        name = check_string("name", data.get("name"))
+        budget = check_int("budget", data.get("budget"), 1)
+        seeds = _int_list(data.get("seeds"), "seeds", high=MAX_SEED)
+        if len(set(seeds)) != len(seeds):
+            raise BenchError(f"seeds: expected distinct seeds, got {seeds!r}")
         workers = data.get("workers")
         if workers is not None:
-            workers = _positive_int(workers, "workers")
+            workers = check_int("workers", workers, 1)
         resources = {**DEFAULT_RESOURCES, **_resources(data.get("resources", {}), "resources")}
-        policy = _mapping(data.get("policy", {}) or {}, "policy")
+        policy = check_mapping("policy", data.get("policy", {}) or {})
         _not_per_cell(policy, "policy")
 
         environments = [
             _environment(entry, f"environments[{i}]", max_eval)
-            for i, entry in enumerate(_list(data.get("environments"), "environments"))
+            for i, entry in enumerate(check_list("environments", data.get("environments"), non_empty=True))
         ]
         stopping = {"budget", "iterations"} & set(quick_section) if quick else set()
         if stopping:
@@ -150,15 +161,13 @@ class BenchConfig:
         else:
             iterations = data.get("iterations")
         if iterations is not None:
-            iterations = _positive_int(iterations, "iterations")
-        methods = [_method(entry, f"methods[{i}]") for i, entry in enumerate(_list(data.get("methods", []) or [], "methods"))]
+            iterations = check_int("iterations", iterations, 1)
+        methods = [_method(entry, f"methods[{i}]") for i, entry in enumerate(check_list("methods", data.get("methods", []) or []))]
         baselines = [
-            _baseline(entry, f"baselines[{i}]") for i, entry in enumerate(_list(data.get("baselines", []) or [], "baselines"))
+            _baseline(entry, f"baselines[{i}]") for i, entry in enumerate(check_list("baselines", data.get("baselines", []) or []))
         ]
-        if not environments:
-            raise BenchError("environments must list at least one environment")
         if not methods and not baselines:
-            raise BenchError("the config must list at least one method or baseline")
+            raise BenchError("methods, baselines: expected at least one method or baseline between them, got none")
         _unique([e.label for e in environments], "environments[].label")
         _unique([m.name for m in methods] + [b.name for b in baselines], "method and baseline names")
         if iterations is not None or any(env.iterations is not None for env in environments):
@@ -184,45 +193,17 @@ def _iterations_once(policy: dict[str, Any], methods: list[MethodEntry]) -> None
                              "keep the top-level iterations, which every RL cell runs")
 
 
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise BenchError(f"{where} must be a mapping, got {type(value).__name__}: {value!r:.80}")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise BenchError(f"{where} must be a list, got {type(value).__name__}: {value!r:.80}")
-    return value
-
-
-def _string(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise BenchError(f"{where} must be a non-empty string, got {value!r}")
-    return value
-
-
-def _positive_int(value: Any, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise BenchError(f"{where} must be a positive integer, got {value!r}")
-    return value
-
-
-def _int_list(value: Any, where: str) -> list[int]:
-    items = _list(value, where)
-    if not items or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        raise BenchError(f"{where} must be a non-empty list of integers, got {value!r}")
-    return list(items)
+def _int_list(value: Any, where: str, high: int | None = None) -> list[int]:
+    """A non-empty list of integers in ``[0, high]``."""
+    items = check_list(where, value, non_empty=True)
+    return [check_int(f"{where}[{i}]", item, 0, high) for i, item in enumerate(items)]
 
 
 def _resources(value: Any, where: str) -> dict[str, float]:
     """``{cpus: 1, gpus: 0}``, either key optional: what a cell asks of a Ray cluster."""
-    value = _mapping(value or {}, where)
-    _known_keys(value, tuple(DEFAULT_RESOURCES), where)
-    for key, amount in value.items():
-        if not isinstance(amount, (int, float)) or isinstance(amount, bool) or amount < 0:
-            raise BenchError(f"{where}.{key} must be a non-negative number, got {amount!r}")
-    return {key: float(amount) for key, amount in value.items()}
+    value = check_mapping(where, value or {})
+    unknown_keys(where, value, tuple(DEFAULT_RESOURCES))
+    return {key: check_number(f"{where}.{key}", amount, 0.0) for key, amount in value.items()}
 
 
 def _not_per_cell(train_fields: dict[str, Any], where: str) -> dict[str, Any]:
@@ -239,29 +220,21 @@ def _not_per_cell(train_fields: dict[str, Any], where: str) -> dict[str, Any]:
     return train_fields
 
 
-def _known_keys(data: dict[str, Any], known: Sequence[str], where: str) -> None:
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise BenchError(f"{where}: unknown key(s) {unknown}; known keys: {', '.join(known)}")
-
-
 def _unique(names: list[str], where: str) -> None:
     seen = set()
     for name in names:
         if name in seen:
-            raise BenchError(f"{where} must be unique; {name!r} appears twice")
+            raise BenchError(f"{where}: expected unique names, {name!r} appears twice")
         seen.add(name)
 
 
 def _seed_range(value: Any, where: str) -> tuple[int, int]:
     """``{start: 0, count: 100}`` -> ``(0, 100)``."""
     if not isinstance(value, dict):
-        raise BenchError(f"{where} must be a range {{start: S, count: N}}, got {value!r}")
-    _known_keys(value, ("start", "count"), where)
-    start = value.get("start", 0)
-    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-        raise BenchError(f"{where}.start must be a non-negative integer, got {start!r}")
-    count = _positive_int(value.get("count"), f"{where}.count")
+        raise BenchError(f"{where}: expected a range {{start: S, count: N}}, got {value!r}")
+    unknown_keys(where, value, ("start", "count"))
+    start = check_int(f"{where}.start", value.get("start", 0), 0)
+    count = check_int(f"{where}.count", value.get("count"), 1)
     return start, start + count
 
 
@@ -269,19 +242,16 @@ def _seed_set(value: Any, where: str) -> list[int]:
     """``[3, 5, 8]`` or ``{start: 0, count: 100}``."""
     if isinstance(value, dict):
         return list(range(*_seed_range(value, where)))
-    seeds = _int_list(value, where)
-    if any(seed < 0 for seed in seeds):
-        raise BenchError(f"{where} must hold non-negative seeds, got {value!r}")
-    return seeds
+    return _int_list(value, where)
 
 
 def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEntry:
     import ptgpo_envs
 
-    entry = _mapping(entry, where)
-    _known_keys(entry, ("label", "id", "kwargs", "eval_kwargs", "max_steps", "train_seeds", "eval_seeds", "budget",
-                        "iterations"), where)
-    env_id = _string(entry.get("id"), f"{where}.id")
+    entry = check_mapping(where, entry)
+    unknown_keys(where, entry, ("label", "id", "kwargs", "eval_kwargs", "max_steps", "train_seeds", "eval_seeds", "budget",
+                        "iterations"))
+    env_id = check_string(f"{where}.id", entry.get("id"))
     if env_id not in ptgpo_envs.env_ids():
         raise BenchError(f"{where}.id: unknown environment {env_id!r}; registered: {', '.join(ptgpo_envs.env_ids())}")
     train = _seed_range(entry.get("train_seeds"), f"{where}.train_seeds")
@@ -298,20 +268,20 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
         evaluation = evaluation[:max_eval]
     max_steps = entry.get("max_steps")
     if max_steps is not None:
-        max_steps = _positive_int(max_steps, f"{where}.max_steps")
+        max_steps = check_int(f"{where}.max_steps", max_steps, 1)
     eval_kwargs = entry.get("eval_kwargs")
     if eval_kwargs is not None:
-        eval_kwargs = dict(_mapping(eval_kwargs, f"{where}.eval_kwargs"))
+        eval_kwargs = dict(check_mapping(f"{where}.eval_kwargs", eval_kwargs))
     budget = entry.get("budget")
     if budget is not None:
-        budget = _positive_int(budget, f"{where}.budget")
+        budget = check_int(f"{where}.budget", budget, 1)
     iterations = entry.get("iterations")
     if iterations is not None:
-        iterations = _positive_int(iterations, f"{where}.iterations")
+        iterations = check_int(f"{where}.iterations", iterations, 1)
     return EnvironmentEntry(
-        label=_string(entry.get("label", env_id), f"{where}.label"),
+        label=check_string(f"{where}.label", entry.get("label", env_id)),
         id=env_id,
-        kwargs=dict(_mapping(entry.get("kwargs", {}) or {}, f"{where}.kwargs")),
+        kwargs=dict(check_mapping(f"{where}.kwargs", entry.get("kwargs", {}) or {})),
         train_seeds=train,
         eval_seeds=evaluation,
         eval_kwargs=eval_kwargs,
@@ -322,19 +292,17 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
 
 
 def _method(entry: Any, where: str) -> MethodEntry:
-    entry = _mapping(entry, where)
-    _known_keys(entry, ("name", "algo", "algo_config", "rollout", "train", "resources", "objectives"), where)
-    algo = _string(entry.get("algo"), f"{where}.algo")
-    rollout = entry.get("rollout", "linear")
-    if rollout not in ROLLOUT_STRATEGIES:
-        raise BenchError(f"{where}.rollout must be one of {', '.join(ROLLOUT_STRATEGIES)}, got {rollout!r}")
-    train = _not_per_cell(dict(_mapping(entry.get("train", {}) or {}, f"{where}.train")), f"{where}.train")
+    entry = check_mapping(where, entry)
+    unknown_keys(where, entry, ("name", "algo", "algo_config", "rollout", "train", "resources", "objectives"))
+    algo = check_string(f"{where}.algo", entry.get("algo"))
+    rollout = check_choice(f"{where}.rollout", entry.get("rollout", "linear"), ROLLOUT_STRATEGIES)
+    train = _not_per_cell(dict(check_mapping(f"{where}.train", entry.get("train", {}) or {})), f"{where}.train")
     if "objectives" in entry:
         train = _with_objectives(train, entry["objectives"], where)
     return MethodEntry(
-        name=_string(entry.get("name", algo), f"{where}.name"),
+        name=check_string(f"{where}.name", entry.get("name", algo)),
         algo=algo,
-        algo_config=dict(_mapping(entry.get("algo_config", {}) or {}, f"{where}.algo_config")),
+        algo_config=dict(check_mapping(f"{where}.algo_config", entry.get("algo_config", {}) or {})),
         rollout=rollout,
         train=train,
         resources=_resources(entry["resources"], f"{where}.resources") if "resources" in entry else None,
@@ -348,11 +316,7 @@ def _with_objectives(train: dict[str, Any], objectives: Any, where: str) -> dict
 
     if any(path == "algorithm.objectives" for key, value in train.items() for path, _ in key_paths(key, value)):
         raise BenchError(f"{where}: objectives are given both as {where}.objectives and in {where}.train; keep one")
-    try:
-        checked = validate_objectives(f"{where}.objectives", objectives)
-    except ValueError as error:
-        raise BenchError(str(error)) from None
-    return {**train, "algorithm.objectives": checked}
+    return {**train, "algorithm.objectives": validate_objectives(f"{where}.objectives", objectives)}
 
 
 def _baseline(entry: Any, where: str) -> BaselineEntry:
@@ -360,13 +324,13 @@ def _baseline(entry: Any, where: str) -> BaselineEntry:
 
     if isinstance(entry, str):
         entry = {"name": entry}
-    entry = _mapping(entry, where)
-    _known_keys(entry, ("name", "options", "resources"), where)
-    name = _string(entry.get("name"), f"{where}.name")
+    entry = check_mapping(where, entry)
+    unknown_keys(where, entry, ("name", "options", "resources"))
+    name = check_string(f"{where}.name", entry.get("name"))
     if name not in BASELINES:
         raise BenchError(f"{where}.name: unknown baseline {name!r}; available: {', '.join(BASELINES)}")
     resources = _resources(entry["resources"], f"{where}.resources") if "resources" in entry else None
-    return BaselineEntry(name, dict(_mapping(entry.get("options", {}) or {}, f"{where}.options")), resources)
+    return BaselineEntry(name, dict(check_mapping(f"{where}.options", entry.get("options", {}) or {})), resources)
 
 
 def default_config_text() -> str:
