@@ -504,7 +504,7 @@ def test_seeds_out_of_range_are_refused_by_the_benchmark(tmp_path, capsys):
     config.write_text("name: x\nbudget: 10\nseeds: [4294967296]\nenvironments: [{id: ptgpo/FrozenLake-v0, "
                       "train_seeds: {start: 0, count: 5}, eval_seeds: [100]}]\nbaselines: [random]\n")
     code, err = _cli("bench", config, "--dry-run", capsys=capsys)
-    assert code == 2 and "seeds must be distinct integers in [0, 4294967295]" in err
+    assert code == 2 and "seeds[0]: expected an integer in [0, 4294967295], got 4294967296" in err
 
 
 # ------------------------------------------------------------------------------- ALFWorld
