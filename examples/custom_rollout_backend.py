@@ -6,7 +6,8 @@ every update and checked, the shape of an inference engine such as vLLM.
 A backend is a function ``build(trainable_policy, config, device)`` that returns the policy that
 samples. When it returns another object than the trainable policy, the trainer hands it the new
 weights after every update (``load_weights``) and asks it to show that it acts like the trained
-model (``verify_sync``); a difference above ``rollouts.sync_tolerance`` stops the run.
+model (``verify_sync``); a difference above 4 x the noise floor it measured before the first update
+(or ``rollouts.sync_tolerance``) stops the run.
 """
 
 from types import SimpleNamespace

@@ -61,10 +61,10 @@ __all__ = [
 EVAL_SEED_BASE = 1_000_000
 #: The largest run seed (numpy's and torch's seeding accept 32-bit seeds everywhere the run uses one).
 MAX_SEED = 2**32 - 1
-#: The fields a resumed run may change: they say when to stop (and where the folder is), not what the
-#: run does. A resume with any other field changed is refused (:mod:`ptgpo_algos.run_folder`).
+#: The fields a resumed run may change: they say when to stop (and where the folder is, what it keeps),
+#: not what the run does. A resume with any other field changed is refused (:mod:`ptgpo_algos.run_folder`).
 RESUMABLE_FIELDS = frozenset({"run.iterations", "run.total_decisions", "run.time_limit_s", "run.resume",
-                              "run.out_dir"})
+                              "run.out_dir", "run.keep_checkpoint"})
 
 
 def _field(default: Any = None, help: str = "", *, flat: str | None = None, flag: str | None = None,
@@ -260,8 +260,8 @@ class RolloutsConfig:
     vllm: dict[str, Any] = _field(help="vLLM engine arguments", flat="vllm", factory=dict)
     sync_tolerance: float | None = _field(None, "after a weight sync, the largest mean |difference| between the "
                                           "engine's log-probabilities of its own sampled tokens and the trainer's "
-                                          "(None: by the coarser precision of the two, 1e-3 in float32, 0.1 in "
-                                          "bf16)", flat="sync_tolerance")
+                                          "(None: 4 x the noise floor measured before the first update, at "
+                                          "least 1e-3)", flat="sync_tolerance")
     sync_bucket_mib: int = _field(1024, "weight sync: MiB of weights per message to the rollout engine (a "
                                   "message may not exceed 4 GiB)", flat="sync_bucket_mib")
     strategy: str | None = _field(None, "linear, tree or patr (default: tree for ptgpo, linear otherwise)",
@@ -418,8 +418,12 @@ class RunConfig:
     time_limit_s: float | None = _field(None, "stop after this many seconds of wall time", flat="time_limit_s",
                                         flag="time-limit")
     checkpoint_every: int = _field(10, "checkpoint every N iterations", flat="checkpoint_every")
-    memory_check: bool = _field(True, "on a GPU, predict the peak memory before loading a model and refuse a "
-                                "config that cannot fit (false: print the plan and go on)", flat="memory_check")
+    keep_checkpoint: bool = _field(True, "keep checkpoint.pt once the run has finished (false: removed after "
+                                   "final_model/ is saved, so a finished run cannot be extended; benchmark cells "
+                                   "default to false)", flat="keep_checkpoint")
+    memory_check: bool = _field(True, "predict the peak GPU memory and the disk a run needs before loading a "
+                                "model, and refuse a config that cannot fit (false: print the plan and go on)",
+                                flat="memory_check")
     tensorboard: bool = _field(False, "also write TensorBoard logs", flat="tensorboard", flag="tensorboard")
     seed: int = _field(0, "run seed", flat="seed", flag="seed")
     out_dir: str | None = _field(None, "output folder [runs/<env>-<algo>-s<seed>]", flat="out_dir", flag="out")
@@ -432,6 +436,7 @@ class RunConfig:
         if self.time_limit_s is not None:
             check_number("run.time_limit_s (time_limit_s)", self.time_limit_s, 0.0, exclusive_low=True)
         check_int("run.checkpoint_every (checkpoint_every)", self.checkpoint_every, 1)
+        check_bool("run.keep_checkpoint (keep_checkpoint)", self.keep_checkpoint)
         check_bool("run.memory_check (memory_check)", self.memory_check)
         check_bool("run.tensorboard (tensorboard)", self.tensorboard)
         if self.tensorboard:

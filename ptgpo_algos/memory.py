@@ -34,8 +34,8 @@ from typing import Any
 
 from ptgpo_algos.policy.precision import DTYPE_BYTES, Precision, precision_for
 
-__all__ = ["ACTIVATION_BYTES", "GpuDoesNotFit", "MemoryItem", "MemoryPlan", "ModelShape", "RunShape",
-           "model_shape", "plan_for_config", "plan_memory", "run_shape", "total_device_memory"]
+__all__ = ["ACTIVATION_BYTES", "DiskDoesNotFit", "DiskPlan", "GpuDoesNotFit", "MemoryItem", "MemoryPlan", "ModelShape", "RunShape",
+           "model_shape", "plan_disk", "plan_for_config", "plan_memory", "run_shape", "total_device_memory"]
 
 GIB = 2**30
 #: Bytes a decoder layer keeps for the backward per token: coefficients of (H, I, KV, r) by how it
@@ -55,6 +55,10 @@ RUNTIME_BYTES = {"cuda": 1 * GIB, "cpu": GIB // 2}
 
 class GpuDoesNotFit(ValueError):
     """The plan's peak is above the device's memory (the message says what to change)."""
+
+
+class DiskDoesNotFit(ValueError):
+    """A run's checkpoints and final model need more disk than its folder has free."""
 
 
 # ----------------------------------------------------------------------------------------- shapes
@@ -308,6 +312,41 @@ def combined_advice(model: ModelShape, run: RunShape) -> str:
             return " with ".join(names)
     return ("a GPU with more memory, or a smaller model (even gradient checkpointing, LoRA, micro-batches "
             "of 1 and activation offload together do not fit)")
+
+
+# ----------------------------------------------------------------------------------------- disk
+@dataclass(frozen=True)
+class DiskPlan:
+    """What a run writes that grows with the model: ``checkpoint.pt`` (the trainable weights and
+    AdamW's two moments, float32) and ``final_model/`` (a LoRA run's adapters in float32, else the
+    model at its compute dtype)."""
+
+    checkpoint_bytes: int
+    final_model_bytes: int
+
+    @property
+    def peak_bytes(self) -> int:
+        """The most the run holds at once: a checkpoint is written beside the last one before it
+        replaces it, and the final model beside the last checkpoint."""
+        return 2 * self.checkpoint_bytes + self.final_model_bytes
+
+    def refusal(self, folder: str, free_bytes: int) -> str:
+        """The message of a run refused for want of disk in ``folder``."""
+        return (f"{folder}: the run needs about {self.peak_bytes / GIB:.1f} GiB of free disk (checkpoint.pt "
+                f"{self.checkpoint_bytes / GIB:.1f} GiB, written beside the last one, and final_model/ "
+                f"{self.final_model_bytes / GIB:.1f} GiB); {free_bytes / GIB:.1f} GiB are free. Free some, set "
+                "run.out_dir on a larger disk, or run.memory_check: false to go on anyway")
+
+
+def plan_disk(model: ModelShape, run: RunShape) -> DiskPlan:
+    """The :class:`DiskPlan` of ``model`` trained as ``run`` says."""
+    trainable = model.lora_parameters(run.lora_rank) if run.lora_rank else model.parameters()
+    checkpoint = trainable * 3 * _bytes(run.precision.trainable)
+    if run.lora_rank:
+        final = trainable * _bytes(run.precision.trainable)
+    else:
+        final = model.parameters() * _bytes(run.precision.autocast or run.precision.trainable)
+    return DiskPlan(checkpoint, final)
 
 
 # ----------------------------------------------------------------------------------------- from a config

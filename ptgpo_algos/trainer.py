@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,10 +55,12 @@ from ptgpo_algos.hindsight import Hindsight
 from ptgpo_algos.objectives import Objectives, needs_expert
 from ptgpo_algos.policy.agent import PolicyAgent
 from ptgpo_algos.policy.backends import (
+    SYNC_TOKENS,
     build_policy,
     build_rollout_policy,
     exported_config,
     push_weights,
+    sync_prompts,
     sync_tolerance,
     sync_weights,
 )
@@ -170,6 +173,7 @@ class Trainer:
         check_environment(config)
         if self.device.startswith("cuda"):
             self.check_memory()
+        self.check_disk()
         with folder_lock(config.run_dir, "training run"):
             resumed = prepare_run_folder(config)
             checkpoint = load_checkpoint(config.run_dir / "checkpoint.pt", self.device) if resumed else None
@@ -209,6 +213,10 @@ class Trainer:
         self.callbacks += self.extra_callbacks
         self.collector = AsyncCollector(self) if config.rollouts.asynchronous else SyncCollector(self)
         self.sync_prompts: list[list[int]] = []
+        #: The sync check's noise floor, measured before this process's first update (None until then).
+        self.sync_floor: float | None = None
+        #: Seconds and bytes of the last ``checkpoint.pt`` written.
+        self.last_checkpoint: dict[str, float] = {}
         if checkpoint is not None:
             self._restore(checkpoint)
         else:
@@ -262,6 +270,7 @@ class Trainer:
         iteration_start = time.perf_counter()
         batch, stats, lag = self.collect()
         rollout_wait = time.perf_counter() - iteration_start
+        self.calibrate_sync(batch)
         advantages, diagnostics = self.estimate(batch)
         train_start = time.perf_counter()
         samples, update = self.update(batch, advantages)
@@ -374,14 +383,24 @@ class Trainer:
         if self.reference is not None and samples:
             reference_logprobs(self.reference, samples, self.scoring_batch_size)
 
+    def calibrate_sync(self, batch) -> None:
+        """Measure the sync check's noise floor once per process, before its first update, when the
+        engine and the trainer hold the same weights: the engine's sampled tokens scored by both on
+        this batch's prompts (what later syncs are held to, :func:`sync_tolerance`)."""
+        if self.rollout_policy is self.policy or self.sync_floor is not None:
+            return
+        prompts = sync_prompts(batch)
+        if prompts:
+            self.sync_prompts = prompts
+            self.sync_floor = self.rollout_policy.verify_sync(self.policy, prompts, SYNC_TOKENS).mean_logprob_diff
+
     def sync(self, samples: list) -> dict[str, Any]:
         """Hand the updated weights to a separate rollout engine and verify it acts like the trained model
-        on a prompt of this batch (or of the last one: a budget's last batch may be empty)."""
-        if self.rollout_policy is self.policy:
+        on the prompts its noise floor was measured on."""
+        if self.rollout_policy is self.policy or self.sync_floor is None:
             return {}
-        if samples:
-            self.sync_prompts = [samples[0].decision.prompt_ids]
-        return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, sync_tolerance(self.config, self.device))
+        floor = self.sync_floor
+        return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, floor, sync_tolerance(self.config, floor))
 
     def check_memory(self) -> None:
         """Predict the run's peak GPU memory from the model's config before loading it
@@ -394,6 +413,19 @@ class Trainer:
             print(plan.table(), flush=True)
         if not plan.fits and self.config.run.memory_check:
             raise GpuDoesNotFit(plan.refusal())
+
+    def check_disk(self) -> None:
+        """Refuse a run whose checkpoints and final model cannot fit the free disk of its folder (unless
+        ``run.memory_check`` is off): found before the model is built, not hours later at a checkpoint."""
+        from ptgpo_algos.memory import DiskDoesNotFit, model_shape, plan_disk, run_shape
+
+        plan = plan_disk(model_shape(self.config), run_shape(self.config, self.device, 0))
+        folder = self.config.run_dir
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        held = (folder / "checkpoint.pt").stat().st_size if (folder / "checkpoint.pt").exists() else 0
+        free = shutil.disk_usage(existing).free + held
+        if free < plan.peak_bytes and self.config.run.memory_check:
+            raise DiskDoesNotFit(plan.refusal(str(folder), free))
 
     def end_iteration(self, row: dict[str, Any]) -> None:
         """Hand the row to the callbacks, then evaluate and checkpoint when due (and at the end)."""
@@ -440,7 +472,10 @@ class Trainer:
         for callback in self.callbacks:
             if callback.state_key is not None:
                 payload[callback.state_key] = callback.state_dict()
-        save_checkpoint(self.config.run_dir / "checkpoint.pt", payload)
+        start = time.perf_counter()
+        path = self.config.run_dir / "checkpoint.pt"
+        save_checkpoint(path, payload)
+        self.last_checkpoint = {"seconds": time.perf_counter() - start, "bytes": path.stat().st_size}
 
     def finish(self) -> TrainSummary:
         """Evaluate and checkpoint if the last iteration did not, tell the callbacks, save ``final_model/``
@@ -453,6 +488,8 @@ class Trainer:
             callback.on_train_end(self)
         with atomic_folder(self.config.run_dir / "final_model") as folder:
             self.policy.save_pretrained(folder)
+        if not self.config.run.keep_checkpoint:
+            (self.config.run_dir / "checkpoint.pt").unlink(missing_ok=True)
         state.wall_time_s = self.elapsed()
         return TrainSummary(
             final_eval=state.last_eval, best_success=state.best_success, decisions=state.decisions,

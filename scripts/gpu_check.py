@@ -1,29 +1,37 @@
-"""The phases of ``scripts/gpu_check.sh``; each runs in its own process so that GPU memory is returned.
+"""The phases of ``scripts/gpu_check.sh``; each runs in its own process, so that GPU memory is returned
+and a phase that fails or runs out of time costs only itself. Each writes ``OUT/<phase>_<model>.json``
+as it goes (``"complete": true`` once it has finished); ``summary`` reads whatever exists.
 
+    python scripts/gpu_check.py env OUT               # versions, GPU, disk: OUT/environment.json
     python scripts/gpu_check.py build OUT MODEL       # random-init MODEL (configs/models/MODEL), saved in bf16
+    python scripts/gpu_check.py update OUT MODEL      # sync-check floor, one PPO update, micro-batch gradient
+    python scripts/gpu_check.py iteration OUT MODEL   # one training iteration, rollouts on transformers
+    python scripts/gpu_check.py vllm_iteration OUT MODEL  # the same with vLLM rollouts (weight sync)
     python scripts/gpu_check.py shapes OUT MODEL      # prompt, response and request counts, for vllm bench
-    python scripts/gpu_check.py update OUT MODEL      # one PPO update at the recipe's shapes, planner vs measured
-    python scripts/gpu_check.py iteration OUT MODEL   # one full iteration of the recipe, rollouts on vLLM
-    python scripts/gpu_check.py summary OUT           # the one summary table
+    python scripts/gpu_check.py summary OUT           # the one summary table, OUT/summary.md
 
 MODEL is ``qwen2.5-1.5b`` or ``qwen2.5-7b``: the architecture of ``configs/models/MODEL`` with random
 weights (nothing downloaded), trained as ``configs/bench/alfworld_MODEL.yaml`` says (full fine-tuning
-of 1.5B, LoRA r 64 on 7B; micro-batches of 8; vLLM keeps 35 % of the GPU). The tokenizer is the tiny
-model's, trained locally on the suite's environments' text; the model's vocabulary keeps Qwen2.5's
-size, so the output layer is the real one.
+of 1.5B, LoRA r 64 on 7B; micro-batches of 8). The tokenizer is the tiny model's, trained locally on
+the suite's environments' text; the model keeps Qwen2.5's vocabulary, so the output layer is the real one.
 
-* ``update``: 128 samples (16 tasks x 8) of ALFWorld-length prompts (1,500 tokens) and 512-token
-  responses through the trainer's memory path (pi_old recomputed, the KL reference, micro-batched
-  PPO update at lr 1e-6), without vLLM: ``torch.cuda.max_memory_allocated`` next to the planner's
-  trainer figure for the same shapes;
+* ``update``: (1) the sync check's statistic with the same weights on both sides, before any update:
+  :data:`~ptgpo_algos.policy.backends.SYNC_PROMPTS` prompts of 1,500 tokens, 32 tokens sampled through
+  the cached generation path and scored by one full forward pass, both at the recipe's precision (the
+  noise floor a sync check is held to); (2) one PPO update of 128 samples (16 tasks x 8) of 1,500-token
+  prompts and 512-token responses through the trainer's memory path (pi_old recomputed, the KL
+  reference, micro-batches, lr of the recipe): ``torch.cuda.max_memory_allocated`` next to the
+  planner's trainer figure, seconds, the share of weights changed; (3) the micro-batched gradient of 8
+  samples against one pass over them.
 * ``iteration``: the recipe's PTGPO cell for one iteration on ``ptgpo/Household-v0`` (the ALFWorld-like
-  environment that needs no game files), responses forced to 512 tokens with ``min_new_tokens``,
-  episodes of :data:`ITERATION_STEPS` steps so that the check stays short: rollout tokens/s, weight
-  sync time and its check, the memory high-water mark with vLLM in the process;
-* ``vllm bench throughput`` (gpu_check.sh) runs on the same model and shapes as ``update``.
+  environment that needs no game files) with the transformers rollout backend, responses forced to 512
+  tokens, episodes of :data:`ITERATION_STEPS` steps: decisions/s, tokens/s, update seconds, the
+  checkpoint's size and write time, ``final_model/``'s size; then the run folder is removed.
+* ``vllm_iteration`` and ``vllm bench throughput`` (gpu_check.sh) need vLLM: rollout tokens/s, the
+  weight sync's time and its check against its floor.
 
-``--layers N --device cpu`` builds and updates a model of N layers on the CPU: the CPU-side test of
-every phase but the two that need vLLM (``gpu_check.sh --dry-run`` runs those).
+``--layers N --vocab V --device cpu`` runs a phase on a model of N layers on the CPU: the CPU test of
+the phases (``gpu_check.sh --dry-run``).
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ import argparse
 import dataclasses
 import json
 import os
+import platform
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,8 +56,10 @@ from ptgpo_algos.files import atomic_write_text  # noqa: E402
 MODELS = ("qwen2.5-1.5b", "qwen2.5-7b")
 #: The recipe's batch (16 tasks x 8) at ALFWorld's prompt length and a forced 512-token response.
 TASKS, GROUP, PROMPT_TOKENS, RESPONSE_TOKENS = 16, 8, 1500, 512
-#: Steps per episode in the ``iteration`` phase (the recipe's 50 would take an hour at 512 tokens).
+#: Steps per episode in the iteration phases (the recipe's 50 would take an hour at 512 tokens).
 ITERATION_STEPS = 2
+#: Samples of the micro-batch gradient check (cut into micro-batches of 2, against one pass).
+GRADIENT_SAMPLES, GRADIENT_MICRO_BATCH = 8, 2
 GIB = 2**30
 TINY_TOKENIZER = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                       intermediate_size=64, vocab_size=8192, seed=0, pretrain_steps=0)
@@ -59,7 +71,44 @@ def _write(out: Path, name: str, data: dict) -> None:
 
 def _read(out: Path, name: str) -> dict:
     path = out / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def _version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except Exception:  # noqa: BLE001 - any import failure means "not usable here"
+        return None
+
+
+def environment(out: Path) -> None:
+    """What the check ran on: versions, the GPU, free disk."""
+    import torch
+
+    info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    for module in ("torch", "transformers", "peft", "vllm", "numpy", "gymnasium"):
+        info[module] = _version(module)
+    info["cuda"] = torch.version.cuda
+    if torch.cuda.is_available():
+        properties = torch.cuda.get_device_properties(0)
+        info.update(gpu=properties.name, gpu_memory_gib=properties.total_memory / GIB,
+                    multiprocessors=properties.multi_processor_count)
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        info["driver"] = smi.stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        info["driver"] = None
+    info["disk_free_gib"] = {str(p): shutil.disk_usage(p).free / GIB for p in (out, models_dir(out)) if p.exists()}
+    _write(out, "environment", info)
+
+
+def models_dir(out: Path) -> Path:
+    """Where built models go: ``$GPU_CHECK_MODELS`` (gpu_check.sh points it at a RAM disk when one has room)."""
+    return Path(os.environ.get("GPU_CHECK_MODELS") or out / "models")
 
 
 def recipe(model: str) -> dict:
@@ -86,7 +135,7 @@ def build(out: Path, model: str, layers: int | None, device: str, vocab: int | N
     torch.manual_seed(0)
     with torch.device(device):
         network = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    target = out / "models" / model
+    target = models_dir(out) / model
     network.save_pretrained(str(target))
     parameters = sum(p.numel() for p in network.parameters())
     del network
@@ -95,7 +144,7 @@ def build(out: Path, model: str, layers: int | None, device: str, vocab: int | N
         if (tokenizer / name).exists():
             shutil.copy(tokenizer / name, target / name)
     _write(out, f"build_{model}", {"path": str(target), "parameters": parameters, "layers": config.num_hidden_layers,
-                                   "seconds": time.perf_counter() - start})
+                                   "seconds": time.perf_counter() - start, "complete": True})
 
 
 def update_spec(out: Path, model: str, device: str) -> dict:
@@ -107,46 +156,78 @@ def update_spec(out: Path, model: str, device: str) -> dict:
         max_new_tokens=RESPONSE_TOKENS, rollout_backend="transformers"))
 
 
-def planned(spec: dict, device: str, total_bytes: int) -> dict:
-    """The planner's figures for a flat training spec; the rollout KV cache is left out (the update
-    phase plays no rollouts)."""
+def planned(spec: dict, device: str, total_bytes: int, rollouts: bool = False) -> dict:
+    """The planner's figures for a flat training spec (the transformers rollouts' KV cache only with
+    ``rollouts``)."""
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.memory import model_shape, plan_memory, run_shape
 
     config = TrainConfig.from_dict(spec)
-    run = dataclasses.replace(run_shape(config, device, total_bytes), rollout_batch=0)
+    run = run_shape(config, device, total_bytes)
+    if not rollouts:
+        run = dataclasses.replace(run, rollout_batch=0)
     plan = plan_memory(model_shape(config), run)
     items = {item.name: item.bytes / GIB for item in plan.items}
     return {"trainer_gib": plan.trainer_bytes / GIB, "peak_gib": plan.peak_bytes / GIB, "fits": plan.fits,
             "engine_gib": items.get("vLLM engine (its share)", 0.0), "table": plan.table()}
 
 
-def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int) -> None:
-    """One PPO update through the trainer's memory path at the recipe's settings (see the docstring)."""
+def _peak_gib(device: str) -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / GIB if device.startswith("cuda") else None
+
+
+def _reset_peak(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _load(spec: dict, device: str, checkpointing: bool):
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.policy import load_policy
+
+    policy_spec = TrainConfig.from_dict(spec).policy
+    return load_policy(policy_spec.model, mode="generate", device=device, dtype=policy_spec.dtype,
+                       lora=policy_spec.lora, gradient_checkpointing=checkpointing,
+                       logprob_chunk=policy_spec.logprob_chunk, max_new_tokens=RESPONSE_TOKENS)
+
+
+def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
+           response_tokens: int = RESPONSE_TOKENS) -> None:
+    """The update phase (see the module docstring); its JSON grows after each of its three parts."""
     import numpy as np
     import torch
 
-    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.config import TrainConfig, merge_overrides
     from ptgpo_algos.memory import run_shape, total_device_memory
-    from ptgpo_algos.policy import load_policy
+    from ptgpo_algos.policy.backends import SYNC_PROMPTS, SYNC_TOKENS
     from ptgpo_algos.update import ppo_update, recompute_old_logprobs, reference_logprobs
     from scale_rehearsal import random_samples
 
-    from ptgpo_algos.config import merge_overrides
-
+    name = f"update_{model}"
     spec = merge_overrides(update_spec(out, model, device), {"max_prompt_tokens": prompt_tokens})
-    config = TrainConfig.from_dict(spec)
-    policy_spec, optim = config.policy, config.optim
+    optim = TrainConfig.from_dict(spec).optim
     total = total_device_memory(device) if device.startswith("cuda") else 141 * GIB
-    checkpointing = run_shape(config, device, total).gradient_checkpointing  # as the planner assumes
+    checkpointing = run_shape(TrainConfig.from_dict(spec), device, total).gradient_checkpointing  # as planned
     start = time.perf_counter()
-    policy = load_policy(policy_spec.model, mode="generate", device=device, dtype=policy_spec.dtype,
-                         lora=policy_spec.lora, gradient_checkpointing=checkpointing,
-                         logprob_chunk=policy_spec.logprob_chunk, max_new_tokens=RESPONSE_TOKENS)
+    policy = _load(spec, device, checkpointing)
     vocab = policy.model.get_input_embeddings().weight.shape[0]
-    batch = random_samples(vocab, samples, prompt_tokens, RESPONSE_TOKENS, seed=0)
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
+    result = {"planned": planned(spec, device, total), "samples": samples, "prompt_tokens": prompt_tokens,
+              "load_seconds": time.perf_counter() - start, "lr": optim.lr, "lora": bool(policy.has_adapters)}
+    prompts = [s.decision.prompt_ids for s in random_samples(vocab, SYNC_PROMPTS, prompt_tokens, 1, seed=1)]
+    begin = time.perf_counter()
+    report = policy.verify_sync(policy, prompts, max_tokens=SYNC_TOKENS)
+    result["sync_floor"] = {"mean_logprob_diff": report.mean_logprob_diff, "max_logprob_diff": report.max_logprob_diff,
+                            "prompts": len(prompts), "tokens": SYNC_TOKENS, "seconds": time.perf_counter() - begin}
+    _write(out, name, result)
+
+    batch = random_samples(vocab, samples, prompt_tokens, response_tokens, seed=0)
+    before = {n: p.detach().to("cpu", copy=True) for n, p in policy.named_trainable().items()}
+    _reset_peak(device)
     begin = time.perf_counter()
     recompute_old_logprobs(policy, batch, optim.micro_batch_size)
     reference_logprobs(policy.reference_policy(), batch, optim.micro_batch_size)
@@ -155,17 +236,42 @@ def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int)
                        kl_coef=optim.kl_coef, max_grad_norm=optim.max_grad_norm, epochs=1,
                        minibatch_size=optim.minibatch_size, rng=np.random.default_rng(0),
                        micro_batch_size=optim.micro_batch_size, clip_ratio_c=optim.clip_ratio_c)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - begin
-    measured = torch.cuda.max_memory_allocated() / GIB if device.startswith("cuda") else None
-    _write(out, f"update_{model}", {
-        "planned": planned(spec, device, total), "measured_trainer_gib": measured, "seconds": seconds,
-        "load_seconds": begin - start, "updates": stats["updates"], "train_tokens": stats["train_tokens"],
-        "train_tokens_per_s": stats["train_tokens"] / seconds, "samples": samples, "prompt_tokens": prompt_tokens,
-    })
+    changed = sum(int((p.detach().cpu() != before[n]).sum()) for n, p in policy.named_trainable().items())
+    result.update(measured_trainer_gib=_peak_gib(device), seconds=seconds, updates=stats["updates"],
+                  train_tokens=stats["train_tokens"], train_tokens_per_s=stats["train_tokens"] / seconds,
+                  grad_norm=stats.get("grad_norm"),
+                  weights_changed_frac=changed / sum(w.numel() for w in before.values()))
+    del before, optimizer
+    _write(out, name, result)
+
+    result["grad_rel_err_microbatch"] = micro_batch_gradient_error(policy, batch[:GRADIENT_SAMPLES])
+    result["complete"] = True
+    _write(out, name, result)
 
 
-def iteration_spec(out: Path, model: str) -> dict:
-    """The recipe's PTGPO cell for one iteration on Household with 512-token responses."""
+def micro_batch_gradient_error(policy, samples: list) -> float:
+    """``|g_micro - g_whole| / |g_whole|``: the gradient accumulated over micro-batches of
+    :data:`GRADIENT_MICRO_BATCH` against one pass over ``samples``."""
+    from ptgpo_algos.losses import LOSSES
+    from ptgpo_algos.update import accumulate_gradients, units
+    from scale_rehearsal import SETTINGS, relative_error
+
+    total = sum(s.weight * units(s.decision, policy.mode) for s in samples)
+    gradients = []
+    for micro_batch in (None, GRADIENT_MICRO_BATCH):
+        policy.model.zero_grad(set_to_none=True)
+        accumulate_gradients(policy, samples, LOSSES.get("ppo-clip"), total, micro_batch, **SETTINGS)
+        gradients.append([p.grad.detach().clone() for p in policy.named_trainable().values()])
+    policy.model.zero_grad(set_to_none=True)
+    return float(f"{relative_error(gradients[1], gradients[0]):.3g}")
+
+
+def iteration_spec(out: Path, model: str, backend: str = "transformers", device: str = "cuda", tasks: int = TASKS,
+                   response_tokens: int = RESPONSE_TOKENS) -> dict:
+    """The recipe's PTGPO cell for one iteration on Household with responses forced to ``response_tokens``."""
     from ptgpo_algos.config import merge_overrides
 
     spec = recipe(model)
@@ -173,31 +279,52 @@ def iteration_spec(out: Path, model: str) -> dict:
         spec.pop(key, None)
     return merge_overrides(spec, dict(
         model=_read(out, f"build_{model}")["path"], env_id="ptgpo/Household-v0", env_kwargs={"difficulty": "hard"},
-        max_steps=ITERATION_STEPS, max_new_tokens=RESPONSE_TOKENS, min_new_tokens=RESPONSE_TOKENS, iterations=1,
-        eval_every=1, eval_seeds=[10**6, 10**6 + 1], eval_batch_size=2, checkpoint_every=1,
-        out_dir=str(out / f"run_{model}")))
+        max_steps=ITERATION_STEPS, max_new_tokens=response_tokens, min_new_tokens=response_tokens, iterations=1,
+        tasks_per_iteration=tasks,
+        eval_every=1, eval_seeds=[10**6, 10**6 + 1], eval_batch_size=2, checkpoint_every=1, device=device,
+        rollout_backend=backend, out_dir=str(out / f"run_{backend}_{model}"),
+        # The CPU test's two cores cannot hold the recipe's environment workers beside the model.
+        **({"env_workers": {"backend": "in-process"}} if device == "cpu" else {})))
 
 
-def iteration(out: Path, model: str) -> None:
-    import torch
+def _folder_gib(path: Path) -> float | None:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / GIB if path.exists() else None
 
+
+def iteration(out: Path, model: str, backend: str, device: str, tasks: int = TASKS,
+              response_tokens: int = RESPONSE_TOKENS) -> None:
+    """One training iteration of the recipe (see the module docstring)."""
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.memory import total_device_memory
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.trainer import Trainer
 
-    spec = iteration_spec(out, model)
+    name = "iteration" if backend == "transformers" else "vllm_iteration"
+    spec = iteration_spec(out, model, backend, device, tasks, response_tokens)
+    config = TrainConfig.from_dict(spec)
+    total = total_device_memory(device) if device.startswith("cuda") else 141 * GIB
     start = time.perf_counter()
-    summary = run_training(TrainConfig.from_dict(spec), progress=False)
+    trainer = Trainer(config, progress=False)
+    summary = trainer.train()
     row = json.loads(Path(summary.metrics_path).read_text().splitlines()[-1])
-    _write(out, f"iteration_{model}", {
-        "seconds": time.perf_counter() - start, "row": row,
-        "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
-        "planned": planned(spec, "cuda", total_device_memory("cuda")),
-    })
+    rollout_s = row.get("rollout_time_s") or row.get("rollout_wait_s")
+    final = config.run_dir / "final_model"
+    result = {
+        "seconds": time.perf_counter() - start, "row": row, "backend": backend,
+        "decisions_per_s": row["decisions"] / rollout_s if rollout_s else None,
+        "tokens_per_s": row["tokens"] / rollout_s if rollout_s else None,
+        "update_seconds": row.get("train_time_s"),
+        "checkpoint_seconds": trainer.last_checkpoint.get("seconds"),
+        "checkpoint_gib": trainer.last_checkpoint.get("bytes", 0) / GIB if trainer.last_checkpoint else None,
+        "final_model_gib": _folder_gib(final), "final_model_files": sorted(p.name for p in final.iterdir()),
+        "max_memory_allocated_gib": _peak_gib(device),
+        "planned": planned(spec, device, total, rollouts=backend == "transformers"), "complete": True,
+    }
+    _write(out, f"{name}_{model}", result)
+    shutil.rmtree(config.run_dir, ignore_errors=True)  # tens of GB of checkpoint and model
 
 
 def _fmt(value, spec: str = ",.0f") -> str:
-    return format(value, spec) if isinstance(value, (int, float)) else "n/a"
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "n/a"
 
 
 def _bench_output_tokens_per_s(bench: dict) -> float | None:
@@ -219,42 +346,76 @@ def _smi_peak_gib(out: Path, model: str) -> float | None:
     return max(values) / 1024 if values else None
 
 
-def summary_rows(out: Path, model: str) -> list[tuple[str, str]]:
-    """One column of the summary table: the figures of ``model``'s phases (n/a where one failed)."""
-    built, upd, it, bench = (_read(out, f"{phase}_{model}") for phase in ("build", "update", "iteration", "vllm_bench"))
-    plan, row = upd.get("planned", {}), it.get("row", {})
-    rollout_tps = row.get("tokens") / row["rollout_time_s"] if row.get("rollout_time_s") else None
-    return [
-        ("parameters (random init)", _fmt(built.get("parameters"))),
+def _phase_cell(data: dict, text: str) -> str:
+    """A cell's text, marked where its phase did not finish."""
+    if not data:
+        return "not run"
+    return text if data.get("complete") else f"{text} (incomplete)"
+
+
+def summary_rows(out: Path, model: str, vllm: bool) -> list[tuple[str, str]]:
+    """One column of the summary table: the figures of ``model``'s phases."""
+    built, upd, it, vit, bench = (_read(out, f"{phase}_{model}")
+                                  for phase in ("build", "update", "iteration", "vllm_iteration", "vllm_bench"))
+    plan, floor = upd.get("planned", {}), upd.get("sync_floor", {})
+    vrow = vit.get("row", {})
+    no_vllm = "vLLM not installed"
+    rows = [
+        ("parameters (random init)", _phase_cell(built, _fmt(built.get("parameters")))),
+        ("sync-check floor, bf16: mean / max abs dlogp", _phase_cell(
+            upd, f"{_fmt(floor.get('mean_logprob_diff'), '.3g')} / {_fmt(floor.get('max_logprob_diff'), '.3g')}")),
         ("update: planned trainer GiB", _fmt(plan.get("trainer_gib"), ".1f")),
-        ("update: max_memory_allocated GiB", _fmt(upd.get("measured_trainer_gib"), ".1f")),
-        ("update: s / train tok/s", f"{_fmt(upd.get('seconds'), '.1f')} / {_fmt(upd.get('train_tokens_per_s'))}"),
-        ("iteration: planned peak GiB (vLLM's share)",
-         f"{_fmt(it.get('planned', {}).get('peak_gib'), '.1f')} ({_fmt(it.get('planned', {}).get('engine_gib'), '.1f')})"),
-        ("iteration: max_memory_allocated GiB (with vLLM)", _fmt(it.get("max_memory_allocated_gib"), ".1f")),
-        ("iteration: nvidia-smi high-water GiB", _fmt(_smi_peak_gib(out, model), ".1f")),
-        ("iteration: weight sync s / max abs dlogp",
-         f"{_fmt(row.get('sync_time_s'), '.2f')} / {_fmt(row.get('sync_max_logprob_diff'), '.2g')}"),
-        ("rollout: generated tok/s (ours)", _fmt(rollout_tps)),
-        ("vllm bench throughput: output tok/s", _fmt(_bench_output_tokens_per_s(bench))),
-        ("iteration: wall s (start-up, rollout, update, sync, 2 evals)", _fmt(it.get("seconds"), ".1f")),
+        ("update: max_memory_allocated GiB", _phase_cell(upd, _fmt(upd.get("measured_trainer_gib"), ".1f"))),
+        ("update: s / train tok/s", _phase_cell(
+            upd, f"{_fmt(upd.get('seconds'), '.1f')} / {_fmt(upd.get('train_tokens_per_s'))}")),
+        ("update: weights changed / micro-batch grad rel. err.", _phase_cell(
+            upd, f"{_fmt(upd.get('weights_changed_frac'), '.4f')} / {_fmt(upd.get('grad_rel_err_microbatch'), '.2g')}")),
+        ("iteration (transformers): decisions/s / tok/s", _phase_cell(
+            it, f"{_fmt(it.get('decisions_per_s'), '.1f')} / {_fmt(it.get('tokens_per_s'))}")),
+        ("iteration: update s / wall s", _phase_cell(
+            it, f"{_fmt(it.get('update_seconds'), '.1f')} / {_fmt(it.get('seconds'), '.1f')}")),
+        ("iteration: checkpoint GiB / s", _phase_cell(
+            it, f"{_fmt(it.get('checkpoint_gib'), '.2f')} / {_fmt(it.get('checkpoint_seconds'), '.1f')}")),
+        ("iteration: final_model GiB", _phase_cell(it, _fmt(it.get("final_model_gib"), ".2f"))),
+        ("iteration: planned peak / max_memory_allocated GiB", _phase_cell(
+            it, f"{_fmt(it.get('planned', {}).get('peak_gib'), '.1f')} / {_fmt(it.get('max_memory_allocated_gib'), '.1f')}")),
+    ]
+    if not vllm:
+        return rows + [(label, no_vllm) for label in (
+            "vLLM iteration: weight sync s / mean dlogp (floor)", "vLLM rollout: generated tok/s",
+            "vllm bench throughput: output tok/s")]
+    rollout_tps = vrow.get("tokens") / vrow["rollout_time_s"] if vrow.get("rollout_time_s") else None
+    return rows + [
+        ("vLLM iteration: weight sync s / mean dlogp (floor)", _phase_cell(
+            vit, f"{_fmt(vrow.get('sync_time_s'), '.2f')} / {_fmt(vrow.get('sync_mean_logprob_diff'), '.3g')} "
+                 f"({_fmt(vrow.get('sync_floor'), '.3g')})")),
+        ("vLLM rollout: generated tok/s", _phase_cell(vit, _fmt(rollout_tps))),
+        ("vllm bench throughput: output tok/s", _phase_cell(bench and {**bench, "complete": True},
+                                                            _fmt(_bench_output_tokens_per_s(bench)))),
     ]
 
 
 def summary(out: Path) -> str:
-    columns = {model: summary_rows(out, model) for model in MODELS}
+    env = _read(out, "environment")
+    vllm = bool(env.get("vllm"))
+    columns = {model: summary_rows(out, model, vllm) for model in MODELS}
     names = [name for name, _ in columns[MODELS[0]]]
     width = max(map(len, names))
     lines = [f"| {'check':<{width}} | " + " | ".join(MODELS) + " |",
              f"|{'-' * (width + 2)}|" + "|".join("-" * (len(m) + 2) for m in MODELS) + "|"]
     for k, name in enumerate(names):
         lines.append(f"| {name:<{width}} | " + " | ".join(columns[m][k][1] for m in MODELS) + " |")
+    if env:
+        lines.append("")
+        lines.append(f"{env.get('gpu', 'no GPU')}, driver {env.get('driver')}, CUDA {env.get('cuda')}; Python "
+                     f"{env.get('python')}, torch {env.get('torch')}, transformers {env.get('transformers')}, "
+                     f"peft {env.get('peft')}, vLLM {env.get('vllm') or 'not installed'}.")
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("phase", choices=("build", "shapes", "update", "iteration", "summary"))
+    parser.add_argument("phase", choices=("env", "build", "shapes", "update", "iteration", "vllm_iteration", "summary"))
     parser.add_argument("out", type=Path)
     parser.add_argument("model", nargs="?", choices=MODELS)
     parser.add_argument("--layers", type=int, help="build phase: fewer decoder layers (the CPU test)")
@@ -262,27 +423,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for the CPU test [cuda]")
     parser.add_argument("--samples", type=int, default=TASKS * GROUP, help="update phase: samples [128]")
     parser.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS, help="update phase [1500]")
+    parser.add_argument("--response-tokens", type=int, default=RESPONSE_TOKENS, help="update and iterations [512]")
+    parser.add_argument("--tasks", type=int, default=TASKS, help="iterations: tasks of 8 rollouts [16]")
     args = parser.parse_args(argv)
-    if args.phase != "summary" and args.model is None:
+    if args.phase not in ("summary", "env") and args.model is None:
         parser.error(f"the {args.phase} phase needs a MODEL: one of {', '.join(MODELS)}")
     if args.vocab is not None and args.vocab < TINY_TOKENIZER["vocab_size"]:
         parser.error(f"--vocab must be at least the tokenizer's {TINY_TOKENIZER['vocab_size']}")
-    if args.samples < 1 or args.prompt_tokens < 1:
-        parser.error("--samples and --prompt-tokens must be at least 1")
+    if args.samples < GRADIENT_SAMPLES or min(args.prompt_tokens, args.response_tokens, args.tasks) < 1:
+        parser.error(f"--samples must be at least {GRADIENT_SAMPLES}, --prompt-tokens, --response-tokens and "
+                     "--tasks at least 1")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.phase == "build":
+    if args.phase == "env":
+        environment(args.out)
+    elif args.phase == "build":
         build(args.out, args.model, args.layers, args.device, args.vocab)
     elif args.phase == "shapes":
         print(PROMPT_TOKENS, RESPONSE_TOKENS, TASKS * GROUP)
     elif args.phase == "update":
-        update(args.out, args.model, args.device, args.samples, args.prompt_tokens)
-    elif args.phase == "iteration":
-        iteration(args.out, args.model)
+        update(args.out, args.model, args.device, args.samples, args.prompt_tokens, args.response_tokens)
+    elif args.phase in ("iteration", "vllm_iteration"):
+        backend = "transformers" if args.phase == "iteration" else "vllm"
+        iteration(args.out, args.model, backend, args.device, args.tasks, args.response_tokens)
     else:
         table = summary(args.out)
         atomic_write_text(args.out / "summary.md", table + "\n")

@@ -57,58 +57,100 @@ def test_gpu_check_runs_the_recipe_at_the_issues_shapes(tmp_path, model):
 
     module = _script("gpu_check")
     _fake_build(tmp_path, model)
-    config = TrainConfig.from_dict(module.iteration_spec(tmp_path, model))
-    assert (config.rollouts.tasks_per_iteration, config.rollouts.group_size) == (16, 8)
-    assert config.policy.min_new_tokens == config.policy.max_new_tokens == 512
-    assert config.rollouts.backend == "vllm" and config.policy.device == "cuda" and config.algorithm.name == "ptgpo"
-    assert config.env.id == "ptgpo/Household-v0" and config.env.max_steps == module.ITERATION_STEPS
-    assert bool(config.policy.lora) == (model == "qwen2.5-7b") and config.optim.micro_batch_size == 8
+    for backend in ("transformers", "vllm"):
+        config = TrainConfig.from_dict(module.iteration_spec(tmp_path, model, backend))
+        assert (config.rollouts.tasks_per_iteration, config.rollouts.group_size) == (16, 8)
+        assert config.policy.min_new_tokens == config.policy.max_new_tokens == 512
+        assert config.rollouts.backend == backend and config.policy.device == "cuda"
+        assert config.algorithm.name == "ptgpo" and config.env.max_steps == module.ITERATION_STEPS
+        assert config.env.id == "ptgpo/Household-v0" and config.env_workers.backend == "processes"
+        assert bool(config.policy.lora) == (model == "qwen2.5-7b") and config.optim.micro_batch_size == 8
+        # LoRA trains at 10x full fine-tuning's rate.
+        assert config.optim.lr == (1e-5 if model == "qwen2.5-7b" else 1e-6)
+    cpu = TrainConfig.from_dict(module.iteration_spec(tmp_path, model, device="cpu", tasks=1, response_tokens=8))
+    assert cpu.env_workers.backend == "in-process" and cpu.policy.max_new_tokens == 8
     update = TrainConfig.from_dict(module.update_spec(tmp_path, model, "cuda"))
     assert update.policy.max_prompt_tokens == 1500 and update.policy.max_new_tokens == 512
     # The shipped recipe fits an H200 by the planner, next to vLLM's 35 %.
-    plan = module.planned(module.iteration_spec(tmp_path, model), "cuda", 139 * 2**30)
+    plan = module.planned(module.iteration_spec(tmp_path, model, "vllm"), "cuda", 139 * 2**30)
     assert plan["fits"] and plan["engine_gib"] == pytest.approx(0.35 * 139)
 
 
-def test_gpu_check_summary_is_one_table_with_a_column_per_model(tmp_path):
-    module = _script("gpu_check")
-    (tmp_path / "build_qwen2.5-1.5b.json").write_text(json.dumps({"parameters": 1_543_714_304}))
-    (tmp_path / "update_qwen2.5-1.5b.json").write_text(json.dumps({
-        "planned": {"trainer_gib": 40.0}, "measured_trainer_gib": 36.5, "seconds": 12.0, "train_tokens_per_s": 21000}))
-    (tmp_path / "iteration_qwen2.5-1.5b.json").write_text(json.dumps({
-        "seconds": 70.0, "max_memory_allocated_gib": 80.2, "planned": {"peak_gib": 90.0, "engine_gib": 48.7},
-        "row": {"tokens": 65536, "rollout_time_s": 4.0, "sync_time_s": 1.25, "sync_max_logprob_diff": 0.031}}))
-    (tmp_path / "vllm_bench_qwen2.5-1.5b.json").write_text(json.dumps({"tokens_per_second": 40040.0}))
-    (tmp_path / "gpu_memory_qwen2.5-1.5b.csv").write_text("1024\n92160\nbad\n")
-    lines = module.summary(tmp_path).splitlines()
+def _summary_cells(module, out: Path) -> dict[str, list[str]]:
+    lines = module.summary(out).splitlines()
     assert lines[0].split("|")[2:4] == [" qwen2.5-1.5b ", " qwen2.5-7b "]
-    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]] for line in lines[2:]}
-    assert cells["parameters (random init)"] == ["1,543,714,304", "n/a"]
-    assert cells["update: planned trainer GiB"] == ["40.0", "n/a"]
-    assert cells["update: max_memory_allocated GiB"] == ["36.5", "n/a"]
-    assert cells["iteration: planned peak GiB (vLLM's share)"][0] == "90.0 (48.7)"
-    assert cells["iteration: nvidia-smi high-water GiB"][0] == "90.0"
-    assert cells["iteration: weight sync s / max abs dlogp"][0] == "1.25 / 0.031"
-    assert cells["rollout: generated tok/s (ours)"][0] == "16,384"
+    return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]]
+            for line in lines[2:] if line.startswith("|")}
+
+
+def test_gpu_check_summary_reads_whatever_phases_left(tmp_path):
+    module = _script("gpu_check")
+    (tmp_path / "environment.json").write_text(json.dumps({"gpu": "NVIDIA H200", "vllm": None, "torch": "2.11.0"}))
+    (tmp_path / "build_qwen2.5-1.5b.json").write_text(json.dumps({"parameters": 1_543_714_304, "complete": True}))
+    (tmp_path / "update_qwen2.5-1.5b.json").write_text(json.dumps({
+        "planned": {"trainer_gib": 40.0}, "measured_trainer_gib": 36.5, "seconds": 12.0, "train_tokens_per_s": 21000,
+        "sync_floor": {"mean_logprob_diff": 0.0123, "max_logprob_diff": 0.25}, "weights_changed_frac": 0.99991,
+        "grad_rel_err_microbatch": 3.1e-3, "complete": True}))
+    # The 7B update ran out of time after its floor: what it wrote is shown, marked.
+    (tmp_path / "update_qwen2.5-7b.json").write_text(json.dumps({
+        "planned": {"trainer_gib": 60.0}, "sync_floor": {"mean_logprob_diff": 0.02, "max_logprob_diff": 0.3}}))
+    (tmp_path / "iteration_qwen2.5-1.5b.json").write_text(json.dumps({
+        "seconds": 70.0, "decisions_per_s": 3.5, "tokens_per_s": 1792.0, "update_seconds": 9.5,
+        "checkpoint_gib": 17.25, "checkpoint_seconds": 21.0, "final_model_gib": 2.88, "max_memory_allocated_gib": 80.2,
+        "planned": {"peak_gib": 90.0}, "complete": True}))
+    cells = _summary_cells(module, tmp_path)
+    assert cells["parameters (random init)"] == ["1,543,714,304", "not run"]
+    assert cells["sync-check floor, bf16: mean / max abs dlogp"] == ["0.0123 / 0.25", "0.02 / 0.3 (incomplete)"]
+    assert cells["update: max_memory_allocated GiB"] == ["36.5", "n/a (incomplete)"]
+    assert cells["update: weights changed / micro-batch grad rel. err."][0] == "0.9999 / 0.0031"
+    assert cells["iteration (transformers): decisions/s / tok/s"] == ["3.5 / 1,792", "not run"]
+    assert cells["iteration: checkpoint GiB / s"][0] == "17.25 / 21.0"
+    assert cells["iteration: planned peak / max_memory_allocated GiB"][0] == "90.0 / 80.2"
+    assert cells["vllm bench throughput: output tok/s"] == ["vLLM not installed"] * 2
+    assert "NVIDIA H200" in module.summary(tmp_path).splitlines()[-1]
+
+
+def test_gpu_check_summary_with_vllm_reads_its_bench_and_sync(tmp_path):
+    module = _script("gpu_check")
+    (tmp_path / "environment.json").write_text(json.dumps({"vllm": "0.34.0"}))
+    (tmp_path / "vllm_iteration_qwen2.5-1.5b.json").write_text(json.dumps({"complete": True, "row": {
+        "tokens": 65536, "rollout_time_s": 4.0, "sync_time_s": 1.25, "sync_mean_logprob_diff": 0.031,
+        "sync_floor": 0.02}}))
+    (tmp_path / "vllm_bench_qwen2.5-1.5b.json").write_text(json.dumps({"tokens_per_second": 40040.0}))
+    cells = _summary_cells(module, tmp_path)
+    assert cells["vLLM iteration: weight sync s / mean dlogp (floor)"][0] == "1.25 / 0.031 (0.02)"
+    assert cells["vLLM rollout: generated tok/s"][0] == "16,384"
     # vllm bench's total tokens/s, 512 of every 2,012 tokens generated.
-    assert cells["vllm bench throughput: output tok/s"][0] == "10,189"
+    assert cells["vllm bench throughput: output tok/s"] == ["10,189", "not run"]
 
 
-def test_gpu_check_builds_and_updates_a_one_layer_model_on_the_cpu(tmp_path, monkeypatch):
+def test_gpu_check_phases_run_on_a_one_layer_model_on_the_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     module = _script("gpu_check")
     out = tmp_path / "out"
-    assert module.main(["build", str(out), "qwen2.5-1.5b", "--layers", "1", "--vocab", "8192", "--device", "cpu"]) == 0
-    built = json.loads((out / "build_qwen2.5-1.5b.json").read_text())
+    assert module.main(["build", str(out), "qwen2.5-7b", "--layers", "1", "--vocab", "8192", "--device", "cpu"]) == 0
+    built = json.loads((out / "build_qwen2.5-7b.json").read_text())
     folder = Path(built["path"])
     assert built["layers"] == 1 and (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
-    assert json.loads((folder / "config.json").read_text())["hidden_size"] == 1536
-    assert module.main(["update", str(out), "qwen2.5-1.5b", "--device", "cpu", "--samples", "2",
-                        "--prompt-tokens", "16"]) == 0
-    update = json.loads((out / "update_qwen2.5-1.5b.json").read_text())
-    assert update["updates"] == 1 and update["train_tokens"] == 2 * (16 + 512)
-    assert update["measured_trainer_gib"] is None and update["planned"]["trainer_gib"] > 0
-    assert "micro-batch 8 x 528 tokens" in update["planned"]["table"]
+    assert json.loads((folder / "config.json").read_text())["hidden_size"] == 3584
+    assert module.main(["update", str(out), "qwen2.5-7b", "--device", "cpu", "--samples", "8",
+                        "--prompt-tokens", "16", "--response-tokens", "8"]) == 0
+    update = json.loads((out / "update_qwen2.5-7b.json").read_text())
+    assert update["complete"] and update["lora"] and update["updates"] == 1
+    assert update["train_tokens"] == 8 * (16 + 8) and update["measured_trainer_gib"] is None
+    assert "micro-batch 8 x 24 tokens" in update["planned"]["table"]
+    # float32 on the CPU: cached decoding and one forward pass agree to rounding.
+    assert update["sync_floor"]["tokens"] == 32 and update["sync_floor"]["mean_logprob_diff"] < 1e-3
+    assert update["grad_rel_err_microbatch"] < 1e-4 and update["weights_changed_frac"] > 0.5
+    assert module.main(["iteration", str(out), "qwen2.5-7b", "--device", "cpu", "--tasks", "1",
+                        "--response-tokens", "4"]) == 0
+    iteration = json.loads((out / "iteration_qwen2.5-7b.json").read_text())
+    assert iteration["complete"] and iteration["row"]["decisions"] > 0 and iteration["tokens_per_s"] > 0
+    assert iteration["checkpoint_gib"] > 0 and iteration["checkpoint_seconds"] > 0
+    # A LoRA run's final model is its adapters, not a merged copy of the base.
+    assert "adapter_config.json" in iteration["final_model_files"]
+    assert "model.safetensors" not in iteration["final_model_files"]
+    assert not (out / "run_transformers_qwen2.5-7b").exists()  # its tens of GB are removed
 
 
 def test_gpu_check_refuses_a_phase_without_its_model(capsys):
@@ -120,3 +162,63 @@ def test_gpu_check_refuses_a_phase_without_its_model(capsys):
 
 def test_gpu_check_shell_script_parses():
     assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu_check.sh")]).returncode == 0
+
+
+def test_gpu_check_refuses_unknown_options_before_any_work(tmp_path):
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--fast", str(tmp_path / "out")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "usage: bash scripts/gpu_check.sh" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------------------- wheelhouse
+def test_wheelhouse_reads_names_and_pip_freeze_lines(tmp_path):
+    module = _script("wheelhouse")
+    have = tmp_path / "have.txt"
+    have.write_text("# the node\nPyYAML==6.0.2\ntorch==2.11.0+cu130\nstable_baselines3\n"
+                    "ptgpo @ file:///src\n-e git+https://x/y#egg=z\n\n")
+    assert module.read_have(have) == {"pyyaml", "torch", "stable-baselines3", "ptgpo"}
+    have.write_text("torch\n!!!\n")
+    with pytest.raises(SystemExit, match=r"have.txt:2: expected a distribution name"):
+        module.read_have(have)
+
+
+def test_wheelhouse_collects_what_the_node_lacks_and_not_what_its_packages_bring():
+    module = _script("wheelhouse")
+    metadata = {
+        "gymnasium": {"version": "1.4.0", "requires_dist": ["numpy>=1.21", "cloudpickle", "farama-notifications",
+                                                            "pytest; extra == 'testing'"]},
+        "stable-baselines3": {"version": "2.9.2", "requires_dist": ["gymnasium>=0.29", "torch>=2.3", "pandas"]},
+        "minigrid": {"version": "3.2.0", "requires_dist": ["pygame-ce>=2.4", "tomli; python_version < '3.11'"]},
+        "torch": {"version": "2.7.1", "requires_dist": ["nvidia-cudnn-cu12; platform_system == 'Linux'"]},
+        "pygame-ce": {"version": "2.5.8"}, "farama-notifications": {"version": "0.0.6"},
+        "tomli": {"version": "2.0"}, "nvidia-cudnn-cu12": {"version": "9"}, "numpy": {"version": "2"},
+    }
+    have = {"torch", "numpy", "cloudpickle", "pandas", "transformers"}
+    requirements = ["gymnasium>=1.0", "stable-baselines3>=2.3", "minigrid>=3.0"]
+    assert module.closure(requirements, metadata, have, "3.12") == [
+        "gymnasium", "stable-baselines3", "minigrid", "farama-notifications", "pygame-ce"]
+    # tomli only below Python 3.11; torch's CUDA libraries never (the node's torch brings its own).
+    assert "tomli" in module.closure(requirements, metadata, have, "3.10")
+    assert module.missing(["torch>=2.3", "PyYAML>=6", "bm25s>=0.3"], {"torch", "pyyaml"}) == ["bm25s>=0.3"]
+
+
+def test_the_gpu_nodes_lack_only_pure_python_dependencies_and_pygame():
+    module = _script("wheelhouse")
+    lacking = {module.requirement_name(r) for r in module.missing(module.project_requirements(),
+                                                                  module.read_have(module.DEFAULT_HAVE))}
+    assert lacking == {"gymnasium", "stable-baselines3", "bm25s", "minigrid"}
+    # The floors the code needs: from_pretrained(dtype=) arrived in transformers 4.56.
+    assert "transformers>=4.56" in module.project_requirements()
+
+
+def test_make_wheelhouse_refuses_bad_arguments_before_any_download(tmp_path):
+    script = str(ROOT / "scripts" / "make_wheelhouse.sh")
+    assert subprocess.run(["bash", script], capture_output=True).returncode == 2
+    result = subprocess.run(["bash", script, str(tmp_path / "w"), "--python-version", "twelve"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "--python-version: expected a CPython version" in result.stderr
+    result = subprocess.run(["bash", script, str(tmp_path / "w"), "--have", str(tmp_path / "none.txt")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "none.txt is not a file" in result.stderr
+    assert not (tmp_path / "w").exists()

@@ -192,3 +192,62 @@ def test_full_model_reference_is_a_frozen_copy(tiny_path):
     assert not any(p.requires_grad for p in reference.model.parameters())
     assert math.isclose(sum(p.numel() for p in reference.model.parameters()),
                         sum(p.numel() for p in policy.model.parameters()))
+
+
+# ----------------------------------------------------------------------------- saved models
+def test_a_lora_policy_saves_its_float32_adapters_and_loads_them_back_on_its_base(tiny_path, tmp_path):
+    policy = load_policy(tiny_path, mode="generate", max_new_tokens=8, lora={"r": 4, "alpha": 8},
+                         precision=precision_for("cuda", "bfloat16"))
+    with torch.no_grad():
+        for name, parameter in policy.named_trainable().items():
+            if "lora_B" in name:
+                parameter.normal_(0.0, 1e-4)  # a small trained delta: a bf16 merge would round most of it away
+    policy.save_pretrained(tmp_path / "final_model")
+    files = {p.name for p in (tmp_path / "final_model").iterdir()}
+    assert "adapter_config.json" in files and "model.safetensors" not in files  # no merged copy of the base
+    loaded = load_policy(tmp_path / "final_model", mode="generate", max_new_tokens=8,
+                         precision=precision_for("cuda", "bfloat16"))
+    assert loaded.has_adapters and loaded.max_new_tokens == 8
+    saved = {n.replace(".default", ""): p for n, p in policy.named_trainable().items()}
+    restored = {n.replace(".default", ""): p for n, p in loaded.named_trainable().items()}
+    assert saved.keys() == restored.keys() and all(p.dtype == torch.float32 for p in restored.values())
+    assert all(torch.equal(saved[n].detach(), restored[n].detach()) for n in saved)
+    frozen = [p for p in loaded.model.parameters() if not p.requires_grad]
+    assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)
+
+
+def test_adapters_without_a_base_name_are_refused_naming_the_file(tmp_path):
+    folder = tmp_path / "adapters"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text('{"r": 4}')
+    with pytest.raises(ValueError, match=r"adapter_config.json: names no base_model_name_or_path"):
+        load_policy(folder, mode="generate")
+
+
+def test_a_fully_trained_policy_is_saved_at_its_compute_dtype(tiny_path, tmp_path):
+    from safetensors import safe_open
+
+    gpu = load_policy(tiny_path, mode="generate", max_new_tokens=6, precision=precision_for("cuda", "bfloat16"))
+    gpu.save_pretrained(tmp_path / "bf16")
+    cpu = load_policy(tiny_path, mode="generate", max_new_tokens=6)
+    cpu.save_pretrained(tmp_path / "fp32")
+    for folder, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        with safe_open(str(tmp_path / folder / "model.safetensors"), "pt") as handle:
+            assert {handle.get_tensor(k).dtype for k in handle.keys()} == {dtype}
+    assert all(p.dtype == torch.float32 for p in gpu.parameters())  # the masters stay float32
+    reloaded = load_policy(tmp_path / "bf16", mode="generate")
+    expected = {n: p.detach().to(torch.bfloat16).float() for n, p in gpu.named_trainable().items()}
+    assert all(torch.equal(p.detach(), expected[n]) for n, p in reloaded.named_trainable().items())
+
+
+# ----------------------------------------------------------------------------- the sync check's floor
+def test_the_transformers_sync_statistic_is_rounding_in_float32_and_larger_under_bf16(tiny_path):
+    prompts = [[1, 2, 3, 4, 5], [7, 8, 9], [11, 12, 13, 14]]
+    cpu = load_policy(tiny_path, mode="generate", max_new_tokens=8)
+    report = cpu.verify_sync(cpu, prompts, max_tokens=32)
+    assert [len(t) for t in report.tokens] == [32, 32, 32]
+    assert report.mean_logprob_diff < 1e-4
+    bf16 = load_policy(tiny_path, mode="generate", max_new_tokens=8, precision=precision_for("cuda", "bfloat16"))
+    bf16.autocast_dtype = torch.bfloat16  # the GPU's compute dtype, rehearsed on the CPU
+    noisy = bf16.verify_sync(cpu, prompts, max_tokens=32)
+    assert noisy.mean_logprob_diff > 10 * report.mean_logprob_diff

@@ -53,8 +53,10 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
         stop = {} if iterations is not None else {"total_decisions": env_budget}
         for method in config.methods:
             for seed in config.seeds:
-                spec = merge_overrides(merge_overrides({"iterations": iterations or _UNCAPPED_ITERATIONS},
-                                                       config.policy), method.train)
+                # A finished cell's checkpoint (18.5 GB for a fully trained 1.5B model) is removed unless
+                # the policy section keeps it: a benchmark's disk holds final models, not optimiser states.
+                spec = merge_overrides(merge_overrides({"iterations": iterations or _UNCAPPED_ITERATIONS,
+                                                        "keep_checkpoint": False}, config.policy), method.train)
                 spec.update({
                     "env_id": env.id,
                     "env_kwargs": env.kwargs,

@@ -24,9 +24,11 @@ from ptgpo_envs.plugins import Registry
 
 if TYPE_CHECKING:
     from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.data import Batch
 
-__all__ = ["ROLLOUT_BACKENDS", "SYNC_TOLERANCE", "WeightSyncError", "build_policy", "build_rollout_policy",
-           "push_weights", "sync_tolerance", "sync_weights"]
+__all__ = ["ROLLOUT_BACKENDS", "SYNC_FLOOR_MULTIPLE", "SYNC_MIN_TOLERANCE", "SYNC_PROMPTS", "SYNC_TOKENS",
+           "WeightSyncError", "build_policy", "build_rollout_policy",
+           "push_weights", "sync_prompts", "sync_tolerance", "sync_weights"]
 
 #: Rollout backends by name: ``build(trainable_policy, config, device) -> RolloutPolicy``.
 ROLLOUT_BACKENDS: Registry[Callable[[Any, "TrainConfig", str], Any]] = Registry(
@@ -120,21 +122,40 @@ class WeightSyncError(RuntimeError):
     """The rollout engine does not act like the trained model after a weight sync."""
 
 
-#: The mean |log-probability difference| a sync may leave, by the coarser compute dtype of the trainer and
-#: the engine: in float32 both agree to rounding; bf16 kernels differ by far more.
-SYNC_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1}
+#: Prompts a sync check samples from and tokens per prompt (one engine decode, one trainer forward pass).
+SYNC_PROMPTS, SYNC_TOKENS = 4, 32
+#: A sync check fails when the mean |log-probability difference| exceeds this multiple of its noise
+#: floor, measured before the run's first update in this process, when engine and trainer hold the same
+#: weights: the two compute paths' own disagreement (bf16 kernels: ~1e-2; float32: ~1e-6).
+SYNC_FLOOR_MULTIPLE = 4.0
+#: ... and never below this: a float32 floor of ~1e-6 would otherwise fail on rounding.
+SYNC_MIN_TOLERANCE = 1e-3
 
 
-def sync_tolerance(config: TrainConfig, device: str) -> float:
-    """``rollouts.sync_tolerance``, else :data:`SYNC_TOLERANCE` at the coarser of the trainer's compute
-    dtype and the engine's."""
-    from ptgpo_algos.policy.precision import precision_for
-
+def sync_tolerance(config: TrainConfig, floor: float) -> float:
+    """``rollouts.sync_tolerance`` when given, else :data:`SYNC_FLOOR_MULTIPLE` x the measured ``floor``
+    (at least :data:`SYNC_MIN_TOLERANCE`)."""
     if config.rollouts.sync_tolerance is not None:
         return config.rollouts.sync_tolerance
-    trainer = precision_for(device, config.policy.dtype).compute
-    engine = str(config.rollouts.vllm.get("dtype", "float32" if device == "cpu" else trainer))
-    return max(SYNC_TOLERANCE.get(trainer, 0.1), SYNC_TOLERANCE.get(engine.replace("torch.", ""), 0.1))
+    return max(SYNC_FLOOR_MULTIPLE * floor, SYNC_MIN_TOLERANCE)
+
+
+def sync_prompts(batch: Batch) -> list[list[int]]:
+    """Up to :data:`SYNC_PROMPTS` distinct prompts of ``batch``'s steps, taken from its groups in turn
+    (other tasks first, then more of the same ones)."""
+    groups = []
+    for group in batch:
+        distinct: list[list[int]] = []
+        for prompt in (list(step.decision.prompt_ids) for trajectory in group for step in trajectory.steps):
+            if prompt not in distinct:
+                distinct.append(prompt)
+        groups.append(distinct)
+    prompts: list[list[int]] = []
+    for ordinal in range(max(map(len, groups), default=0)):
+        for distinct in groups:
+            if ordinal < len(distinct) and distinct[ordinal] not in prompts and len(prompts) < SYNC_PROMPTS:
+                prompts.append(distinct[ordinal])
+    return prompts
 
 
 def push_weights(rollout_policy, policy) -> dict[str, Any]:
@@ -149,10 +170,12 @@ def push_weights(rollout_policy, policy) -> dict[str, Any]:
     return rollout_policy.load_weights(policy.export_weights(), **keywords) or {}
 
 
-def sync_weights(rollout_policy, policy, prompts: Sequence[Sequence[int]], tolerance: float) -> dict[str, Any]:
+def sync_weights(rollout_policy, policy, prompts: Sequence[Sequence[int]], floor: float,
+                 tolerance: float) -> dict[str, Any]:
     """Push ``policy``'s weights into the rollout engine, then check that the trainer scores the
-    engine's own sampled tokens on ``prompts`` as the engine does (one engine decode, one trainer
-    forward pass): the mean |log-probability difference| must be within ``tolerance``.
+    engine's own sampled tokens on ``prompts`` as the engine does (:data:`SYNC_TOKENS` each): the mean
+    |log-probability difference| must be within ``tolerance`` (see :func:`sync_tolerance`; ``floor`` is
+    logged beside it).
 
     A sync that silently leaves part of the engine stale (the LM head of a tied-embedding model is the
     known case, or adapters that never arrived) would make the run sample from other weights than it
@@ -161,12 +184,14 @@ def sync_weights(rollout_policy, policy, prompts: Sequence[Sequence[int]], toler
     start = time.perf_counter()
     pushed = push_weights(rollout_policy, policy)
     sync_time = time.perf_counter() - start
-    report = rollout_policy.verify_sync(policy, prompts, max_tokens=8)
+    report = rollout_policy.verify_sync(policy, prompts, max_tokens=SYNC_TOKENS)
     if report.mean_logprob_diff > tolerance:
         raise WeightSyncError(
             f"after the weight sync the trainer's log-probabilities of the engine's own sampled tokens differ "
-            f"from the engine's by {report.mean_logprob_diff:.3g} on average (> sync_tolerance {tolerance}; "
-            f"largest {report.max_logprob_diff:.3g}); engine tokens {report.tokens}"
+            f"from the engine's by {report.mean_logprob_diff:.3g} on average (> tolerance {tolerance:.3g}: "
+            f"{SYNC_FLOOR_MULTIPLE:g} x the noise floor {floor:.3g} measured before the first update, or "
+            f"rollouts.sync_tolerance; largest {report.max_logprob_diff:.3g}); engine tokens {report.tokens[:1]}"
         )
     return {"sync_time_s": sync_time, "sync_mean_logprob_diff": report.mean_logprob_diff,
-            "sync_max_logprob_diff": report.max_logprob_diff, **{f"sync_{k}": v for k, v in pushed.items()}}
+            "sync_max_logprob_diff": report.max_logprob_diff, "sync_floor": floor, "sync_tolerance": tolerance,
+            **{f"sync_{k}": v for k, v in pushed.items()}}

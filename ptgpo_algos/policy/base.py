@@ -40,6 +40,7 @@ __all__ = [
     "ACTION_MODES",
     "SCORE_MODES",
     "ScoredBatch",
+    "SyncReport",
     "RolloutPolicy",
     "TrainablePolicy",
     "Policy",
@@ -59,6 +60,34 @@ def check_sampling_settings(mode: str, score: str, temperature: float) -> None:
         raise ValueError(f"score must be one of {SCORE_MODES}, got {score!r}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+
+
+@dataclass
+class SyncReport:
+    """The outcome of a sync check (``verify_sync``): the engine's sampled ``tokens``, its and the
+    trainer's log-probabilities of them, and their mean and largest absolute differences."""
+
+    mean_logprob_diff: float
+    max_logprob_diff: float
+    tokens: list[list[int]]
+    engine_logprobs: list[list[float]]
+    trainer_logprobs: list[list[float]]
+
+    @classmethod
+    def compare(cls, sampled: Sequence[tuple[list[int], list[float]]], reference: Any,
+                prompts: Sequence[Sequence[int]]) -> "SyncReport":
+        """Have ``reference`` (the trainer's policy: ``response_logprobs``) score the engine's ``sampled``
+        ``(tokens, log-probabilities)`` of ``prompts``; no second decode."""
+        tokens = [t for t, _ in sampled]
+        engine = [lp for _, lp in sampled]
+        trainer = reference.response_logprobs(prompts, tokens, temperature=1.0)
+        diffs = [abs(a - b) for row_e, row_t in zip(engine, trainer) for a, b in zip(row_e, row_t)]
+        return cls(mean_logprob_diff=sum(diffs) / max(1, len(diffs)), max_logprob_diff=max(diffs, default=0.0),
+                   tokens=tokens, engine_logprobs=engine, trainer_logprobs=trainer)
+
+    def ok(self, tolerance: float = 1e-3) -> bool:
+        """Whether the mean log-probability difference is within ``tolerance``."""
+        return self.mean_logprob_diff <= tolerance
 
 
 def call_temperature(mode: str, score: str, own: float, override: float | None) -> float:

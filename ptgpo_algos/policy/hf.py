@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ptgpo_algos.data import Context, Decision
-from ptgpo_algos.policy.base import ScoredBatch, call_temperature, check_sampling_settings
+from ptgpo_algos.policy.base import ScoredBatch, SyncReport, call_temperature, check_sampling_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.precision import Precision, precision_for
 from ptgpo_algos.policy.prompts import PromptBuilder
@@ -61,29 +61,29 @@ def load_model_and_tokenizer(
 
     Weights are stored as ``precision`` says (default: :func:`~ptgpo_algos.policy.precision.precision_for`
     the device and dtype): the trainable ones in float32, a LoRA model's frozen base at the compute
-    dtype. Passing a GPU's precision on a CPU rehearses the GPU path there (slowly).
+    dtype. Passing a GPU's precision on a CPU rehearses the GPU path there (slowly). A folder of saved
+    LoRA adapters (:data:`ADAPTER_CONFIG`) loads its base model with those adapters, trainable.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ptgpo_algos.policy.tiny import TINY_MARKER, load_tiny_tokenizer
+    from transformers import AutoModelForCausalLM
 
     path = Path(name_or_path)
-    if (path / TINY_MARKER).exists():
-        tokenizer = load_tiny_tokenizer(path)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    adapters = (path / ADAPTER_CONFIG).exists()
+    base_name = _adapter_base(path) if adapters else str(name_or_path)
+    tokenizer = _load_tokenizer(path if not adapters or (path / "tokenizer_config.json").exists() else base_name)
     precision = precision or precision_for(device, dtype)
-    stored = precision.frozen if lora else precision.trainable
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=getattr(torch, stored))
+    stored = precision.frozen if lora or adapters else precision.trainable
+    model = AutoModelForCausalLM.from_pretrained(base_name, dtype=getattr(torch, stored))
     model.to(device)
     if gradient_checkpointing:
         # transformers 5.x renamed it; 4.x only has the old name.
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
         model.config.use_cache = False
-    if lora:
+    if adapters:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(path), is_trainable=True)
+    elif lora:
         from peft import LoraConfig, get_peft_model
 
         config = LoraConfig(
@@ -94,10 +94,36 @@ def load_model_and_tokenizer(
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, config)
+    if lora or adapters:
         for parameter in model.parameters():
             if parameter.requires_grad:
                 parameter.data = parameter.data.float()
     return model, tokenizer
+
+
+#: What a saved LoRA policy's folder holds instead of full weights (peft's adapter format).
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def _adapter_base(path: Path) -> str:
+    """The base model a folder of saved adapters names."""
+    base = json.loads((path / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{path / ADAPTER_CONFIG}: names no base_model_name_or_path, so the adapters have no model "
+                         "to go on; write the base model's folder or hub name there")
+    return str(base)
+
+
+def _load_tokenizer(name_or_path: str | Path):
+    from transformers import AutoTokenizer
+
+    from ptgpo_algos.policy.tiny import TINY_MARKER, load_tiny_tokenizer
+
+    path = Path(name_or_path)
+    tokenizer = load_tiny_tokenizer(path) if (path / TINY_MARKER).exists() else AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def _left_pad(rows: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,6 +151,23 @@ def _distinct(items, key) -> tuple[list[int], list[int]]:
             first.append(i)
         index.append(j)
     return index, first
+
+
+def _device_generator(generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    """The generator token sampling draws from on ``device``: ``generator`` itself on a CPU; on an
+    accelerator one of its own, seeded from ``generator``, so that a vocabulary's probabilities
+    never cross to the host at every token (151,936 x rows floats a step)."""
+    if device.type == "cpu" or generator is None:
+        return generator
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _sample(logp: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of ``logp`` (``(rows, vocabulary)`` log-probabilities), on ``logp``'s device."""
+    if generator is not None and generator.device != logp.device:
+        return torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(-1).to(logp.device)
+    return torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
 
 
 def _right_pad(rows: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,6 +400,7 @@ class CausalLMPolicy:
         return decisions
 
     def _decide_generate(self, prompts, greedy, generator, temperature) -> list[Decision]:
+        sampler = _device_generator(generator, self.device)
         ids, mask = _left_pad(prompts, self.pad_id, self.device)
         logits, cache = _forward(
             self.model, input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True, logits_to_keep=1
@@ -379,16 +423,18 @@ class CausalLMPolicy:
             if greedy:
                 tokens = logp.argmax(-1)
             else:
-                tokens = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(-1).to(logp.device)
+                tokens = _sample(logp, sampler)
             chosen = logp.gather(-1, tokens[:, None]).squeeze(-1)
             entropy = -(logp.exp() * logp).nan_to_num(0.0).sum(-1)  # a masked token: 0 * -inf
+            # One device-to-host copy per step, not one per row: on a GPU each row's read is a sync.
+            step_tokens, step_logprobs, step_entropies = tokens.tolist(), chosen.tolist(), entropy.tolist()
             for i in range(batch):
                 if done[i]:
                     continue
-                token = int(tokens[i])
+                token = step_tokens[i]
                 generated[i].append(token)
-                logprobs[i].append(float(chosen[i]))
-                entropies[i].append(float(entropy[i]))
+                logprobs[i].append(step_logprobs[i])
+                entropies[i].append(step_entropies[i])
                 if not early and (token == self.eos_id or ACTION_STOP in self.tokenizer.decode(generated[i][-8:])):
                     done[i] = True
             if all(done):
@@ -408,6 +454,40 @@ class CausalLMPolicy:
             )
             logits = logits[:, -1, :]
         return [self._generated_decision(*row) for row in zip(prompts, generated, logprobs, entropies)]
+
+    def sample_tokens(self, prompts: Sequence[Sequence[int]], max_tokens: int,
+                      seed: int = 0) -> list[tuple[list[int], list[float]]]:
+        """``max_tokens`` tokens per prompt sampled at temperature 1 through the generation path (the
+        KV cache, end of text ignored) and their log-probabilities: the rollout side of a sync check."""
+        self.model.eval()
+        sampler = _device_generator(torch.Generator().manual_seed(seed), self.device)
+        ids, mask = _left_pad(prompts, self.pad_id, self.device)
+        position = _positions(mask)[:, -1]
+        sampled: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        with torch.no_grad(), self.computing():
+            logits, cache = _forward(self.model, input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
+                                     use_cache=True, logits_to_keep=1)
+            for step in range(max_tokens):
+                logp = F.log_softmax(logits[:, -1, :].float(), dim=-1)
+                tokens = _sample(logp, sampler)
+                chosen = logp.gather(-1, tokens[:, None]).squeeze(-1)
+                for row, row_logprobs, token, value in zip(sampled, logprobs, tokens.tolist(), chosen.tolist()):
+                    row.append(token)
+                    row_logprobs.append(value)
+                if step + 1 == max_tokens:
+                    break
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                position = position + 1
+                logits, cache = _forward(self.model, cache, input_ids=tokens[:, None], attention_mask=mask,
+                                         position_ids=position[:, None], use_cache=True)
+        return list(zip(sampled, logprobs))
+
+    def verify_sync(self, reference: Any, prompts: Sequence[Sequence[int]], max_tokens: int = 32) -> SyncReport:
+        """The sync check's statistic between this policy's generation path and ``reference``'s scoring
+        (:meth:`response_logprobs`): with the same weights on both sides, the noise floor of the two
+        compute paths (cached decoding against one full forward pass) at the policy's precision."""
+        return SyncReport.compare(self.sample_tokens(prompts, max_tokens), reference, prompts)
 
     def _generated_decision(self, prompt: list[int], tokens: list[int], logprobs: list[float],
                             entropies: list[float]) -> Decision:
@@ -686,12 +766,19 @@ class CausalLMPolicy:
         return clone
 
     def save_pretrained(self, folder: str | Path) -> None:
-        """Save model (LoRA merged) and tokenizer, with the acting settings in ``ptgpo_policy.json``."""
+        """Save the model and tokenizer, with the acting settings in ``ptgpo_policy.json``.
+
+        A LoRA policy saves its adapters alone (float32, peft's format, the base model's name in
+        ``adapter_config.json``): merging them into a bf16 base would round small trained deltas away,
+        and a merged 7B model weighs 15 GB. A fully trained model is saved at its compute dtype (bf16 on
+        GPUs: half the float32 masters' size), as it is served."""
         folder = Path(folder)
-        model = self.model
-        if hasattr(model, "merge_and_unload"):
-            model = copy.deepcopy(model).merge_and_unload()
-        model.save_pretrained(folder)
+        if self.has_adapters:
+            self.model.save_pretrained(folder)
+        else:
+            dtype = self.autocast_dtype
+            state = None if dtype is None else {k: v.detach().to(dtype) for k, v in self.model.state_dict().items()}
+            self.model.save_pretrained(folder, state_dict=state)
         self.tokenizer.save_pretrained(folder)
         from ptgpo_algos.policy.tiny import TINY_MARKER
 

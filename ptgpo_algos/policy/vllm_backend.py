@@ -40,12 +40,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ptgpo_algos.data import Context, Decision
-from ptgpo_algos.policy.base import call_temperature, check_sampling_settings
+from ptgpo_algos.policy.base import SyncReport, call_temperature, check_sampling_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
 from ptgpo_algos.policy.templates import PromptTemplate
@@ -74,22 +73,6 @@ def _reload_worker_weights(worker: Any, address: str, authkey: bytes, aliases: d
 
     worker.reload_weights(weights_iterator=with_aliases(receive_weights(address, authkey), aliases))
     return True
-
-
-@dataclass
-class SyncReport:
-    """The outcome of :meth:`VLLMPolicy.verify_sync`: the engine's sampled ``tokens``, its and the
-    trainer's log-probabilities of them, and their mean and largest absolute differences."""
-
-    mean_logprob_diff: float
-    max_logprob_diff: float
-    tokens: list[list[int]]
-    engine_logprobs: list[list[float]]
-    trainer_logprobs: list[list[float]]
-
-    def ok(self, tolerance: float = 1e-3) -> bool:
-        """Whether the mean log-probability difference is within ``tolerance``."""
-        return self.mean_logprob_diff <= tolerance
 
 
 class VLLMPolicy:
@@ -345,18 +328,10 @@ class VLLMPolicy:
             result.append((tokens, [completion.logprobs[k][t].logprob for k, t in enumerate(tokens)]))
         return result
 
-    def verify_sync(self, reference: Any, prompts: Sequence[Sequence[int]], max_tokens: int = 8) -> SyncReport:
+    def verify_sync(self, reference: Any, prompts: Sequence[Sequence[int]], max_tokens: int = 32) -> SyncReport:
         """Sample ``max_tokens`` tokens per prompt with the engine and have ``reference`` (the trainer's
         policy: ``response_logprobs``) score the same tokens; no second decode."""
-        sampled = self.sample_tokens(prompts, max_tokens)
-        tokens = [t for t, _ in sampled]
-        engine = [lp for _, lp in sampled]
-        trainer = reference.response_logprobs(prompts, tokens, temperature=1.0)
-        diffs = [abs(a - b) for row_e, row_t in zip(engine, trainer) for a, b in zip(row_e, row_t)]
-        return SyncReport(
-            mean_logprob_diff=sum(diffs) / max(1, len(diffs)), max_logprob_diff=max(diffs, default=0.0),
-            tokens=tokens, engine_logprobs=engine, trainer_logprobs=trainer,
-        )
+        return SyncReport.compare(self.sample_tokens(prompts, max_tokens), reference, prompts)
 
     def prefix_cache_stats(self) -> dict[str, int]:
         """Cumulative prefix-cache ``queries`` and ``hits`` (in tokens) of the engine."""
