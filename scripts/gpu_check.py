@@ -24,9 +24,11 @@ the suite's environments' text; the model keeps Qwen2.5's vocabulary, so the out
   planner's trainer figure, seconds, the share of weights changed; (3) the micro-batched gradient of 8
   samples against one pass over them.
 * ``iteration``: the recipe's PTGPO cell for one iteration on ``ptgpo/Household-v0`` (the ALFWorld-like
-  environment that needs no game files) with the transformers rollout backend, responses forced to 512
-  tokens, episodes of :data:`ITERATION_STEPS` steps: decisions/s, tokens/s, update seconds, the
-  checkpoint's size and write time, ``final_model/``'s size; then the run folder is removed.
+  environment that needs no game files) with the transformers rollout backend, responses forced to
+  :data:`TRANSFORMERS_RESPONSE_TOKENS` tokens, episodes of :data:`ITERATION_STEPS` steps, one
+  evaluation episode: decisions/s, tokens/s, update seconds, the checkpoint's size and write time,
+  ``final_model/``'s size; its JSON also records each evaluation and the iteration's row as they
+  happen. The run folder is removed at the end.
 * ``vllm_iteration`` and ``vllm bench throughput`` (gpu_check.sh) need vLLM: rollout tokens/s, the
   weight sync's time and its check against its floor.
 
@@ -51,6 +53,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from ptgpo_algos.callbacks import Callback  # noqa: E402
 from ptgpo_algos.files import atomic_write_text  # noqa: E402
 
 MODELS = ("qwen2.5-1.5b", "qwen2.5-7b")
@@ -58,6 +61,10 @@ MODELS = ("qwen2.5-1.5b", "qwen2.5-7b")
 TASKS, GROUP, PROMPT_TOKENS, RESPONSE_TOKENS = 16, 8, 1500, 512
 #: Steps per episode in the iteration phases (the recipe's 50 would take an hour at 512 tokens).
 ITERATION_STEPS = 2
+#: Forced response length of the transformers iteration: its cached decoding ran at ~20-50 ms a token
+#: step on an H200 (fp32 masters cast to bf16 at every step), so 512 tokens over the tree's rounds and
+#: two evaluations outran a 2-minute limit; vLLM's iteration keeps the recipe's 512.
+TRANSFORMERS_RESPONSE_TOKENS = 64
 #: Samples of the micro-batch gradient check (cut into micro-batches of 2, against one pass).
 GRADIENT_SAMPLES, GRADIENT_MICRO_BATCH = 8, 2
 GIB = 2**30
@@ -281,35 +288,59 @@ def iteration_spec(out: Path, model: str, backend: str = "transformers", device:
         model=_read(out, f"build_{model}")["path"], env_id="ptgpo/Household-v0", env_kwargs={"difficulty": "hard"},
         max_steps=ITERATION_STEPS, max_new_tokens=response_tokens, min_new_tokens=response_tokens, iterations=1,
         tasks_per_iteration=tasks,
-        eval_every=1, eval_seeds=[10**6, 10**6 + 1], eval_batch_size=2, checkpoint_every=1, device=device,
+        eval_every=1, eval_seeds=[10**6], eval_batch_size=1, checkpoint_every=1, device=device,
         rollout_backend=backend, out_dir=str(out / f"run_{backend}_{model}"),
-        # The CPU test's two cores cannot hold the recipe's environment workers beside the model.
-        **({"env_workers": {"backend": "in-process"}} if device == "cpu" else {})))
+        # The CPU test's two cores hold neither the recipe's environment workers beside the model nor
+        # full prompts through a 7B-wide layer: prompts are cut to their last 96 tokens there.
+        **({"env_workers": {"backend": "in-process"}, "max_prompt_tokens": 96} if device == "cpu" else {})))
 
 
 def _folder_gib(path: Path) -> float | None:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / GIB if path.exists() else None
 
 
+class _Progress(Callback):
+    """Writes what an iteration phase has seen so far (evaluations, the iteration's row) to its JSON, so
+    that a phase stopped by its time limit still says where its time went."""
+
+    def __init__(self, out: Path, name: str, start: float):
+        self.out, self.name, self.start, self.seen = out, name, start, {"evaluations": []}
+
+    def _write(self, **figures) -> None:
+        self.seen.update(figures, seconds=time.perf_counter() - self.start)
+        _write(self.out, self.name, self.seen)
+
+    def on_evaluation(self, trainer, row) -> None:
+        self.seen["evaluations"].append({"iteration": row["iteration"], "wall_time_s": row["wall_time_s"]})
+        self._write()
+
+    def on_iteration_end(self, trainer, row) -> None:
+        self._write(row=row)
+
+
 def iteration(out: Path, model: str, backend: str, device: str, tasks: int = TASKS,
-              response_tokens: int = RESPONSE_TOKENS) -> None:
+              response_tokens: int | None = None) -> None:
     """One training iteration of the recipe (see the module docstring)."""
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.memory import total_device_memory
     from ptgpo_algos.trainer import Trainer
 
     name = "iteration" if backend == "transformers" else "vllm_iteration"
+    if response_tokens is None:
+        response_tokens = TRANSFORMERS_RESPONSE_TOKENS if backend == "transformers" else RESPONSE_TOKENS
     spec = iteration_spec(out, model, backend, device, tasks, response_tokens)
     config = TrainConfig.from_dict(spec)
     total = total_device_memory(device) if device.startswith("cuda") else 141 * GIB
     start = time.perf_counter()
-    trainer = Trainer(config, progress=False)
+    progress = _Progress(out, f"{name}_{model}", start)
+    trainer = Trainer(config, progress=False, callbacks=[progress])
     summary = trainer.train()
     row = json.loads(Path(summary.metrics_path).read_text().splitlines()[-1])
     rollout_s = row.get("rollout_time_s") or row.get("rollout_wait_s")
     final = config.run_dir / "final_model"
     result = {
-        "seconds": time.perf_counter() - start, "row": row, "backend": backend,
+        **progress.seen, "seconds": time.perf_counter() - start, "row": row, "backend": backend,
+        "response_tokens": response_tokens,
         "decisions_per_s": row["decisions"] / rollout_s if rollout_s else None,
         "tokens_per_s": row["tokens"] / rollout_s if rollout_s else None,
         "update_seconds": row.get("train_time_s"),
@@ -423,14 +454,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for the CPU test [cuda]")
     parser.add_argument("--samples", type=int, default=TASKS * GROUP, help="update phase: samples [128]")
     parser.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS, help="update phase [1500]")
-    parser.add_argument("--response-tokens", type=int, default=RESPONSE_TOKENS, help="update and iterations [512]")
+    parser.add_argument("--response-tokens", type=int, help="update [512], transformers iteration [64], vLLM "
+                        "iteration [512]")
     parser.add_argument("--tasks", type=int, default=TASKS, help="iterations: tasks of 8 rollouts [16]")
     args = parser.parse_args(argv)
     if args.phase not in ("summary", "env") and args.model is None:
         parser.error(f"the {args.phase} phase needs a MODEL: one of {', '.join(MODELS)}")
     if args.vocab is not None and args.vocab < TINY_TOKENIZER["vocab_size"]:
         parser.error(f"--vocab must be at least the tokenizer's {TINY_TOKENIZER['vocab_size']}")
-    if args.samples < GRADIENT_SAMPLES or min(args.prompt_tokens, args.response_tokens, args.tasks) < 1:
+    if args.samples < GRADIENT_SAMPLES or min(args.prompt_tokens, args.response_tokens or 1, args.tasks) < 1:
         parser.error(f"--samples must be at least {GRADIENT_SAMPLES}, --prompt-tokens, --response-tokens and "
                      "--tasks at least 1")
     return args
@@ -446,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.phase == "shapes":
         print(PROMPT_TOKENS, RESPONSE_TOKENS, TASKS * GROUP)
     elif args.phase == "update":
-        update(args.out, args.model, args.device, args.samples, args.prompt_tokens, args.response_tokens)
+        update(args.out, args.model, args.device, args.samples, args.prompt_tokens,
+               args.response_tokens or RESPONSE_TOKENS)
     elif args.phase in ("iteration", "vllm_iteration"):
         backend = "transformers" if args.phase == "iteration" else "vllm"
         iteration(args.out, args.model, backend, args.device, args.tasks, args.response_tokens)

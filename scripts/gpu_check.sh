@@ -56,7 +56,7 @@ fi
 phase() {  # name, time limit (s), command...
   local name=$1 limit=$2 start=$SECONDS; shift 2
   echo "== $name (limit ${limit}s)"
-  timeout -k 15 "$limit" "$@" > "$out/$name.log" 2>&1
+  timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1
   local code=$?
   [ $code = 0 ] || { failed=$((failed + 1)); echo "   $name: exit $code$([ $code = 124 ] && echo ', out of time'); see $out/$name.log"; }
   echo "$name $code $((SECONDS - start))" >> "$out/phases.txt"
@@ -80,14 +80,14 @@ fi
 
 $python -c "import torch; assert torch.cuda.is_available()" || {
   echo "gpu_check needs a CUDA GPU (or --dry-run on a CPU)" >&2; exit 2; }
-phase env 30 $python "${check[@]}" env "$out"
+phase env 25 $python "${check[@]}" env "$out"
 # Memory first (the update at full shapes, 7B's the tightest), then the iterations, then vLLM's phases.
 phase build_qwen2.5-1.5b 40 $python "${check[@]}" build "$out" qwen2.5-1.5b
 phase update_qwen2.5-1.5b 70 $python "${check[@]}" update "$out" qwen2.5-1.5b
-phase build_qwen2.5-7b 60 $python "${check[@]}" build "$out" qwen2.5-7b
-phase update_qwen2.5-7b 90 $python "${check[@]}" update "$out" qwen2.5-7b
-phase iteration_qwen2.5-1.5b 110 $python "${check[@]}" iteration "$out" qwen2.5-1.5b
-phase iteration_qwen2.5-7b 130 $python "${check[@]}" iteration "$out" qwen2.5-7b
+phase build_qwen2.5-7b 50 $python "${check[@]}" build "$out" qwen2.5-7b
+phase update_qwen2.5-7b 100 $python "${check[@]}" update "$out" qwen2.5-7b
+phase iteration_qwen2.5-1.5b 95 $python "${check[@]}" iteration "$out" qwen2.5-1.5b
+phase iteration_qwen2.5-7b 100 $python "${check[@]}" iteration "$out" qwen2.5-7b
 
 if $python -c "import vllm" 2>/dev/null; then
   read -r prompt_len output_len requests < <($python "${check[@]}" shapes "$out" qwen2.5-1.5b)
