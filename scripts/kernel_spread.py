@@ -15,7 +15,7 @@ Usage::
 
 Prints one JSON line per (setting, run): ``identical`` (every row bitwise equal to the first
 setting's), ``discrete`` (integers and strings that differ), ``max_rel`` and ``max_abs`` (over the
-floats) and ``seconds``.
+floats), ``seconds`` (wall) and ``cpu_seconds`` (what the run cost on a loaded machine).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,11 @@ def _worker(name: str, out: Path) -> None:
     out.write_text(json.dumps({"metrics": metrics, "curve": curve, "capability": torch.backends.cpu.get_cpu_capability()}))
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _leaves(value, where=""):
     if isinstance(value, dict):
         for key in sorted(value):
@@ -73,8 +79,11 @@ def compare(actual: dict, expected: dict) -> dict:
     """Bitwise equality, the discrete values that differ, and the largest relative and absolute float
     differences between two runs' rows."""
     discrete, max_rel, max_abs = [], 0.0, 0.0
-    pairs = list(zip(_leaves(actual), _leaves(expected)))
-    for (where, a), (_, e) in pairs:
+    ours, theirs = list(_leaves(actual)), list(_leaves(expected))
+    if [where for where, _ in ours] != [where for where, _ in theirs]:
+        return {"identical": False, "discrete": ["the rows have other fields or lengths"], "max_rel": math.nan,
+                "max_abs": math.nan}
+    for (where, a), (_, e) in zip(ours, theirs):
         if isinstance(e, float) and isinstance(a, (int, float)) and not isinstance(a, bool):
             diff = abs(a - e)
             max_abs = max(max_abs, diff)
@@ -85,7 +94,8 @@ def compare(actual: dict, expected: dict) -> dict:
     return {"identical": actual == expected, "discrete": discrete[:5], "max_rel": max_rel, "max_abs": max_abs}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Run the golden runs under each setting and print one comparison line per (setting, run)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VAR=VALUE,VAR=VALUE",
                         help="a setting to compare (repeatable; the first is the reference) [the SETTINGS above]")
@@ -94,7 +104,7 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, help="compare with the rows kept in this folder (another "
                         "machine's --keep, one setting's subfolder) instead of the first setting's")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.worker:
         return _worker(args.worker[0], Path(args.worker[1]))
     settings = SETTINGS
@@ -117,10 +127,10 @@ def main() -> None:
                 out = Path(tmp) / setting / f"{run}.json"
                 out.parent.mkdir(parents=True, exist_ok=True)
                 env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", **variables}
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), _children_cpu()
                 subprocess.run([sys.executable, __file__, "--worker", run, str(out)], env=env, check=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                seconds = time.perf_counter() - started
+                seconds, cpu = time.perf_counter() - started, _children_cpu() - cpu
                 rows = json.loads(out.read_text())
                 capability = rows.pop("capability")
                 reference.setdefault(run, rows)
@@ -128,7 +138,8 @@ def main() -> None:
                     (args.keep / setting).mkdir(parents=True, exist_ok=True)
                     (args.keep / setting / f"{run}.json").write_text(json.dumps({**rows, "capability": capability}))
                 print(json.dumps({"setting": setting, "run": run, "capability": capability,
-                                  **compare(rows, reference[run]), "seconds": round(seconds, 1)}), flush=True)
+                                  **compare(rows, reference[run]), "seconds": round(seconds, 1),
+                                  "cpu_seconds": round(cpu, 1)}), flush=True)
 
 
 if __name__ == "__main__":
