@@ -1,7 +1,8 @@
 """The output folder of a training run: what it holds, how it is recognised, and when it may be resumed.
 
 A run folder holds ``config.json`` (the run's :class:`~ptgpo_algos.config.TrainConfig`, written
-first, and under ``machine`` the processor and kernel settings it ran with), ``metrics.jsonl``, ``curve.jsonl``, ``checkpoint.pt`` and, once finished, ``final_model/``.
+first, and under ``machine`` the processor and kernel settings it ran with), ``metrics.jsonl``,
+``curve.jsonl``, ``checkpoint.pt`` and, once finished, ``final_model/``.
 One process writes into it at a time (:func:`ptgpo_algos.files.folder_lock`).
 
 A resume continues *the same run*: a folder is resumed only with a config equal to the one it was

@@ -22,13 +22,13 @@ random generators, the last evaluation), the policy's weights, the optimiser, an
 collector's own state, all in ``checkpoint.pt`` (:mod:`ptgpo_algos.checkpoint`).
 
 Outputs in the run folder: ``config.json`` (with the processor and kernel settings of the process
-that last started or resumed the run, :func:`~ptgpo_algos.device.kernel_record`); ``metrics.jsonl`` (one row per iteration);
-``curve.jsonl`` (one row per evaluation, iteration 0 being the untrained policy); ``checkpoint.pt``
-(every ``run.checkpoint_every`` iterations and at the end); and ``final_model/``
-(``save_pretrained``). A resumed CPU run reproduces an uninterrupted one (all but wall times; a run
-stopped by ``time_limit_s`` is, by nature, not reproducible). The run stops at ``run.iterations``,
-at ``run.total_decisions`` (a matched budget across algorithms) or at ``run.time_limit_s``,
-whichever comes first.
+that last started or resumed the run, :func:`~ptgpo_algos.device.kernel_record`); ``metrics.jsonl``
+(one row per iteration); ``curve.jsonl`` (one row per evaluation, iteration 0 being the untrained
+policy); ``checkpoint.pt`` (every ``run.checkpoint_every`` iterations and at the end); and
+``final_model/`` (``save_pretrained``). A resumed CPU run reproduces an uninterrupted one (all but
+wall times; a run stopped by ``time_limit_s`` is, by nature, not reproducible). The run stops at
+``run.iterations``, at ``run.total_decisions`` (a matched budget across algorithms) or at
+``run.time_limit_s``, whichever comes first.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def _worker(name: str, out: Path) -> None:
 
     os.environ["PTGPO_CACHE"] = str(out.parent / "cache")
     metrics, curve = test_golden._run(name, out.parent / f"run-{name}")
-    out.write_text(json.dumps({"metrics": metrics, "curve": curve, "capability": torch.backends.cpu.get_cpu_capability()}))
+    capability = torch.backends.cpu.get_cpu_capability()
+    out.write_text(json.dumps({"metrics": metrics, "curve": curve, "capability": capability}))
 
 
 def _children_cpu() -> float:

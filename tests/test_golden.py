@@ -34,9 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "golden"
 
 #: (relative, absolute) on other kernels. On PyTorch's AVX2 and AVX-512 kernels, MKL's and oneDNN's
-#: AVX2 paths and two threads, the golden rows' floats moved from the fixtures by at most 1.2e-5 relative, or 1.2e-7 absolute on values near
-#: zero (scripts/kernel_spread.py); the bounds keep a margin of about 8 over that. A one-line change
-#: to an estimator moves them by more (test_a_changed_estimator_fails_them).
+#: AVX2 paths and two threads, the golden rows' floats moved from the fixtures by at most 1.2e-5
+#: relative, or 1.2e-7 absolute on values near zero (scripts/kernel_spread.py); the bounds keep a
+#: margin of about 8 over that. A one-line change to an estimator moves them by more
+#: (test_a_changed_estimator_fails_them).
 SPREAD = (1e-4, 1e-6)
 #: (relative, absolute) on the fixtures' own kernels: summation order aside, the same bits.
 PINNED = (1e-6, 1e-9)
