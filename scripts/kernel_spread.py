@@ -13,6 +13,11 @@ Usage::
     python scripts/kernel_spread.py                          # the default settings below
     python scripts/kernel_spread.py --setting native= --setting avx2=ATEN_CPU_CAPABILITY=avx2
 
+``--probe`` runs, instead, single operations of a transformer's step (matrix products, GELU, layer
+and RMS norms, attention, log-softmax, their gradients, an AdamW step, a long sum, random normals)
+and prints a hash of each result per setting: it needs torch only, so it runs on any machine, and two
+machines' lines compare operation by operation.
+
 Prints one JSON line per (setting, run): ``identical`` (every row bitwise equal to the first
 setting's), ``discrete`` (integers and strings that differ), ``max_rel`` and ``max_abs`` (over the
 floats), ``seconds`` (wall) and ``cpu_seconds`` (what the run cost on a loaded machine).
@@ -31,7 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ptgpo_algos.device import REPRODUCIBLE_ENV
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ptgpo_algos.device import REPRODUCIBLE_ENV  # noqa: E402  (imports nothing but the standard library)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,6 +64,58 @@ def _worker(name: str, out: Path) -> None:
     metrics, curve = test_golden._run(name, out.parent / f"run-{name}")
     capability = torch.backends.cpu.get_cpu_capability()
     out.write_text(json.dumps({"metrics": metrics, "curve": curve, "capability": capability}))
+
+
+def _probe() -> dict:
+    """A short hash of each operation's result, on fixed seeded inputs."""
+    import hashlib
+
+    import torch
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(0)
+    hashes = {}
+
+    def keep(name, tensor):
+        hashes[name] = hashlib.sha256(tensor.detach().contiguous().numpy().tobytes()).hexdigest()[:8]
+
+    x = torch.randn(64, 256, generator=generator)
+    w1 = (torch.randn(256, 512, generator=generator) / 16).requires_grad_()
+    w2 = (torch.randn(512, 1000, generator=generator) / 22).requires_grad_()
+    keep("randn", x)
+    a = x @ w1
+    keep("matmul", a)
+    b = F.layer_norm(F.gelu(a), (512,))
+    keep("gelu_layer_norm", b)
+    c = F.silu(b) * torch.rsqrt(b.pow(2).mean(-1, keepdim=True) + 1e-6)
+    keep("silu_rms_norm", c)
+    q = c.view(4, 16, 8, 64).transpose(1, 2)
+    attention = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    keep("attention", attention)
+    z = c @ w2
+    log_probs = torch.log_softmax(z, -1)
+    keep("log_softmax", log_probs)
+    probs = torch.softmax(z / 3, -1)
+    keep("softmax", probs)
+    loss = -log_probs[:, 0].mean() + (probs * log_probs).sum(-1).mean() + attention.pow(2).mean()
+    keep("loss", loss)
+    loss.backward()
+    keep("grad_w1", w1.grad)
+    keep("grad_w2", w2.grad)
+    torch.optim.AdamW([w1, w2], lr=1e-3).step()
+    keep("adamw_step", w1)
+    keep("exp", torch.exp(torch.linspace(-5, 5, 4097)))
+    keep("sum", torch.randn(100003, generator=generator).sum())
+    keep("normal", torch.empty(1000).normal_(generator=generator))
+    return {"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(), "ops": hashes}
+
+
+def _probe_all(settings: dict[str, dict[str, str]]) -> None:
+    for setting, variables in settings.items():
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", **variables}
+        done = subprocess.run([sys.executable, __file__, "--probe-worker"], env=env, check=True, capture_output=True,
+                              text=True)
+        print(json.dumps({"setting": setting, **json.loads(done.stdout.splitlines()[-1])}), flush=True)
 
 
 def _children_cpu() -> float:
@@ -104,16 +162,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep", type=Path, help="also write each run's rows to KEEP/<setting>/<run>.json")
     parser.add_argument("--reference", type=Path, help="compare with the rows kept in this folder (another "
                         "machine's --keep, one setting's subfolder) instead of the first setting's")
+    parser.add_argument("--probe", action="store_true", help="hash single operations per setting (torch only)")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--probe-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return _worker(args.worker[0], Path(args.worker[1]))
+    if args.probe_worker:
+        return print(json.dumps(_probe()))
     settings = SETTINGS
     if args.setting:
         settings = {}
         for item in args.setting:
             name, _, pairs = item.partition("=")
             settings[name] = dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
+    if args.probe:
+        return _probe_all(settings)
     sys.path.insert(0, str(ROOT / "tests"))
     from test_golden import RUNS
 

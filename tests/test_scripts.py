@@ -128,3 +128,10 @@ def test_kernel_spread_finds_a_seeded_run_bitwise_equal_under_the_same_settings(
     assert [(r["setting"], r["identical"]) for r in lines] == [("first", True), ("again", True)]
     kept = json.loads((tmp_path / "again" / "household-grpo-hindsight.json").read_text())
     assert kept["metrics"] and kept["curve"] and kept["capability"] == lines[1]["capability"]
+
+
+def test_kernel_spread_probe_hashes_each_operation_the_same_under_the_same_settings(capsys):
+    _script("kernel_spread").main(["--probe", "--setting", "first=", "--setting", "again="])
+    first, again = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {"matmul", "log_softmax", "grad_w1", "adamw_step", "sum"} <= set(first["ops"])
+    assert first["ops"] == again["ops"] and first["capability"] == again["capability"]
