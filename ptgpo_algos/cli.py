@@ -20,13 +20,17 @@ COMMANDS = {
 }
 
 
-def _tune_threads() -> None:
+def _tune_threads(argv: list[str]) -> None:
     # Measured here: idle OpenMP threads busy-wait and make 2-thread torch 5-30x slower; keeping freed
     # memory in the process gains ~15 %. Both must be set before torch is imported.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "1000000000")
     os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", "1000000000")
     os.environ.setdefault("MALLOC_TOP_PAD_", "100000000")
+    if "--reproducible" in argv:  # the kernels are chosen when torch starts, before the arguments are parsed
+        from ptgpo_algos.device import pin_reproducible_kernels
+
+        pin_reproducible_kernels()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The ``ptgpo`` console script: set up the thread settings, parse ``argv`` and run the subcommand; its
     exit status."""
-    _tune_threads()
+    argv = sys.argv[1:] if argv is None else argv
+    _tune_threads(argv)
     args = build_parser().parse_args(argv)
     return int(args._run(args) or 0)
 

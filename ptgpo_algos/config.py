@@ -428,6 +428,9 @@ class RunConfig:
     seed: int = _field(0, "run seed", flat="seed", flag="seed")
     out_dir: str | None = _field(None, "output folder [runs/<env>-<algo>-s<seed>]", flat="out_dir", flag="out")
     resume: bool = _field(False, "continue the run in out_dir from its checkpoint", flat="resume", flag="resume")
+    reproducible: bool = _field(False, "CPU kernels and one thread that give the same numbers on every x86-64 "
+                                "processor (slower; the ptgpo command sets them before torch starts)",
+                                flat="reproducible", flag="reproducible")
 
     def __post_init__(self) -> None:
         check_int("run.iterations (iterations)", self.iterations, 1)
@@ -449,6 +452,7 @@ class RunConfig:
         if self.out_dir is not None and (not isinstance(self.out_dir, str) or not self.out_dir.strip()):
             raise ValueError(f"run.out_dir (out_dir): expected a folder path (a string), got {self.out_dir!r}")
         check_bool("run.resume (resume)", self.resume)
+        check_bool("run.reproducible (reproducible)", self.reproducible)
 
 
 @dataclass(frozen=True)

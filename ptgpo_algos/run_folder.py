@@ -1,7 +1,8 @@
 """The output folder of a training run: what it holds, how it is recognised, and when it may be resumed.
 
 A run folder holds ``config.json`` (the run's :class:`~ptgpo_algos.config.TrainConfig`, written
-first), ``metrics.jsonl``, ``curve.jsonl``, ``checkpoint.pt`` and, once finished, ``final_model/``.
+first, and under ``machine`` the processor and kernel settings it ran with), ``metrics.jsonl``,
+``curve.jsonl``, ``checkpoint.pt`` and, once finished, ``final_model/``.
 One process writes into it at a time (:func:`ptgpo_algos.files.folder_lock`).
 
 A resume continues *the same run*: a folder is resumed only with a config equal to the one it was
@@ -39,6 +40,7 @@ def _read_config_json(run_dir: Path) -> dict:
     if "model_type" in data or "architectures" in data:
         raise ValueError(f"{str(run_dir)!r} is a saved model folder (its config.json describes a model), not a "
                          "training run folder; train into a new --out folder")
+    data.pop("machine", None)  # where the run computed (ptgpo_algos.device.kernel_record), not a setting
     return data
 
 

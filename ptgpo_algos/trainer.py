@@ -21,13 +21,14 @@ What changes during a run and must survive a resume is in plain sight: :class:`T
 random generators, the last evaluation), the policy's weights, the optimiser, and the callbacks' and
 collector's own state, all in ``checkpoint.pt`` (:mod:`ptgpo_algos.checkpoint`).
 
-Outputs in the run folder: ``config.json``; ``metrics.jsonl`` (one row per iteration);
-``curve.jsonl`` (one row per evaluation, iteration 0 being the untrained policy); ``checkpoint.pt``
-(every ``run.checkpoint_every`` iterations and at the end); and ``final_model/``
-(``save_pretrained``). A resumed CPU run reproduces an uninterrupted one (all but wall times; a run
-stopped by ``time_limit_s`` is, by nature, not reproducible). The run stops at ``run.iterations``,
-at ``run.total_decisions`` (a matched budget across algorithms) or at ``run.time_limit_s``,
-whichever comes first.
+Outputs in the run folder: ``config.json`` (with the processor and kernel settings of the process
+that last started or resumed the run, :func:`~ptgpo_algos.device.kernel_record`); ``metrics.jsonl``
+(one row per iteration); ``curve.jsonl`` (one row per evaluation, iteration 0 being the untrained
+policy); ``checkpoint.pt`` (every ``run.checkpoint_every`` iterations and at the end); and
+``final_model/`` (``save_pretrained``). A resumed CPU run reproduces an uninterrupted one (all but
+wall times; a run stopped by ``time_limit_s`` is, by nature, not reproducible). The run stops at
+``run.iterations``, at ``run.total_decisions`` (a matched budget across algorithms) or at
+``run.time_limit_s``, whichever comes first.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, TensorBoar
 from ptgpo_algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
-from ptgpo_algos.device import resolve_device
+from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
 from ptgpo_algos.evaluation import evaluate
 from ptgpo_algos.files import FileFormatError, atomic_folder, atomic_write_text, folder_lock, read_jsonl
 from ptgpo_algos.hindsight import Hindsight
@@ -170,6 +171,11 @@ class Trainer:
         checkpoint to resume), then run until the budget is spent."""
         config = self.config
         self.device = resolve_device(config.policy.device, where="policy.device (device)")
+        if config.run.reproducible:
+            if self.device != "cpu":
+                raise ValueError(f"run.reproducible (--reproducible): pins CPU kernels, but the run is on "
+                                 f"{self.device}; pass --device cpu, or leave it off")
+            check_reproducible_kernels("run.reproducible (--reproducible)")
         check_environment(config)
         if self.device.startswith("cuda"):
             self.check_memory()
@@ -222,7 +228,8 @@ class Trainer:
         else:
             for path in (self.logger.metrics_path, self.logger.curve_path):
                 path.unlink(missing_ok=True)
-        atomic_write_text(out_dir / "config.json", json.dumps(config.to_dict(), indent=1))
+        atomic_write_text(out_dir / "config.json", json.dumps({**config.to_dict(), "machine": kernel_record()},
+                                                              indent=1))
         self.started = time.perf_counter() - self.state.wall_time_s
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:

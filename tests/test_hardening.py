@@ -334,6 +334,44 @@ def test_a_run_folder_with_the_flat_config_json_of_before_resumes_and_evaluates(
     assert summary.iterations == 3
 
 
+def test_config_json_records_the_machine_and_a_resume_on_another_still_loads(finished_run, tmp_path, cache):
+    run = _copy_run(finished_run, tmp_path / "run")
+    data = json.loads((run / "config.json").read_text())
+    assert data["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert data["machine"]["torch"] == torch.__version__ and data["machine"]["processor"]
+    data["machine"] = {"processor": "another one", "cpu_capability": "AVX2"}  # not a setting: no refusal
+    (run / "config.json").write_text(json.dumps(data))
+    summary = run_training(_config(run, iterations=3, resume=True), progress=False)
+    assert summary.iterations == 3
+    assert json.loads((run / "config.json").read_text())["machine"]["processor"] != "another one"
+
+
+def test_reproducible_refuses_a_process_whose_torch_started_with_other_kernels(tmp_path, cache, monkeypatch):
+    monkeypatch.delenv("MKL_CBWR", raising=False)  # whatever this process's kernels, one setting is missing
+    with pytest.raises(ValueError, match=r"run.reproducible \(--reproducible\): .*MKL_CBWR=None.*ptgpo train "
+                                         r"--reproducible"):
+        run_training(_config(tmp_path / "run", reproducible=True), progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_ptgpo_train_reproducible_pins_the_kernels_and_records_them(tmp_path, cache):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for name in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-m", "ptgpo_algos.cli", "train", "--env", "ptgpo/FrozenLake-v0",
+                           "--set", "env.kwargs.desc=[SFF, FHF, FFG]", "--set", "tiny.hidden_size=32",
+                           "--set", "tiny.pretrain_steps=0", "--iterations", "1", "--group-size", "2",
+                           "--set", "tasks_per_iteration=1", "--set", "eval_seeds=2", "--reproducible",
+                           "--out", str(tmp_path / "run"), "--no-progress"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert data["run"]["reproducible"] is True
+    machine = data["machine"]
+    assert machine["cpu_capability"] == "DEFAULT" and machine["threads"] == 1
+    assert machine["environment"]["MKL_CBWR"] == "COMPATIBLE" and machine["environment"]["ONEDNN_MAX_CPU_ISA"] == "SSE41"
+
+
 def test_a_resume_into_a_saved_model_folder_is_refused_and_the_model_kept(finished_run, tmp_path, cache, capsys):
     import shutil
 

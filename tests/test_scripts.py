@@ -107,3 +107,31 @@ def test_babyai_levels_measures_random_and_expert_play(tmp_path, capsys):
         assert error.code == 2
     else:
         raise AssertionError("an unknown level was accepted")
+
+
+def test_kernel_spread_compares_two_runs_number_by_number():
+    compare = _script("kernel_spread").compare
+    expected = {"metrics": [{"loss": 0.5, "decisions": 3, "env": "x"}, {"loss": 2.0}]}
+    assert compare(expected, expected) == {"identical": True, "discrete": [], "max_rel": 0.0, "max_abs": 0.0}
+    actual = {"metrics": [{"loss": 0.5, "decisions": 4, "env": "x"}, {"loss": 2.0 + 1e-4}]}
+    result = compare(actual, expected)
+    # |2.0001 - 2.0| = 1e-4, relative to the larger of the two: 1e-4 / 2.0001.
+    assert not result["identical"] and result["discrete"] == [".metrics[0].decisions: 4 != 3"]
+    assert abs(result["max_abs"] - 1e-4) < 1e-12 and abs(result["max_rel"] - 1e-4 / 2.0001) < 1e-12
+    assert compare({"metrics": [{"loss": 0.5}]}, expected)["discrete"] == ["the rows have other fields or lengths"]
+
+
+def test_kernel_spread_finds_a_seeded_run_bitwise_equal_under_the_same_settings(tmp_path, capsys):
+    _script("kernel_spread").main(["--setting", "first=", "--setting", "again=OMP_NUM_THREADS=1",
+                                   "--runs", "household-grpo-hindsight", "--keep", str(tmp_path)])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["setting"], r["identical"]) for r in lines] == [("first", True), ("again", True)]
+    kept = json.loads((tmp_path / "again" / "household-grpo-hindsight.json").read_text())
+    assert kept["metrics"] and kept["curve"] and kept["capability"] == lines[1]["capability"]
+
+
+def test_kernel_spread_probe_hashes_each_operation_the_same_under_the_same_settings(capsys):
+    _script("kernel_spread").main(["--probe", "--setting", "first=", "--setting", "again="])
+    first, again = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {"matmul", "log_softmax", "grad_w1", "adamw_step", "sum"} <= set(first["ops"])
+    assert first["ops"] == again["ops"] and first["capability"] == again["capability"]

@@ -99,8 +99,10 @@ def test_micro_batch_gradients_equal_the_whole_mini_batchs(tiny_path, mode):
         error = math.sqrt(sum(float((a - b).pow(2).sum()) for a, b in zip(parts, whole)))
         norm = math.sqrt(sum(float(b.pow(2).sum()) for b in whole))
         assert norm > 0 and error / norm < 1e-5, (size, error / norm)
+        # A micro-batch's shape picks other BLAS kernels, which round a log-probability (|log p| < 10)
+        # in float32 differently: up to ~1e-6, so approx_kl_old, 0 for the whole batch, is not exactly 0.
         for key, value in whole_stats.items():
-            assert math.isclose(stats[key], value, rel_tol=1e-5, abs_tol=1e-7), key
+            assert math.isclose(stats[key], value, rel_tol=1e-5, abs_tol=1e-6), key
     policy.model.zero_grad(set_to_none=True)
 
 
