@@ -334,6 +334,11 @@ def read_records_with_paths(
     for path in sorted(results_dir.glob("*.json")):
         if path.name.startswith("."):
             continue
+        if path.is_symlink():
+            # It may point at any file outside the folder: a record is only what the folder holds.
+            problems.append(RecordProblem(path, "unreadable", f"a symbolic link (to {os.readlink(path)!r}), not a "
+                                          "record file: copy the record into the folder instead"))
+            continue
         if not path.is_file():
             # Opening a FIFO would block, and a directory cannot be read: neither is a record.
             problems.append(RecordProblem(path, "unreadable", f"{not_a_file(path)}, not a record file"))

@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from ptgpo_algos.yaml_safe import load_yaml
+
 __all__ = [
     "DEFAULT_REPORTED",
     "ReportedFileError",
@@ -116,7 +118,7 @@ def load_reported(path: str | os.PathLike) -> ReportedResults:
     """Read and validate a reported-results YAML; errors name the file and the offending entry."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as error:
         raise ReportedFileError(f"{path}: not valid YAML: {error}") from error
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):

@@ -12,6 +12,7 @@ import yaml
 from leaderboard.records import cell_name
 from ptgpo_algos.bench.config import DEFAULT_RESOURCES, BenchConfig, BenchError, EnvironmentEntry
 from ptgpo_algos.config import merge_overrides
+from ptgpo_algos.yaml_safe import load_yaml
 
 __all__ = ["Cell", "check_out_dir", "check_train_configs", "plan_cells"]
 
@@ -128,7 +129,7 @@ def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
     path = out_dir / "config.yaml"
     if path.is_file():
         try:
-            saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            saved = load_yaml(path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as error:
             raise BenchError(f"{path} is damaged ({' '.join(str(error).split())[:200]}); restore it, or choose "
                              "another --out") from None

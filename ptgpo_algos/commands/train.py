@@ -41,13 +41,15 @@ def parse_set(items: list[str]) -> dict:
     """``--set KEY=VALUE`` items as config overrides, each VALUE parsed as YAML."""
     import yaml
 
+    from ptgpo_algos.yaml_safe import load_yaml
+
     overrides = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         try:
-            overrides[key.strip()] = yaml.safe_load(value)
+            overrides[key.strip()] = load_yaml(value)
         except yaml.YAMLError as error:
             raise ValueError(f"--set {item!r}: the value is not valid YAML ({' '.join(str(error).split())})") from None
     return overrides

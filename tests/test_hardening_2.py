@@ -1,0 +1,230 @@
+"""The second hostile probe's cases: result folders that cannot be turned against their owner, names that
+stay inert in every output format, strict and bounded YAML, sizes and addresses checked up front, and
+messages instead of the last tracebacks. Each test states the guarantee it checks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from leaderboard.aggregate import build_leaderboard
+from leaderboard.records import read_records, write_record
+from leaderboard.render import to_csv, to_latex, to_markdown
+from ptgpo_algos.cli import main
+from ptgpo_algos.files import folder_lock
+from ptgpo_algos.yaml_safe import MAX_DEPTH, load_yaml
+from tests.leaderboard_fixtures import record
+
+BENCH = textwrap.dedent("""
+    name: NAME
+    budget: 10
+    seeds: [0]
+    environments: [{label: LABEL, id: ptgpo/FrozenLake-v0, train_seeds: {start: 0, count: 5}, eval_seeds: [100]}]
+    baselines: [random]
+""")
+
+
+def _cli(*argv, capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+def _bench_yaml(tmp_path: Path, name: str = "x", label: str = "lake", extra: str = "") -> Path:
+    path = tmp_path / "bench.yaml"
+    path.write_text(BENCH.replace("NAME", name).replace("LABEL", label) + extra)
+    return path
+
+
+# =========================================================================== 1. symbolic links
+@pytest.mark.parametrize("inside", [".ptgpo.lock", "bench.log", "leaderboard", "runs/lake__random__seed0"])
+def test_a_results_folder_holding_a_symbolic_link_is_refused_and_the_target_kept(tmp_path, capsys, inside):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "leaderboard.md").write_text("mine\n")
+    (victim / "file").write_text("mine\n")
+    out = tmp_path / "results"
+    (out / "runs").mkdir(parents=True)
+    (out / inside).symlink_to(victim if inside in ("leaderboard", "runs/lake__random__seed0") else victim / "file")
+    code, err = _cli("bench", _bench_yaml(tmp_path), "--out", out, capsys=capsys)
+    assert code == 2 and f"{str(out / inside)!r} is a symbolic link" in err
+    assert sorted(p.name for p in victim.iterdir()) == ["file", "leaderboard.md"]
+    assert (victim / "file").read_text() == "mine\n" and (victim / "leaderboard.md").read_text() == "mine\n"
+    assert not list(out.glob("*.json"))
+
+
+def test_a_training_run_refuses_a_linked_lock_file_and_leaves_its_target(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "precious").write_text("keep\n")
+    (tmp_path / "run" / ".ptgpo.lock").symlink_to(tmp_path / "precious")
+    with pytest.raises(ValueError, match=r"\.ptgpo\.lock' is a symbolic link"):
+        with folder_lock(tmp_path / "run", "training run"):
+            pass
+    assert (tmp_path / "precious").read_text() == "keep\n"
+
+
+def test_a_folder_given_as_a_link_is_written_as_given(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with folder_lock(tmp_path / "link", "training run"):
+        pass
+    assert (tmp_path / "real" / ".ptgpo.lock").is_file()
+
+
+def test_a_record_that_links_outside_the_folder_is_not_aggregated(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    write_record(outside, record("grpo", "A", 0, 0.5))
+    results = tmp_path / "results"
+    results.mkdir()
+    write_record(results, record("grpo", "A", 1, 0.7))
+    (results / "A__grpo__seed0.json").symlink_to(outside / "A__grpo__seed0.json")
+    records, problems = read_records(results)
+    assert [r.seed for r in records] == [1]
+    assert len(problems) == 1 and "a symbolic link" in problems[0].message
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/tmp/escaped", ".hidden", "a/b", ".."])
+def test_a_bench_name_cannot_place_results_outside_bench_results(tmp_path, capsys, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    code, err = _cli("bench", _bench_yaml(tmp_path, name=json.dumps(name)), "--dry-run", capsys=capsys)
+    assert code == 2 and "name: expected a folder name of letters, digits and . _ + -" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.yaml"]
+
+
+# =========================================================================== 2. inert names
+HOSTILE = "lake\n\\input{/etc/hostname}\n<script>alert(1)</script> [x](javascript:alert(1)) =1+2"
+
+
+def _hostile_board(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    for seed, success in enumerate((0.4, 0.6)):
+        made = record("+cmd|' /C calc'!A0 <img src=x onerror=alert(2)>", "A", seed, success)
+        made.env_label = HOSTILE
+        write_record(results, made)
+    return build_leaderboard(results, None)
+
+
+def test_latex_keeps_every_name_on_its_line_and_escaped(tmp_path):
+    tex = to_latex(_hostile_board(tmp_path))
+    # A name in a comment stays on the comment's line; outside comments its backslash is escaped.
+    assert [line for line in tex.splitlines() if "/etc/hostname" in line and not line.startswith("%")]
+    for line in tex.splitlines():
+        assert line == "" or line.startswith(("%", "\\")) or " & " in line, line
+        if not line.startswith("%"):
+            assert "\\input" not in line.replace(r"\textbackslash{}input", "")
+    assert r"lake \textbackslash{}input\{/etc/hostname\}" in tex
+
+
+def test_markdown_escapes_raw_html_and_links(tmp_path):
+    text = to_markdown(_hostile_board(tmp_path))
+    assert "<script>" not in text and "<img" not in text and not re.search(r"(?<!\\)\]\(", text)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and r"\[x\](javascript:alert(1))" in text
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert len({len(re.split(r"(?<!\\)\|", line)) for line in table[:3]}) == 1  # as many cells in each row
+
+
+def test_csv_text_cells_cannot_start_a_formula(tmp_path):
+    rows = list(csv.DictReader(io.StringIO(to_csv(_hostile_board(tmp_path)))))
+    assert rows and all(row["method"].startswith("'+cmd") for row in rows)
+    for row in rows:
+        for value in row.values():
+            assert not value[:1] in ("=", "+", "@", "\t", "\r") and not (value[:1] == "-" and value[1:2].isalpha())
+    assert any(row["mean"] for row in rows)
+
+
+@pytest.mark.parametrize("labels, methods", [
+    (["lake 4", "lake/4"], ["random"]),
+    (["lake"], ["gigpo v1", "gigpo-v1"]),
+    (["a__b"], ["c", "b__c"]),  # the separator itself: a__b__c from (a__b, c) and (a, b__c)
+])
+def test_names_that_share_a_record_file_are_refused_naming_both(tmp_path, capsys, labels, methods):
+    envs = ", ".join(f"{{label: {json.dumps(label)}, id: ptgpo/FrozenLake-v0, train_seeds: {{start: 0, count: 5}}, "
+                     "eval_seeds: [100]}" for label in (labels if len(labels) > 1 else labels + ["a"]))
+    names = ", ".join(f"{{name: {json.dumps(m)}, algo: gigpo}}" for m in methods if m != "random")
+    text = (f"name: x\nbudget: 10\nseeds: [0]\nenvironments: [{envs}]\n"
+            + (f"methods: [{names}]\n" if names else "") + "baselines: [random]\n")
+    (tmp_path / "bench.yaml").write_text(text)
+    code, err = _cli("bench", tmp_path / "bench.yaml", "--dry-run", capsys=capsys)
+    assert code == 2 and "would write the same record file" in err
+    pair = labels if len(labels) > 1 else methods
+    assert all(repr(name) in err for name in pair)
+
+
+# =========================================================================== 3. YAML
+def test_yaml_refuses_duplicate_keys_naming_both_lines():
+    with pytest.raises(yaml.YAMLError) as error:
+        load_yaml("seed: 0\nlr: 0.1\nseed: 7\n")
+    text = str(error.value)
+    assert "duplicate key 'seed'" in text and "line 1" in text and "line 3" in text
+    # A merge key may be overridden: that is what it is for.
+    assert load_yaml("a: &a {x: 1}\nb: {<<: *a, x: 2}\n")["b"] == {"x": 2}
+
+
+def test_yaml_bounds_aliases_and_depth_quickly():
+    import time
+
+    bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 10))
+    start = time.monotonic()
+    with pytest.raises(yaml.YAMLError, match="alias bomb"):
+        load_yaml(bomb)
+    with pytest.raises(yaml.YAMLError, match=f"nested more than {MAX_DEPTH} levels"):
+        load_yaml("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(yaml.YAMLError, match="refers to the value that contains it"):
+        load_yaml("a: &a [*a]\n")
+    assert time.monotonic() - start < 10
+    assert load_yaml("[" * MAX_DEPTH + "]" * MAX_DEPTH) is not None
+
+
+@pytest.mark.parametrize("entry", ["train", "bench", "plan", "leaderboard", "set"])
+def test_every_yaml_entry_point_refuses_duplicates_and_depth_with_a_message(tmp_path, capsys, entry):
+    for text, message in (("seed: 0\nseed: 7\n", "duplicate key 'seed'"),
+                          ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than")):
+        path = tmp_path / "file.yaml"
+        path.write_text(_bench_yaml(tmp_path).read_text() + text if entry == "bench" else text)
+        argv = {
+            "train": ["train", "--config", path, "--out", tmp_path / "run"],
+            "bench": ["bench", path, "--dry-run"],
+            "plan": ["plan", path],
+            "leaderboard": ["leaderboard", tmp_path, "--reported", path],
+            "set": ["train", "--env", "ptgpo/FrozenLake-v0", "--set", f"env_kwargs={text.split(': ', 1)[1]}"
+                    if "[" in text else "env_kwargs={seed: 0, seed: 7}", "--out", tmp_path / "run"],
+        }[entry]
+        code, err = _cli(*argv, capsys=capsys)
+        assert code == 2 and message in err and "Traceback" not in err, err
+        assert not (tmp_path / "run").exists()
+
+
+# =========================================================================== 4. sizes and flags
+@pytest.mark.parametrize("flag, message", [
+    ("--group-size", "rollouts.group_size (group_size): expected an integer in [2, 1048576]"),
+    ("--tasks", "rollouts.tasks_per_iteration (tasks_per_iteration): expected an integer in [1, 131072]"),
+    ("--eval-episodes", "evaluation.seeds (eval_seeds): expected an integer in [1, 1048576]"),
+])
+def test_sizes_beyond_any_run_are_refused_before_a_model_is_built(tmp_path, capsys, monkeypatch, flag, message):
+    import ptgpo_algos.trainer as trainer
+
+    monkeypatch.setattr(trainer, "build_policy", lambda *a, **k: pytest.fail("a model was built"))
+    code, err = _cli("train", "--env", "ptgpo/FrozenLake-v0", flag, "1000000000000", "--out", tmp_path / "run",
+                     capsys=capsys)
+    assert code == 2 and message in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("value", ["1e308", "inf", "nan", "-1"])
+def test_plan_refuses_a_gpu_memory_beyond_any_gpu(capsys, value):
+    root = Path(__file__).resolve().parents[1]
+    code, err = _cli("plan", root / "configs" / "bench" / "alfworld_qwen2.5-1.5b.yaml", "--device", "cuda",
+                     "--set", f"model={root / 'configs' / 'models' / 'qwen2.5-1.5b'}", "--gpu-memory", value,
+                     capsys=capsys)
+    assert code == 2 and "--gpu-memory must be a number of GiB in (0, 1048576]" in err
