@@ -93,15 +93,16 @@ def atomic_folder(path: str | os.PathLike, *, replace: bool = True) -> Iterator[
     """A unique temporary folder beside ``path``: fill it inside the ``with``; on success it becomes ``path``.
 
     An existing ``path`` is replaced when ``replace`` is true; otherwise the new folder is dropped if
-    another process created ``path`` first (the same build finished twice). The folder gets ordinary
-    permissions (``0777`` less the umask), not ``mkdtemp``'s ``0700``.
+    another process created ``path`` first (the same build finished twice). The folder and what it
+    holds get ordinary permissions (``0777``/``0666`` less the umask), not the ``0700``/``0600`` of
+    ``mkdtemp`` and of writers that go through a temporary file of their own (safetensors).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())
+        _ordinary_permissions(tmp)
         if path.exists() and replace:
             shutil.rmtree(path)
         try:
@@ -112,6 +113,17 @@ def atomic_folder(path: str | os.PathLike, *, replace: bool = True) -> Iterator[
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ordinary_permissions(folder: Path) -> None:
+    umask = _umask()
+    os.chmod(folder, 0o777 & ~umask)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(Path(root) / name, 0o777 & ~umask, follow_symlinks=False)
+        for name in files:
+            if not (Path(root) / name).is_symlink():
+                os.chmod(Path(root) / name, 0o666 & ~umask)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
