@@ -307,6 +307,9 @@ def test_run_files_get_ordinary_permissions(finished_run):
     for name in ("config.json", "metrics.jsonl", "curve.jsonl", "checkpoint.pt"):
         assert stat.S_IMODE((finished_run / name).stat().st_mode) & 0o044 == 0o044, name
     assert stat.S_IMODE((finished_run / "final_model").stat().st_mode) & 0o055 == 0o055
+    saved = [path for path in (finished_run / "final_model").rglob("*") if path.is_file()]
+    assert "model.safetensors" in {path.name for path in saved}
+    assert all(stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044 for path in saved), saved
 
 
 # =========================================================================== 3. a resume is the same run

@@ -228,3 +228,213 @@ def test_plan_refuses_a_gpu_memory_beyond_any_gpu(capsys, value):
                      "--set", f"model={root / 'configs' / 'models' / 'qwen2.5-1.5b'}", "--gpu-memory", value,
                      capsys=capsys)
     assert code == 2 and "--gpu-memory must be a number of GiB in (0, 1048576]" in err
+
+
+# =========================================================================== 5. messages, not tracebacks
+def test_ray_addresses_where_no_cluster_answers_are_named_quickly(tmp_path, capsys):
+    pytest.importorskip("ray")
+    import time
+
+    start = time.monotonic()
+    code, err = _cli("bench", _bench_yaml(tmp_path), "--out", tmp_path / "out", "--ray", "127.0.0.1:1",
+                     capsys=capsys)
+    assert code == 2 and "no Ray cluster answers at '127.0.0.1:1'" in err and "Traceback" not in err
+    assert time.monotonic() - start < 60
+    assert not list((tmp_path / "out").glob("*.json"))
+
+
+def test_a_cluster_that_ray_cannot_join_is_named(monkeypatch):
+    ray = pytest.importorskip("ray")
+    from ptgpo_envs.ray_vector import connect_ray
+
+    def refuse(**options):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(ConnectionError, match="no Ray cluster at 'auto' .*ray start --head"):
+        connect_ray("auto")
+
+
+def test_ctrl_c_exits_quietly_with_the_resume_command(tmp_path, monkeypatch):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    argv = ["train", "--env", "ptgpo/FrozenLake-v0", "--set", "env_kwargs={desc: [SFF, FHF, FFG]}",
+            "--set", "tiny={hidden_size: 32, pretrain_steps: 0}", "--iterations", "1000", "--out", str(tmp_path / "run")]
+    process = subprocess.Popen([sys.executable, "-m", "ptgpo_algos.cli", *argv, "--no-progress"],
+                               stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "run" / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            assert process.poll() is None, process.stderr.read()
+            time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "ptgpo train: interrupted" in err and " --resume" in err.splitlines()[-1]
+    assert f"--out {tmp_path / 'run'}" in err
+
+
+def test_an_interrupted_bench_names_the_same_command(monkeypatch, capsys, tmp_path):
+    import ptgpo_algos.bench as bench
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_bench", interrupted)
+    code, err = _cli("bench", _bench_yaml(tmp_path), "--out", tmp_path / "out", capsys=capsys)
+    assert code == 130 and err.strip().endswith(f"resume with: ptgpo bench {tmp_path / 'bench.yaml'} --out "
+                                                f"{tmp_path / 'out'}")
+
+
+def test_a_full_disk_is_a_message_naming_the_file(monkeypatch, capsys, tmp_path):
+    import errno
+
+    import ptgpo_algos.commands.leaderboard as command
+
+    results = tmp_path / "results"
+    results.mkdir()
+    write_record(results, record("grpo", "A", 0, 0.5))
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr("leaderboard.render.atomic_write_text", full)
+    code, err = _cli("leaderboard", results, "--formats", "md", capsys=capsys)
+    assert code == 2 and f"{results / 'leaderboard'}" in err and "No space left on device (free some space" in err
+    assert command.HELP and "Traceback" not in err
+
+
+def test_a_checkpoint_write_that_torch_cannot_finish_names_the_file(monkeypatch, tmp_path):
+    import torch
+
+    from ptgpo_algos.checkpoint import save_checkpoint
+
+    def cut_short(obj, path):
+        Path(path).write_bytes(b"PK")
+        raise RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed; unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", cut_short)
+    with pytest.raises(OSError, match="writing the checkpoint failed .*is the disk full") as error:
+        save_checkpoint(tmp_path / "checkpoint.pt", {})
+    assert error.value.filename == str(tmp_path / "checkpoint.pt")
+    assert list(tmp_path.iterdir()) == []  # neither the checkpoint nor its temporary file
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("counters", "'counters' lacks a number for decisions"),
+    ("nan", "weights w hold NaN or infinite values"),
+    ("numpy", "numpy objects: a checkpoint of an older ptgpo holds them"),
+])
+def test_checkpoints_damaged_inside_are_named(tmp_path, damage, message):
+    import numpy as np
+    import torch
+
+    from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint
+
+    state = {"weights": {"w": torch.ones(3)}, "optimizer": {}, "config": {},
+             "rng": {"python": 1, "numpy": {"state": 1}, "torch": torch.zeros(1), "sampler": torch.zeros(1)},
+             "counters": dict.fromkeys(COUNTERS, 0)}
+    if damage == "counters":
+        del state["counters"]["decisions"]
+    elif damage == "nan":
+        state["weights"]["w"][1] = float("nan")
+    else:
+        state["rng"]["numpy"] = np.random.get_state()
+    torch.save(state, tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        load_checkpoint(tmp_path / "checkpoint.pt")
+
+
+def test_scores_beyond_a_float_mean_leave_the_other_records_aggregated(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    write_record(results, record("grpo", "A", 0, 0.5))
+    for seed in (1, 2):
+        data = record("grpo", "A", seed, 0.5).to_dict()
+        (results / f"A__grpo__seed{seed}.json").write_text(json.dumps({**data, "score": 1e308}))
+    code, err = _cli("leaderboard", results, "--reported", "none", capsys=capsys)
+    assert code == 0 and "Traceback" not in err
+    assert err.count("field 'score' must be a number of magnitude at most 1e+12") == 2
+
+
+@pytest.mark.parametrize("case", ["file", "link"])
+def test_leaderboard_out_that_cannot_be_written_is_refused_first(tmp_path, capsys, case):
+    results = tmp_path / "results"
+    results.mkdir()
+    write_record(results, record("grpo", "A", 0, 0.5))
+    if case == "file":
+        (tmp_path / "out").write_text("mine\n")
+        code, err = _cli("leaderboard", results, "--out", tmp_path / "out", capsys=capsys)
+        assert code == 2 and "--out: " in err and "is a file; give a folder path" in err
+        assert (tmp_path / "out").read_text() == "mine\n"
+    else:
+        (tmp_path / "docs").mkdir()
+        (tmp_path / "docs" / "leaderboard.md").write_text("mine\n")
+        (results / "leaderboard").symlink_to(tmp_path / "docs")
+        code, err = _cli("leaderboard", results, capsys=capsys)
+        assert code == 2 and "is a symbolic link" in err
+        assert (tmp_path / "docs" / "leaderboard.md").read_text() == "mine\n"
+
+
+# =========================================================================== 6. leftovers
+def test_temporary_files_of_a_killed_writer_are_removed_by_the_next(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".checkpoint.pt.x1y2.tmp").write_bytes(b"half")
+    (run / ".final_model.abc.tmp").mkdir()
+    (run / "checkpoint.pt").write_bytes(b"whole")
+    with folder_lock(run, "training run"):
+        assert sorted(p.name for p in run.iterdir()) == [".ptgpo.lock", "checkpoint.pt"]
+
+
+def test_abandoned_ray_cell_folders_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import tempfile
+
+    from ptgpo_algos.bench.ray_pool import CELL_FOLDER_PREFIX, _remove_abandoned_cell_folders
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead, live, young = (tmp_path / f"{CELL_FOLDER_PREFIX}{name}" for name in ("dead", "live", "young"))
+    for folder in (dead, live, young):
+        (folder / "runs").mkdir(parents=True)
+        (folder / ".ptgpo.lock").write_text("{}")
+        (folder / "runs" / "checkpoint.pt").write_bytes(b"x" * 1000)
+    holder = subprocess.Popen([sys.executable, "-c", f"import time; from ptgpo_algos.files import folder_lock\n"
+                               f"with folder_lock({str(live)!r}, 'Ray cell'):\n print('held', flush=True); "
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for folder in (dead, live):
+            os.utime(folder, (0, 0))
+        _remove_abandoned_cell_folders()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not dead.exists() and live.exists() and young.exists()
+
+
+def test_saved_folders_get_ordinary_permissions_whatever_their_writer_used(tmp_path):
+    import stat
+
+    from ptgpo_algos.files import atomic_folder
+
+    previous = os.umask(0o022)
+    try:
+        with atomic_folder(tmp_path / "model") as folder:
+            os.close(os.open(folder / "model.safetensors", os.O_WRONLY | os.O_CREAT, 0o600))
+            (folder / "sub").mkdir(mode=0o700)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "model" / "model.safetensors").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "model" / "sub").stat().st_mode) == 0o755
