@@ -18,8 +18,9 @@ import html
 import io
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from leaderboard.aggregate import Cell, Column, Leaderboard, Row
 from leaderboard.protocols import MARK
@@ -305,8 +306,9 @@ class _CsvWriter(csv.DictWriter):
     """``csv.DictWriter`` whose text fields cannot start a spreadsheet formula: OWASP's rule for CSV
     injection, a text beginning with ``= + - @``, a tab or a carriage return gets a leading ``'``."""
 
-    def writerow(self, rowdict):  # noqa: ANN001, ANN201 - csv.DictWriter's signature
-        return super().writerow({key: _csv_text(value) if key in _CSV_TEXT else value for key, value in rowdict.items()})
+    def writerow(self, rowdict: Mapping[str, object]) -> Any:
+        return super().writerow({key: _csv_text(value) if key in _CSV_TEXT else value
+                                 for key, value in rowdict.items()})
 
 
 def _csv_text(value: object) -> object:

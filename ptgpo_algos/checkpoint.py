@@ -59,7 +59,8 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
             torch.save(payload, tmp)
         except RuntimeError as error:  # how torch's zip writer reports a failed write, a full disk included
             reason = " ".join(str(error).split())[:200]
-            raise OSError(errno.EIO, f"writing the checkpoint failed ({reason}); is the disk full?", str(path)) from None
+            raise OSError(errno.EIO, f"writing the checkpoint failed ({reason}); is the disk full?",
+                          str(path)) from None
 
 
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> dict[str, Any]:

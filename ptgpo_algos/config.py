@@ -306,7 +306,8 @@ class RolloutsConfig:
         object.__setattr__(self, "patr", dict(self.patr))
         check_int("rollouts.tasks_per_iteration (tasks_per_iteration)", self.tasks_per_iteration, 1,
                   MAX_EPISODES_PER_ITERATION // self.group_size,
-                  hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an iteration")
+                  hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
+                       "iteration")
         check_bool("rollouts.asynchronous (async_rollouts)", self.asynchronous)
         if self.asynchronous and self.backend != "transformers":
             raise ValueError("rollouts.asynchronous (async_rollouts): the rollout worker runs a transformers copy of "

@@ -126,8 +126,9 @@ class RayVectorTextEnv(_WorkerVector):
         self._closed = False
         try:
             self._actors = [self._new_actor(worker) for worker in range(num_workers)]
-            self._ray.get([actor.pid.remote() for actor in self._actors])
-        except self._ray.exceptions.RayError as error:
+            for worker in range(num_workers):
+                self._wait_started(worker)
+        except (self._ray.exceptions.RayError, WorkerError) as error:
             self.close()
             raise WorkerError(f"could not create {env_id} on Ray actors:\n{error}") from None
 
@@ -157,6 +158,20 @@ class RayVectorTextEnv(_WorkerVector):
             self.close()
 
     # ----------------------------------------------------------------- plumbing
+    def _wait_started(self, worker: int) -> None:
+        """Wait until ``worker``'s actor has made its environments; one that died meanwhile (killed, its
+        node lost) is replaced like a dead actor later on, within ``max_replacements``."""
+        while True:
+            try:
+                self._ray.get(self._actors[worker].pid.remote())
+                return
+            except self._ray.exceptions.RayActorError as error:
+                if self.replacements >= self.max_replacements:
+                    raise WorkerError(f"worker {worker} died while making its environments, and "
+                                      f"{self.replacements} actors were already replaced: {error}") from None
+                self.replacements += 1
+                self._actors[worker] = self._new_actor(worker)
+
     def _new_actor(self, worker: int):
         slots = [slot for slot in range(self.num_envs) if self._worker_of[slot] == worker]
         return self._actor_class.remote(self.env_id, self._env_kwargs, slots)

@@ -264,7 +264,8 @@ def test_ctrl_c_exits_quietly_with_the_resume_command(tmp_path, monkeypatch):
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     argv = ["train", "--env", "ptgpo/FrozenLake-v0", "--set", "env_kwargs={desc: [SFF, FHF, FFG]}",
-            "--set", "tiny={hidden_size: 32, pretrain_steps: 0}", "--iterations", "1000", "--out", str(tmp_path / "run")]
+            "--set", "tiny={hidden_size: 32, pretrain_steps: 0}", "--iterations", "1000",
+            "--out", str(tmp_path / "run")]
     process = subprocess.Popen([sys.executable, "-m", "ptgpo_algos.cli", *argv, "--no-progress"],
                                stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
     try:
@@ -438,3 +439,27 @@ def test_saved_folders_get_ordinary_permissions_whatever_their_writer_used(tmp_p
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "model" / "model.safetensors").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "model" / "sub").stat().st_mode) == 0o755
+
+
+ALFWORLD_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "alfworld" / "json_2.1.1"
+
+
+@pytest.mark.skipif(not ALFWORLD_DATA.is_dir(), reason="needs ../shared/alfworld")
+@pytest.mark.parametrize("content, message", [
+    ("", "not a readable ALFWorld game (JSONDecodeError"),
+    ("(define (problem p) (:domain alfred))", "not a readable ALFWorld game (JSONDecodeError"),
+    ('{"solvable": true}', "not an ALFWorld game (a JSON object with its pddl_problem)"),
+])
+def test_a_data_path_with_a_damaged_game_names_the_file(tmp_path, content, message):
+    import shutil
+
+    import gymnasium as gym
+
+    import ptgpo_envs  # noqa: F401  (registers the environments)
+
+    source = sorted((ALFWORLD_DATA / "valid_unseen").glob("*/*/game.tw-pddl"))[0].parent
+    game = tmp_path / "valid_unseen" / source.parent.name / source.name
+    shutil.copytree(source, game)
+    (game / "game.tw-pddl").write_text(content)
+    with pytest.raises(ValueError, match=re.escape(f"{game / 'game.tw-pddl'}: {message}")):
+        gym.make("ptgpo/ALFWorld-v0", split="eval_out_of_distribution", data_path=str(tmp_path))

@@ -78,11 +78,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ptgpo_algos.files import FolderBusyError
     from ptgpo_algos.trainer import Trainer
+    from ptgpo_envs.vector import WorkerError
 
     try:
         summary = Trainer(config, progress=not args.no_progress).train()
     except (ValueError, FolderBusyError) as error:
         print(f"ptgpo train: {error}", file=sys.stderr)
+        return 2
+    except (WorkerError, ConnectionError) as error:
+        # A worker's error carries its traceback: its first and last lines say what failed and why.
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        print(f"ptgpo train: {lines[0]}" + (f" ... {lines[-1]}" if len(lines) > 1 else ""), file=sys.stderr)
         return 2
     print(json.dumps({
         "final_eval": {k: v for k, v in summary.final_eval.items() if k not in ("success_by_type", "environment")},
