@@ -100,10 +100,13 @@ def _expanded_size(node: Any, sizes: dict[int, int], open_nodes: set[int]) -> in
     return size
 
 
-def load_yaml(stream: str | bytes | IO) -> Any:
+def load_yaml(stream: str | bytes | IO, name: str | None = None) -> Any:
     """The single YAML document in ``stream``, as ``yaml.safe_load`` reads it, with duplicate keys,
-    alias bombs and deep nesting refused (``yaml.YAMLError`` with the line; see the module docstring)."""
+    alias bombs and deep nesting refused (``yaml.YAMLError`` with the line; see the module docstring).
+    ``name`` is what the error's position names (default: the stream's file name, if any)."""
     loader = _StrictLoader(stream)
+    if name is not None:
+        loader.name = name
     try:
         node = loader.get_single_node()
         if node is None:

@@ -379,9 +379,9 @@ def load_config(path: str | os.PathLike | None = None, *, quick: bool = False) -
             raise BenchError(f"benchmark config {path} does not exist (see configs/bench/ for examples)")
         text, where = path.read_text(encoding="utf-8"), str(path)
     try:
-        data = load_yaml(text)
+        data = load_yaml(text, name=where)
     except yaml.YAMLError as error:
-        raise BenchError(f"{where} is not valid YAML: {error}") from None
+        raise BenchError(f"{where} is not valid YAML: {' '.join(str(error).split())}") from None
     try:
         return BenchConfig.from_dict(data, quick=quick)
     except BenchError as error:

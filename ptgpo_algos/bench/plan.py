@@ -129,7 +129,7 @@ def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
     path = out_dir / "config.yaml"
     if path.is_file():
         try:
-            saved = load_yaml(path.read_text(encoding="utf-8")) or {}
+            saved = load_yaml(path.read_text(encoding="utf-8"), name=str(path)) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as error:
             raise BenchError(f"{path} is damaged ({' '.join(str(error).split())[:200]}); restore it, or choose "
                              "another --out") from None

@@ -49,7 +49,7 @@ def parse_set(items: list[str]) -> dict:
             raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         try:
-            overrides[key.strip()] = load_yaml(value)
+            overrides[key.strip()] = load_yaml(value, name="--set")
         except yaml.YAMLError as error:
             raise ValueError(f"--set {item!r}: the value is not valid YAML ({' '.join(str(error).split())})") from None
     return overrides

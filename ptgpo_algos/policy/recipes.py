@@ -75,7 +75,7 @@ def load_recipe(name: str) -> Recipe:
     folder = PRESETS / name
     where = f"recipe {name!r} ({folder / 'recipe.yaml'})"
     try:
-        data = load_yaml((folder / "recipe.yaml").read_text(encoding="utf-8"))
+        data = load_yaml((folder / "recipe.yaml").read_text(encoding="utf-8"), name=str(folder / "recipe.yaml"))
     except yaml.YAMLError as error:
         raise ValueError(f"{where}: not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict) or set(data) - {"description", "rules"} or not isinstance(data.get("rules"), list):

@@ -206,7 +206,7 @@ def load_prompt_template(path: str | os.PathLike) -> PromptTemplate:
         raise ValueError(f"prompt template {str(path)!r} does not exist (a YAML file with no_history and "
                          "with_history; see ptgpo_algos/policy/templates.py)")
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), name=str(path))
     except yaml.YAMLError as error:
         raise ValueError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     except (OSError, UnicodeDecodeError) as error:
