@@ -133,7 +133,7 @@ def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
         except (yaml.YAMLError, UnicodeDecodeError) as error:
             raise BenchError(f"{path} is damaged ({' '.join(str(error).split())[:200]}); restore it, or choose "
                              "another --out") from None
-        if not isinstance(saved, dict) or _what_cells_do(saved) != _what_cells_do(yaml.safe_load(text)):
+        if not isinstance(saved, dict) or _what_cells_do(saved) != _what_cells_do(load_yaml(text)):
             raise BenchError(
                 f"{out_dir} holds results of a different benchmark config (see {path}); resume with "
                 "the same config, or choose another --out"
