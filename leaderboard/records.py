@@ -166,6 +166,10 @@ _REQUIRED = ("schema_version", "method", "method_kind", "env_id", "env_label", "
 _INT_LIMIT = 2**63
 
 
+# No score (x100) or return comes near; beyond it the sums and squares of a mean over seeds overflow.
+_MAX_SCORE = 1e12
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -_INT_LIMIT < value < _INT_LIMIT
 
@@ -232,8 +236,8 @@ def _validate(data: dict[str, Any]) -> None:
         if data[name] is not None and not (_is_number(data[name]) and 0.0 <= data[name] <= 1.0):
             fail(name, "a fraction in [0, 1] or null")
     for name in ("score", "final_return"):
-        if data[name] is not None and not _is_number(data[name]):
-            fail(name, "a number or null")
+        if data[name] is not None and not (_is_number(data[name]) and abs(data[name]) <= _MAX_SCORE):
+            fail(name, f"a number of magnitude at most {_MAX_SCORE:.0e}, or null")
     if not _is_number(data["wall_time_s"]) or data["wall_time_s"] < 0:
         fail("wall_time_s", "a non-negative number")
     for name in ("env_kwargs", "config", "success_by_type"):
@@ -333,6 +337,11 @@ def read_records_with_paths(
     problems: list[RecordProblem] = []
     for path in sorted(results_dir.glob("*.json")):
         if path.name.startswith("."):
+            continue
+        if path.is_symlink():
+            # It may point at any file outside the folder: a record is only what the folder holds.
+            problems.append(RecordProblem(path, "unreadable", f"a symbolic link (to {os.readlink(path)!r}), not a "
+                                          "record file: copy the record into the folder instead"))
             continue
         if not path.is_file():
             # Opening a FIFO would block, and a directory cannot be read: neither is a record.

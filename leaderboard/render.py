@@ -17,8 +17,10 @@ import csv
 import html
 import io
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from leaderboard.aggregate import Cell, Column, Leaderboard, Row
 from leaderboard.protocols import MARK
@@ -160,13 +162,23 @@ def _mark(cell: Cell) -> str:
 # Markdown ---------------------------------------------------------------------------------------
 
 
+# Markdown renderers pass raw HTML through (the docs site includes leaderboard.md), so a name is made
+# inert: HTML's three characters become entities, Markdown's link, code and emphasis punctuation is
+# backslash-escaped (an underscore inside a word, as in sb3_ppo, emphasises nothing), and a
+# line break, which would end the table row and let the rest open an HTML block, becomes a space.
+_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# A backslash escapes only the punctuation after it; before a space it is a plain backslash (X \ Y).
+_MD_SPECIAL = re.compile(r"[`*\[\]|]|\\(?=\S)")
+
+
 def _md(text: str) -> str:
-    # Only what breaks a table row or opens emphasis; the printed Markdown stays readable as text.
-    return "".join("\\" + char if char in "|*" else char for char in str(text))
+    text = "".join(_MD_ENTITIES.get(char, char) for char in " ".join(str(text).split()))
+    return _MD_SPECIAL.sub(lambda match: "\\" + match.group(), text)
 
 
 def _code(text: str) -> str:
-    return "`" + str(text).replace("`", "'").replace("|", "\\|") + "`"
+    # Inside a code span HTML and Markdown are inert; only the span's own delimiter and the row's are not.
+    return "`" + " ".join(str(text).split()).replace("`", "'").replace("|", "\\|") + "`"
 
 
 def _md_cell(cell: Cell | None) -> str:
@@ -189,7 +201,7 @@ def to_markdown(board: Leaderboard) -> str:
     if board.rows:
         lines += [*_LEGEND]
         budget = _budget_line(board)
-        lines += [budget] if budget else []
+        lines += [_md(budget)] if budget else []
         lines += [_md(note) for note in board.protocol_notes] + [""]
         header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [
             column_label(c, board.columns) for c in board.columns
@@ -225,8 +237,8 @@ def to_markdown(board: Leaderboard) -> str:
         lines += _md_table(header, body, ["---"] * 4 + ["---:"] * len(board.reported_columns))
         lines.append("")
         for source in board.sources.values():
-            setup = f" Setup: {_one_line(source.setup, 400)}" if source.setup else ""
-            lines.append(f"- `{source.key}`: {_md(source.citation)}.{setup}")
+            setup = f" Setup: {_md(_one_line(source.setup, 400))}" if source.setup else ""
+            lines.append(f"- {_code(source.key)}: {_md(source.citation)}.{setup}")
         if board.caveat:
             lines += ["", _md(_one_line(board.caveat, 1000))]
     if board.failed:
@@ -266,7 +278,7 @@ def improvement_markdown(board: Leaderboard) -> str:
 def improvement_csv(board: Leaderboard) -> str:
     """One line per ordered pair of ranked methods with a task in common: P(method_x > method_y)."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=IMPROVEMENT_FIELDS, lineterminator="\n")
+    writer = _CsvWriter(out, fieldnames=IMPROVEMENT_FIELDS, lineterminator="\n")
     writer.writeheader()
     for imp in board.improvements:
         writer.writerow(
@@ -284,6 +296,23 @@ def improvement_csv(board: Leaderboard) -> str:
 
 
 # CSV --------------------------------------------------------------------------------------------
+
+
+#: The text fields (names, labels, sources) of both CSV files; the other fields are numbers written here.
+_CSV_TEXT = {"section", "method", "kind", "model", "source", "env_label", "metric", "protocol", "method_x", "method_y"}
+
+
+class _CsvWriter(csv.DictWriter):
+    """``csv.DictWriter`` whose text fields cannot start a spreadsheet formula: OWASP's rule for CSV
+    injection, a text beginning with ``= + - @``, a tab or a carriage return gets a leading ``'``."""
+
+    def writerow(self, rowdict: Mapping[str, object]) -> Any:
+        return super().writerow({key: _csv_text(value) if key in _CSV_TEXT else value
+                                 for key, value in rowdict.items()})
+
+
+def _csv_text(value: object) -> object:
+    return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
 def _csv_float(value: float | None) -> str:
@@ -311,7 +340,7 @@ def to_csv(board: Leaderboard) -> str:
     empty: no interval).
     """
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer = _CsvWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     for row in board.rows + board.reported_rows:
         columns = board.reported_columns if row.section == "reported" else board.columns
@@ -389,8 +418,14 @@ _TEX_SPECIAL = {
 
 
 def tex_escape(text: str) -> str:
-    """``text`` with LaTeX's special characters escaped."""
-    return "".join(_TEX_SPECIAL.get(char, char) for char in str(text))
+    """``text`` on one line with LaTeX's special characters escaped (a line break inside a name would
+    end a comment or a row early and let the rest run as LaTeX)."""
+    return "".join(" " if char.isspace() else _TEX_SPECIAL.get(char, char) for char in str(text))
+
+
+def _tex_comment(text: str) -> str:
+    # A comment ends at the line's end: whatever followed a line break in a name would be LaTeX.
+    return "% " + " ".join(str(text).split())
 
 
 def _tex_cell(cell: Cell | None) -> str:
@@ -434,12 +469,12 @@ def _tex_tabular(lead: list[str], columns: list[Column], rows: list[list[str]]) 
 def to_latex(board: Leaderboard) -> str:
     """Booktabs tabulars (needs ``\\usepackage{booktabs}``): measured, then reported."""
     lines = [r"% Generated by `ptgpo leaderboard`; needs \usepackage{booktabs}."]
-    lines += ["% " + text.replace("`", "") for text in _LEGEND]
+    lines += [_tex_comment(text.replace("`", "")) for text in _LEGEND]
     if board.rows:
         budget = _budget_line(board)
         if budget:
-            lines.append("% " + budget)
-        lines += ["% " + note for note in board.protocol_notes]
+            lines.append(_tex_comment(budget))
+        lines += [_tex_comment(note) for note in board.protocol_notes]
         body = []
         for row in board.rows:
             body.append(
@@ -454,10 +489,10 @@ def to_latex(board: Leaderboard) -> str:
             )
         lines += _tex_tabular(["Rank", "Method", "Kind", "Mean", "IQM"], board.columns, body)
     if board.reported_rows:
-        lines += ["", f"% {_REPORTED_TITLE}"]
-        lines += [f"% {source.key}: {_one_line(source.citation, 400)}" for source in board.sources.values()]
+        lines += ["", _tex_comment(_REPORTED_TITLE)]
+        lines += [_tex_comment(f"{source.key}: {_one_line(source.citation, 400)}") for source in board.sources.values()]
         if board.caveat:
-            lines.append("% " + _one_line(board.caveat, 1000))
+            lines.append(_tex_comment(_one_line(board.caveat, 1000)))
         body = [
             [tex_escape(row.method), tex_escape(row.model or ""), tex_escape(row.source or ""),
              tex_escape(row.protocols.get("", ""))]

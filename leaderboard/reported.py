@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from ptgpo_algos.yaml_safe import load_yaml
+
 __all__ = [
     "DEFAULT_REPORTED",
     "ReportedFileError",
@@ -116,9 +118,9 @@ def load_reported(path: str | os.PathLike) -> ReportedResults:
     """Read and validate a reported-results YAML; errors name the file and the offending entry."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), name=str(path))
     except yaml.YAMLError as error:
-        raise ReportedFileError(f"{path}: not valid YAML: {error}") from error
+        raise ReportedFileError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise ReportedFileError(
             f"{path}: expected a mapping with a 'rows' list (see leaderboard/reported.py)"

@@ -24,6 +24,8 @@ A checkpoint written before the format was versioned loads when it holds plain d
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 import re
 from pathlib import Path
@@ -33,12 +35,16 @@ import torch
 
 from ptgpo_algos.files import atomic_path
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "CheckpointError", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "COUNTERS", "CheckpointError", "load_checkpoint",
+           "save_checkpoint"]
 
 CHECKPOINT_FORMAT = "ptgpo-checkpoint"
 CHECKPOINT_VERSION = 1
 _REQUIRED = {"weights": dict, "optimizer": dict, "rng": dict, "counters": dict, "config": dict}
 _RNG_KEYS = ("python", "numpy", "torch", "sampler")
+#: The counters a checkpoint keeps (the keys of ``checkpoint["counters"]``, all numbers).
+COUNTERS = ("iteration", "decisions", "tokens", "decisions_saved", "tokens_saved", "wall_time_s", "best_success",
+            "last_eval_iteration")
 
 
 class CheckpointError(ValueError):
@@ -49,7 +55,12 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
     """Write ``state`` (the layout above, plain data and tensors only) atomically to ``path``."""
     payload = {**state, "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION}
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        try:
+            torch.save(payload, tmp)
+        except RuntimeError as error:  # how torch's zip writer reports a failed write, a full disk included
+            reason = " ".join(str(error).split())[:200]
+            raise OSError(errno.EIO, f"writing the checkpoint failed ({reason}); is the disk full?",
+                          str(path)) from None
 
 
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> dict[str, Any]:
@@ -58,11 +69,13 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch raises many types for a truncated or random file
-        blocked = re.search(r"unsupported GLOBAL (\S+)", str(error))
+        blocked = re.search(r"unsupported global:? (?:GLOBAL )?([\w.]+)", str(error), re.IGNORECASE)
         if blocked:
+            older = (" (numpy objects: a checkpoint of an older ptgpo holds them; start that run over in a new "
+                     "out_dir)") if blocked.group(1).startswith("numpy") else ""
             raise CheckpointError(
                 f"{path}: refused: it holds a Python object ({blocked.group(1)}) that loading would run as "
-                "code; checkpoints written by ptgpo hold only tensors and plain data: do not use this file"
+                f"code{older}; checkpoints written by ptgpo hold only tensors and plain data: do not use this file"
             ) from None
         reason = " ".join(str(error).split())[-200:] or type(error).__name__
         raise CheckpointError(
@@ -71,6 +84,10 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         ) from None
     _check_layout(path, state)
     return state
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_layout(path: Path, state: Any) -> None:
@@ -97,6 +114,13 @@ def _check_layout(path: Path, state: Any) -> None:
     iteration = state["counters"].get("iteration")
     if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
         fail("'counters' has no iteration")
+    missing = [key for key in COUNTERS if not _is_number(state["counters"].get(key))]
+    if missing:
+        fail(f"'counters' lacks a number for {', '.join(missing)}")
+    damaged = [name for name, tensor in state["weights"].items()
+               if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if damaged:
+        fail(f"weights {', '.join(damaged[:3])}{' ...' if len(damaged) > 3 else ''} hold NaN or infinite values")
     pending = state.get("pending_rollout")
     if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("tasks"), list)
                                     and all(isinstance(t, dict) for t in pending["tasks"])):

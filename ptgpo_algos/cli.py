@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
+import shlex
 import sys
 
 #: Subcommand name -> module under ptgpo_algos.commands.
@@ -47,13 +49,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The commands whose interrupted work the same command line continues (``train`` with ``--resume``).
+RESUMABLE = ("bench", "train")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``ptgpo`` console script: set up the thread settings, parse ``argv`` and run the subcommand; its
-    exit status."""
-    argv = sys.argv[1:] if argv is None else argv
+    exit status. Ctrl-C ends it quietly with 130 and, for a resumable command, the line that resumes it;
+    an error of the system (a full disk, a folder that cannot be written) is a message naming the file,
+    with 2."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     _tune_threads(argv)
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print(f"\nptgpo {args.command}: interrupted{_resume_hint(args.command, argv)}", file=sys.stderr)
+        return 130
+    except OSError as error:
+        print(f"ptgpo {args.command}: {describe_os_error(error)}", file=sys.stderr)
+        return 2
+
+
+def _resume_hint(command: str, argv: list[str]) -> str:
+    if command not in RESUMABLE:
+        return ""
+    line = ["ptgpo", *argv] + (["--resume"] if command == "train" and "--resume" not in argv else [])
+    return f"; what was finished is kept, resume with: {shlex.join(line)}"
+
+
+def describe_os_error(error: OSError) -> str:
+    """An ``OSError`` as one line naming the file and what to do where the cause is a common one."""
+    where = f"{error.filename}: " if error.filename else ""
+    what = error.strerror or str(error) or type(error).__name__
+    if error.errno == errno.ENOSPC:
+        what += " (free some space, then run the same command again: finished work is kept)"
+    elif error.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+        what += " (choose a folder you can write to, or fix its permissions)"
+    return where + what
 
 
 if __name__ == "__main__":

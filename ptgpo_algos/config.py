@@ -61,6 +61,11 @@ __all__ = [
 EVAL_SEED_BASE = 1_000_000
 #: The largest run seed (numpy's and torch's seeding accept 32-bit seeds everywhere the run uses one).
 MAX_SEED = 2**32 - 1
+#: Episodes of one iteration (group_size x tasks_per_iteration), of one evaluation, and steps of one
+#: episode: far beyond any recipe (128 episodes, 50 steps), and refused before a model is built, since
+#: the buffers they size would otherwise be allocated after it (terabytes for a mistyped 1e12).
+MAX_EPISODES_PER_ITERATION = 2**20
+MAX_STEPS = 1_000_000
 #: The fields a resumed run may change: they say when to stop (and where the folder is, what it keeps),
 #: not what the run does. A resume with any other field changed is refused (:mod:`ptgpo_algos.run_folder`).
 RESUMABLE_FIELDS = frozenset({"run.iterations", "run.total_decisions", "run.time_limit_s", "run.resume",
@@ -116,7 +121,7 @@ class EnvConfig:
         object.__setattr__(self, "kwargs", check_mapping("env.kwargs (env_kwargs)", self.kwargs))
         object.__setattr__(self, "eval_kwargs", check_mapping("env.eval_kwargs (eval_env_kwargs)", self.eval_kwargs))
         if self.max_steps is not None:
-            check_int("env.max_steps", self.max_steps, 1)
+            check_int("env.max_steps", self.max_steps, 1, MAX_STEPS)
         seeds = self.train_seeds
         if isinstance(seeds, list):
             seeds = tuple(seeds)
@@ -292,14 +297,17 @@ class RolloutsConfig:
                   hint="vLLM refuses a message of 4 GiB or more")
         if self.strategy is not None:
             check_choice("rollouts.strategy (rollout)", self.strategy, ROLLOUT_STRATEGIES)
-        check_int("rollouts.group_size (group_size)", self.group_size, 2,
+        check_int("rollouts.group_size (group_size)", self.group_size, 2, MAX_EPISODES_PER_ITERATION,
                   hint="group methods compare at least two rollouts of a task")
         if self.initial_rollouts is not None:
             check_int("rollouts.initial_rollouts (initial_rollouts)", self.initial_rollouts, 1, self.group_size)
         check_choice("rollouts.branch (branch)", self.branch, BRANCH_STRATEGIES)
         PatrConfig.from_mapping(self.patr)
         object.__setattr__(self, "patr", dict(self.patr))
-        check_int("rollouts.tasks_per_iteration (tasks_per_iteration)", self.tasks_per_iteration, 1)
+        check_int("rollouts.tasks_per_iteration (tasks_per_iteration)", self.tasks_per_iteration, 1,
+                  MAX_EPISODES_PER_ITERATION // self.group_size,
+                  hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
+                       "iteration")
         check_bool("rollouts.asynchronous (async_rollouts)", self.asynchronous)
         if self.asynchronous and self.backend != "transformers":
             raise ValueError("rollouts.asynchronous (async_rollouts): the rollout worker runs a transformers copy of "
@@ -394,14 +402,15 @@ class EvaluationConfig:
         check_int("evaluation.every (eval_every)", self.every, 1)
         seeds = self.seeds
         if isinstance(seeds, int) and not isinstance(seeds, bool):
-            check_int("evaluation.seeds (eval_seeds)", seeds, 1, hint="a count of held-out seeds")
+            check_int("evaluation.seeds (eval_seeds)", seeds, 1, MAX_EPISODES_PER_ITERATION,
+                      hint="a count of held-out seeds")
             seeds = list(range(EVAL_SEED_BASE, EVAL_SEED_BASE + seeds))
         if (not isinstance(seeds, (list, tuple)) or not seeds
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
             raise ValueError("evaluation.seeds (eval_seeds): give a non-empty list of non-negative integer seeds, "
                              "or a count")
         object.__setattr__(self, "seeds", list(seeds))
-        check_int("evaluation.batch_size (eval_batch_size)", self.batch_size, 1)
+        check_int("evaluation.batch_size (eval_batch_size)", self.batch_size, 1, MAX_EPISODES_PER_ITERATION)
         if self.curve_episodes is not None:
             check_int("evaluation.curve_episodes (eval_curve_episodes)", self.curve_episodes, 1)
         if self.temperature is not None:
@@ -605,12 +614,14 @@ class TrainConfig:
         """A YAML file of config keys, with ``overrides`` (dotted or flat keys) on top."""
         import yaml
 
+        from ptgpo_algos.yaml_safe import load_yaml
+
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"config file {str(path)!r} does not exist")
         try:
             with path.open(encoding="utf-8") as handle:
-                data = yaml.safe_load(handle) or {}
+                data = load_yaml(handle) or {}
         except yaml.YAMLError as error:
             raise ValueError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
         except (OSError, UnicodeDecodeError) as error:

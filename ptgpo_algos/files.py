@@ -6,7 +6,10 @@
   into place with ``os.replace``, so a reader sees the old file or the new one, never half of one.
 * :func:`folder_lock`: an exclusive ``flock`` on ``<folder>/.ptgpo.lock``. The kernel releases it
   when the holder exits, however it exits (``kill -9`` included), so a stale lock never blocks a
-  re-run; a second writer is refused with the holder's pid. Re-entrant within one process.
+  re-run; a second writer is refused with the holder's pid. Re-entrant within one process. A folder
+  that holds a symbolic link anywhere inside it is refused (:func:`refuse_links`): a writer would
+  follow it and truncate, append to or replace a file outside the folder. Temporary files that a
+  killed writer left at the top of the folder are removed once the lock is held.
 * :func:`read_jsonl`: the rows of a JSON-lines log. A crash can tear the last line (the writer was
   killed mid-line): it is dropped with a warning. A bad line anywhere else means the file was damaged
   and raises :class:`FileFormatError` naming the file and line.
@@ -39,6 +42,7 @@ __all__ = [
     "check_writable",
     "folder_lock",
     "read_jsonl",
+    "refuse_links",
 ]
 
 #: The lock file a writer holds in its folder (a dot file: not a result, not a run artefact).
@@ -89,15 +93,16 @@ def atomic_folder(path: str | os.PathLike, *, replace: bool = True) -> Iterator[
     """A unique temporary folder beside ``path``: fill it inside the ``with``; on success it becomes ``path``.
 
     An existing ``path`` is replaced when ``replace`` is true; otherwise the new folder is dropped if
-    another process created ``path`` first (the same build finished twice). The folder gets ordinary
-    permissions (``0777`` less the umask), not ``mkdtemp``'s ``0700``.
+    another process created ``path`` first (the same build finished twice). The folder and what it
+    holds get ordinary permissions (``0777``/``0666`` less the umask), not the ``0700``/``0600`` of
+    ``mkdtemp`` and of writers that go through a temporary file of their own (safetensors).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())
+        _ordinary_permissions(tmp)
         if path.exists() and replace:
             shutil.rmtree(path)
         try:
@@ -108,6 +113,17 @@ def atomic_folder(path: str | os.PathLike, *, replace: bool = True) -> Iterator[
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ordinary_permissions(folder: Path) -> None:
+    umask = _umask()
+    os.chmod(folder, 0o777 & ~umask)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(Path(root) / name, 0o777 & ~umask, follow_symlinks=False)
+        for name in files:
+            if not (Path(root) / name).is_symlink():
+                os.chmod(Path(root) / name, 0o666 & ~umask)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -136,6 +152,29 @@ def check_writable(path: str | os.PathLike, where: str, *, folder: bool = False)
                          f"{kind} you can write to")
 
 
+def refuse_links(folder: str | os.PathLike) -> None:
+    """Raise ``ValueError`` naming the first symbolic link inside ``folder`` (``folder`` itself may be
+    one: it was given). The suite's result and run folders hold none, and a writer would follow one
+    out of the folder."""
+    for root, dirs, files in os.walk(folder):  # a linked folder is listed in dirs, never entered
+        for name in sorted(dirs + files):
+            path = Path(root) / name
+            if path.is_symlink():
+                raise ValueError(f"{str(path)!r} is a symbolic link (to {os.readlink(path)!r}): writing through it "
+                                 f"would change files outside {str(folder)!r}; remove the link, or choose another "
+                                 "folder")
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """The temporary files and folders (``.<name>.*.tmp``) a writer killed mid-write left in ``folder``;
+    call it holding the folder's lock, when nobody else writes there."""
+    for path in folder.glob(".*.tmp"):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 # ------------------------------------------------------------------------------------------ locks
 _HELD: dict[Path, list[int]] = {}  # folder -> [fd, depth], for re-entrant locking within a process
 
@@ -146,7 +185,8 @@ def folder_lock(folder: str | os.PathLike, purpose: str) -> Iterator[Path]:
 
     ``purpose`` says what the holder does ("training run", "benchmark"); it is written into the lock
     file so that a refused writer can say who holds the folder. Raises :class:`FolderBusyError` when
-    another process holds it, and ``ValueError`` when the folder cannot be created or written.
+    another process holds it, and ``ValueError`` when the folder cannot be created or written or
+    holds a symbolic link (:func:`refuse_links`).
     """
     folder = Path(folder)
     key = folder.resolve()
@@ -163,8 +203,10 @@ def folder_lock(folder: str | os.PathLike, purpose: str) -> Iterator[Path]:
     path = folder / LOCK_FILE
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask applies
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)  # the umask applies
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            refuse_links(folder)
         raise ValueError(f"cannot write in {str(folder)!r} ({error.strerror}): choose a folder you can "
                          "write to, or fix its permissions") from None
     try:
@@ -176,8 +218,14 @@ def folder_lock(folder: str | os.PathLike, purpose: str) -> Iterator[Path]:
             raise
         raise FolderBusyError(f"{str(folder)!r} is in use by {holder}: two writers would mix their results; "
                               "wait for it to finish, stop it, or choose another folder") from None
+    try:
+        refuse_links(folder)
+    except ValueError:
+        os.close(fd)
+        raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"pid": os.getpid(), "purpose": purpose}).encode(), 0)
+    _remove_leftovers(folder)
     _HELD[key] = [fd, 1]
     try:
         yield folder

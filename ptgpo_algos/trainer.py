@@ -46,7 +46,7 @@ import torch
 
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
 from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, TensorBoardLogger
-from ptgpo_algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
@@ -100,9 +100,6 @@ class TrainSummary:
         return {"recipe": self.recipe, **self.final_eval.get("environment", {})}
 
 
-#: The counters a checkpoint keeps (the keys of ``checkpoint["counters"]``).
-_COUNTERS = ("iteration", "decisions", "tokens", "decisions_saved", "tokens_saved", "wall_time_s", "best_success",
-             "last_eval_iteration")
 
 
 @dataclass
@@ -132,7 +129,7 @@ class TrainState:
 
     def counters(self) -> dict[str, Any]:
         """The counters, for the checkpoint."""
-        return {name: getattr(self, name) for name in _COUNTERS}
+        return {name: getattr(self, name) for name in COUNTERS}
 
     def rng_state(self) -> dict[str, Any]:
         """The state of every random generator, for the checkpoint."""
@@ -141,7 +138,7 @@ class TrainState:
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
         """Take back counters, last evaluation and random generators from a checkpoint."""
-        for name in _COUNTERS:
+        for name in COUNTERS:
             setattr(self, name, checkpoint["counters"][name])
         self.last_eval = checkpoint.get("last_eval", {})
         rng = checkpoint["rng"]

@@ -37,16 +37,44 @@ def require_ray():
     return ray
 
 
+#: Seconds a cluster's address has to accept a connection (Ray itself retries a dead address for minutes).
+CONNECT_TIMEOUT_S = 10.0
+
+
 def connect_ray(address: str | None = None, num_cpus: int | None = None):
     """Connect to the cluster at ``address`` (``auto``: the one ``ray start`` runs on this machine), or
-    start a local one with ``num_cpus`` when ``address`` is None; nothing when already connected."""
+    start a local one with ``num_cpus`` when ``address`` is None; nothing when already connected. An
+    address where no cluster answers within :data:`CONNECT_TIMEOUT_S` is a ``ConnectionError`` naming it."""
     ray = require_ray()
     if not ray.is_initialized():
         options: dict[str, Any] = {"address": address, "log_to_driver": False}
         if address is None:
             options.update(num_cpus=num_cpus, include_dashboard=False)
-        ray.init(**options)
+        else:
+            _check_answers(address)
+        try:
+            ray.init(**options)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            if address is None:
+                raise
+            raise ConnectionError(f"no Ray cluster at {address!r} ({' '.join(str(error).split())[:300]}); start one "
+                                  "with `ray start --head`, or give the address it printed") from None
     return ray
+
+
+def _check_answers(address: str) -> None:
+    """Refuse, after at most :data:`CONNECT_TIMEOUT_S`, a ``host:port`` (or ``ray://host:port``) where
+    nothing accepts a connection (``auto`` is found by Ray on this machine, at once or not at all)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        raise ConnectionError(f"no Ray cluster answers at {address!r} ({error.strerror or error}); start one with "
+                              "`ray start --head`, or give the address it printed") from None
 
 
 class _SlotsActorBody(_Slots):
@@ -98,8 +126,9 @@ class RayVectorTextEnv(_WorkerVector):
         self._closed = False
         try:
             self._actors = [self._new_actor(worker) for worker in range(num_workers)]
-            self._ray.get([actor.pid.remote() for actor in self._actors])
-        except self._ray.exceptions.RayError as error:
+            for worker in range(num_workers):
+                self._wait_started(worker)
+        except (self._ray.exceptions.RayError, WorkerError) as error:
             self.close()
             raise WorkerError(f"could not create {env_id} on Ray actors:\n{error}") from None
 
@@ -129,6 +158,20 @@ class RayVectorTextEnv(_WorkerVector):
             self.close()
 
     # ----------------------------------------------------------------- plumbing
+    def _wait_started(self, worker: int) -> None:
+        """Wait until ``worker``'s actor has made its environments; one that died meanwhile (killed, its
+        node lost) is replaced like a dead actor later on, within ``max_replacements``."""
+        while True:
+            try:
+                self._ray.get(self._actors[worker].pid.remote())
+                return
+            except self._ray.exceptions.RayActorError as error:
+                if self.replacements >= self.max_replacements:
+                    raise WorkerError(f"worker {worker} died while making its environments, and "
+                                      f"{self.replacements} actors were already replaced: {error}") from None
+                self.replacements += 1
+                self._actors[worker] = self._new_actor(worker)
+
     def _new_actor(self, worker: int):
         slots = [slot for slot in range(self.num_envs) if self._worker_of[slot] == worker]
         return self._actor_class.remote(self.env_id, self._env_kwargs, slots)

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import ptgpo_envs  # noqa: F401  (registers the environments)
-from ptgpo_algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_algos.cli import main
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.files import (
@@ -171,7 +171,7 @@ def test_checkpoints_round_trip_the_components_state_as_plain_data(tmp_path):
     state = {"weights": {"w": torch.ones(2)}, "optimizer": {"state": {}, "param_groups": []},
              "rng": {"python": (3, tuple(range(5)), None), "numpy": {"state": 1}, "torch": torch.zeros(3),
                      "sampler": torch.zeros(3)},
-             "counters": {"iteration": 3}, "config": {"algo": "grpo"},
+             "counters": {**dict.fromkeys(COUNTERS, 0), "iteration": 3}, "config": {"algo": "grpo"},
              "pending_rollout": request.to_dict(), "hindsight_buffer": hindsight.state_dict()}
     save_checkpoint(tmp_path / "checkpoint.pt", state)
     loaded = load_checkpoint(tmp_path / "checkpoint.pt")
@@ -307,6 +307,9 @@ def test_run_files_get_ordinary_permissions(finished_run):
     for name in ("config.json", "metrics.jsonl", "curve.jsonl", "checkpoint.pt"):
         assert stat.S_IMODE((finished_run / name).stat().st_mode) & 0o044 == 0o044, name
     assert stat.S_IMODE((finished_run / "final_model").stat().st_mode) & 0o055 == 0o055
+    saved = [path for path in (finished_run / "final_model").rglob("*") if path.is_file()]
+    assert "model.safetensors" in {path.name for path in saved}
+    assert all(stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044 for path in saved), saved
 
 
 # =========================================================================== 3. a resume is the same run
@@ -526,7 +529,7 @@ def test_bench_dry_run_validates_like_a_real_run(tmp_path, capsys):
     assert code == 2 and "environment 'lake': kwargs: ptgpo/FrozenLake-v0" in err
     config.write_text(text.replace("KWARGS", "{}"))
     code, err = _cli("bench", config, "--out", tmp_path / "out", "--dry-run", capsys=capsys)
-    assert code == 2 and "(group_size): expected an integer >= 2" in err
+    assert code == 2 and "(group_size): expected an integer in [2, 1048576]" in err
     config.write_text(text.replace("KWARGS", "{}").replace("group_size: 1", "group_size: 2"))
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "config.yaml").write_text("name: another\n")

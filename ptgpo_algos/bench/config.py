@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,10 +17,12 @@ from typing import Any
 
 import yaml
 
+from leaderboard.records import cell_name
 from ptgpo_algos.config import MAX_SEED, key_paths
 from ptgpo_algos.patr import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (check_choice, check_int, check_list, check_mapping, check_number, check_string,
                                     unknown_keys)
+from ptgpo_algos.yaml_safe import load_yaml
 
 __all__ = ["BaselineEntry", "BenchConfig", "BenchError", "DEFAULT_CONFIG_NAME", "EnvironmentEntry", "MethodEntry",
            "default_config_text", "load_config"]
@@ -135,7 +138,7 @@ class BenchConfig:
             data.update(quick_section)
             data["name"] = quick_section.get("name", f"{data.get('name', 'bench')}-quick")
 
-        name = check_string("name", data.get("name"))
+        name = _folder_name(check_string("name", data.get("name")))
         budget = check_int("budget", data.get("budget"), 1)
         seeds = _int_list(data.get("seeds"), "seeds", high=MAX_SEED)
         if len(set(seeds)) != len(seeds):
@@ -170,6 +173,7 @@ class BenchConfig:
             raise BenchError("methods, baselines: expected at least one method or baseline between them, got none")
         _unique([e.label for e in environments], "environments[].label")
         _unique([m.name for m in methods] + [b.name for b in baselines], "method and baseline names")
+        _distinct_files([e.label for e in environments], [m.name for m in methods] + [b.name for b in baselines])
         if iterations is not None or any(env.iterations is not None for env in environments):
             _iterations_once(policy, methods)
         return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources, iterations)
@@ -226,6 +230,33 @@ def _unique(names: list[str], where: str) -> None:
         if name in seen:
             raise BenchError(f"{where}: expected unique names, {name!r} appears twice")
         seen.add(name)
+
+
+def _folder_name(name: str) -> str:
+    """The config's name, which names its folder under bench_results/: one plain folder name, so that
+    a name such as ``../x`` or ``/x`` cannot place the results elsewhere."""
+    if not _FOLDER_NAME.fullmatch(name):
+        raise BenchError(f"name: expected a folder name of letters, digits and . _ + - (it names "
+                         f"bench_results/<name>/), not starting with '.', got {name!r}")
+    return name
+
+
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
+
+
+def _distinct_files(labels: list[str], methods: list[str]) -> None:
+    """Every (environment, method) pair gets a record file of its own: file names keep only letters,
+    digits and . _ + -, so two pairs that differ only elsewhere would overwrite each other's records."""
+    first: dict[str, tuple[str, str]] = {}
+    for label in labels:
+        for method in methods:
+            other = first.setdefault(cell_name(label, method, 0), (label, method))
+            if other != (label, method):
+                raise BenchError(
+                    f"environment {other[0]!r} with method {other[1]!r} and environment {label!r} with method "
+                    f"{method!r} would write the same record file ({cell_name(label, method, 0)}.json: file names "
+                    "keep only letters, digits and . _ + -); rename one so that they differ in those characters"
+                )
 
 
 def _seed_range(value: Any, where: str) -> tuple[int, int]:
@@ -348,9 +379,9 @@ def load_config(path: str | os.PathLike | None = None, *, quick: bool = False) -
             raise BenchError(f"benchmark config {path} does not exist (see configs/bench/ for examples)")
         text, where = path.read_text(encoding="utf-8"), str(path)
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, name=where)
     except yaml.YAMLError as error:
-        raise BenchError(f"{where} is not valid YAML: {error}") from None
+        raise BenchError(f"{where} is not valid YAML: {' '.join(str(error).split())}") from None
     try:
         return BenchConfig.from_dict(data, quick=quick)
     except BenchError as error:

@@ -12,6 +12,7 @@ import yaml
 from leaderboard.records import cell_name
 from ptgpo_algos.bench.config import DEFAULT_RESOURCES, BenchConfig, BenchError, EnvironmentEntry
 from ptgpo_algos.config import merge_overrides
+from ptgpo_algos.yaml_safe import load_yaml
 
 __all__ = ["Cell", "check_out_dir", "check_train_configs", "plan_cells"]
 
@@ -130,11 +131,11 @@ def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
     path = out_dir / "config.yaml"
     if path.is_file():
         try:
-            saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            saved = load_yaml(path.read_text(encoding="utf-8"), name=str(path)) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as error:
             raise BenchError(f"{path} is damaged ({' '.join(str(error).split())[:200]}); restore it, or choose "
                              "another --out") from None
-        if not isinstance(saved, dict) or _what_cells_do(saved) != _what_cells_do(yaml.safe_load(text)):
+        if not isinstance(saved, dict) or _what_cells_do(saved) != _what_cells_do(load_yaml(text)):
             raise BenchError(
                 f"{out_dir} holds results of a different benchmark config (see {path}); resume with "
                 "the same config, or choose another --out"

@@ -6,7 +6,8 @@ as many at once as its nodes fit. A task runs its cell exactly as the local pool
 process with one torch thread, dying with its parent), in a temporary folder of the node it landed
 on, and returns the cell's files: its record and its run folder's records, curves, metrics and log.
 The driver writes them, so nodes need no shared disk; the trained model and checkpoints stay on the
-node and are deleted with the temporary folder.
+node and are deleted with the temporary folder (the folder of a task killed midway is removed by the
+next task that starts on that node: its lock is free).
 
 A task whose cell could not leave a record (its process or node died, it was killed for memory) is
 retried up to ``max_retries`` times, then recorded as failed with Ray's error; a cell that raised
@@ -25,14 +26,16 @@ from typing import Any
 from leaderboard.records import record_exists, record_path
 from ptgpo_algos.bench.plan import Cell
 from ptgpo_algos.bench.pool import CHILD_ENV, _finish, cell_process, died_without_record
-from ptgpo_algos.files import atomic_write_bytes
+from ptgpo_algos.files import LOCK_FILE, FolderBusyError, atomic_write_bytes, folder_lock
 
 __all__ = ["CellDied", "run_cells_on_ray"]
 
+#: The temporary folder a task runs its cell in (removed at its end, or by a later task when it was killed).
+CELL_FOLDER_PREFIX = "ptgpo-cell-"
 #: Run-folder files larger than this stay on the node (a cell's records, curves and logs are far smaller).
 MAX_RETURNED_BYTES = 64 * 2**20
 #: Not returned: the model and the checkpoints (large, and of no use to the leaderboard), the lock.
-_LEFT_ON_THE_NODE = ("final_model", ".ptgpo.lock")
+_LEFT_ON_THE_NODE = ("final_model", LOCK_FILE)
 
 
 class CellDied(RuntimeError):
@@ -45,7 +48,9 @@ def run_cell_task(cell: Cell) -> dict[str, bytes]:
     import multiprocessing
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="ptgpo-cell-") as folder:
+    _remove_abandoned_cell_folders()
+    # The lock says the folder is in use: a task killed with its worker leaves it behind, unlocked.
+    with tempfile.TemporaryDirectory(prefix=CELL_FOLDER_PREFIX) as folder, folder_lock(folder, "Ray cell"):
         process = multiprocessing.get_context("spawn").Process(target=cell_process, args=(cell, folder, os.getpid()),
                                                                name=cell.name)
         process.start()
@@ -53,6 +58,22 @@ def run_cell_task(cell: Cell) -> dict[str, bytes]:
         if not record_exists(folder, cell.name):
             raise CellDied(died_without_record(process.exitcode))
         return _cell_files(Path(folder), cell.name)
+
+
+def _remove_abandoned_cell_folders(min_age_s: float = 60.0) -> None:
+    """Remove the temporary cell folders of this node whose task was killed (their lock is free), with
+    the checkpoints and models in them; folders younger than ``min_age_s`` may be about to be locked."""
+    import shutil
+    import tempfile
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{CELL_FOLDER_PREFIX}*"):
+        try:
+            if not (folder / LOCK_FILE).is_file() or time.time() - folder.stat().st_mtime < min_age_s:
+                continue
+            with folder_lock(folder, "removing an abandoned cell folder"):
+                shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError, FolderBusyError):  # in use, another user's, or gone meanwhile
+            continue
 
 
 def _cell_files(out_dir: Path, name: str) -> dict[str, bytes]:

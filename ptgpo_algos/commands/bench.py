@@ -75,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     except (BenchError, FolderBusyError, ValueError) as error:
         print(f"ptgpo bench: {error}", file=sys.stderr)
         return 2
+    except ConnectionError as error:
+        print(f"ptgpo bench --ray: {error}", file=sys.stderr)
+        return 2
     print(
         f"{len(report.cells)} cells: {len(report.ran)} ran, {len(report.skipped)} already done, "
         f"{len(report.failed)} failed, in {report.wall_time_s / 60:.1f} min ({report.cpu_seconds / 60:.1f} CPU-min)"

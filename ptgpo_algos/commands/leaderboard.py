@@ -4,6 +4,7 @@ learning-curve plots."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from leaderboard.aggregate import DECISIONS_TOLERANCE, LeaderboardError, build_leaderboard
     from leaderboard.render import FORMATS, to_markdown, write_outputs
     from leaderboard.reported import DEFAULT_REPORTED, ReportedFileError, load_reported
+    from ptgpo_algos.files import check_writable
 
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     unknown = sorted(set(formats) - set(FORMATS))
@@ -62,6 +64,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not args.results_dir.is_dir():
         print(f"ptgpo leaderboard: results directory {args.results_dir} does not exist", file=sys.stderr)
+        return 2
+    out_dir = args.out if args.out is not None else args.results_dir / "leaderboard"
+    try:
+        if args.out is None and out_dir.is_symlink():
+            # Only a folder given with --out is written wherever it points.
+            raise ValueError(f"{str(out_dir)!r} is a symbolic link (to {os.readlink(out_dir)!r}): writing the "
+                             "leaderboard through it would replace files outside the results folder; remove the "
+                             "link, or give --out")
+        check_writable(out_dir, "--out", folder=True)
+    except ValueError as error:
+        print(f"ptgpo leaderboard: {error}", file=sys.stderr)
         return 2
     reported = None
     if args.reported is None or args.reported.lower() != "none":
@@ -80,7 +93,6 @@ def run(args: argparse.Namespace) -> int:
     except LeaderboardError as error:
         print(f"ptgpo leaderboard: {error}", file=sys.stderr)
         return 2
-    out_dir = args.out if args.out is not None else args.results_dir / "leaderboard"
     written = write_outputs(board, out_dir, formats)
     print(to_markdown(board), end="")
     for problem in board.problems:

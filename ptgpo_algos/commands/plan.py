@@ -31,14 +31,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the GPU's memory in GiB [this machine's GPU's]; plans a GPU without one here")
 
 
+#: No accelerator holds a pebibyte; beyond it (or at inf) the planner's byte counts overflow.
+_MAX_GPU_GIB = 1_048_576
+
+
 def _training_config(path: str, overrides: dict):
     """The training config at ``path``, or the first RL cell of the benchmark config there."""
     import yaml
 
     from ptgpo_algos.config import TrainConfig, merge_overrides
+    from ptgpo_algos.yaml_safe import load_yaml
 
-    with open(path, encoding="utf-8") as handle:
-        data = yaml.safe_load(handle) or {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = load_yaml(handle) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: cannot be read ({error})") from None
     if isinstance(data, dict) and "methods" in data and "environments" in data:
         from ptgpo_algos.bench.config import load_config
         from ptgpo_algos.bench.plan import plan_cells
@@ -59,8 +69,8 @@ def _device_and_memory(args: argparse.Namespace, config) -> tuple[str, int]:
     if device == "cpu":
         return "cpu", total_device_memory("cpu")
     if args.gpu_memory is not None:
-        if not args.gpu_memory > 0:
-            raise ValueError(f"--gpu-memory must be a positive number of GiB, got {args.gpu_memory}")
+        if not 0 < args.gpu_memory <= _MAX_GPU_GIB:
+            raise ValueError(f"--gpu-memory must be a number of GiB in (0, {_MAX_GPU_GIB}], got {args.gpu_memory}")
         return "cuda", int(args.gpu_memory * GIB)
     if not torch.cuda.is_available():
         raise ValueError("there is no GPU here: give its memory with --gpu-memory GIB (or plan --device cpu)")

@@ -41,13 +41,15 @@ def parse_set(items: list[str]) -> dict:
     """``--set KEY=VALUE`` items as config overrides, each VALUE parsed as YAML."""
     import yaml
 
+    from ptgpo_algos.yaml_safe import load_yaml
+
     overrides = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         try:
-            overrides[key.strip()] = yaml.safe_load(value)
+            overrides[key.strip()] = load_yaml(value, name="--set")
         except yaml.YAMLError as error:
             raise ValueError(f"--set {item!r}: the value is not valid YAML ({' '.join(str(error).split())})") from None
     return overrides
@@ -76,11 +78,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ptgpo_algos.files import FolderBusyError
     from ptgpo_algos.trainer import Trainer
+    from ptgpo_envs.vector import WorkerError
 
     try:
         summary = Trainer(config, progress=not args.no_progress).train()
     except (ValueError, FolderBusyError) as error:
         print(f"ptgpo train: {error}", file=sys.stderr)
+        return 2
+    except (WorkerError, ConnectionError) as error:
+        # A worker's error carries its traceback: its first and last lines say what failed and why.
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        print(f"ptgpo train: {lines[0]}" + (f" ... {lines[-1]}" if len(lines) > 1 else ""), file=sys.stderr)
         return 2
     print(json.dumps({
         "final_eval": {k: v for k, v in summary.final_eval.items() if k not in ("success_by_type", "environment")},

@@ -68,12 +68,14 @@ def load_recipe(name: str) -> Recipe:
     """The recipe called ``name``; ``ValueError`` names the known ones, or what is wrong in its file."""
     import yaml
 
+    from ptgpo_algos.yaml_safe import load_yaml
+
     if name not in recipe_names():
         raise ValueError(f"unknown recipe {name!r}; known: {', '.join(recipe_names())}")
     folder = PRESETS / name
     where = f"recipe {name!r} ({folder / 'recipe.yaml'})"
     try:
-        data = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
+        data = load_yaml((folder / "recipe.yaml").read_text(encoding="utf-8"), name=str(folder / "recipe.yaml"))
     except yaml.YAMLError as error:
         raise ValueError(f"{where}: not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict) or set(data) - {"description", "rules"} or not isinstance(data.get("rules"), list):

@@ -199,12 +199,14 @@ def load_prompt_template(path: str | os.PathLike) -> PromptTemplate:
     """Read and check a template file (YAML with the keys of :class:`PromptTemplate`)."""
     import yaml
 
+    from ptgpo_algos.yaml_safe import load_yaml
+
     path = Path(path).expanduser()
     if not path.is_file():
         raise ValueError(f"prompt template {str(path)!r} does not exist (a YAML file with no_history and "
                          "with_history; see ptgpo_algos/policy/templates.py)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), name=str(path))
     except yaml.YAMLError as error:
         raise ValueError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     except (OSError, UnicodeDecodeError) as error:

@@ -103,9 +103,18 @@ def _scan(split_dir: str) -> tuple[GameRecord, ...]:
         if "movable" in root or "Sliced" in root:
             continue
         game_path = os.path.join(root, GAME_FILE)
-        with open(game_path) as handle:
-            if not json.load(handle).get("solvable", False):
-                continue
+        try:
+            with open(game_path, encoding="utf-8") as handle:
+                game = json.load(handle)
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+            raise ValueError(f"{game_path}: not a readable ALFWorld game ({type(error).__name__}: "
+                             f"{' '.join(str(error).split())[:200]}); restore it from the ALFWorld data, or remove "
+                             "its task folder") from None
+        if not isinstance(game, dict) or "pddl_problem" not in game:
+            raise ValueError(f"{game_path}: not an ALFWorld game (a JSON object with its pddl_problem); restore it "
+                             "from the ALFWorld data, or remove its task folder")
+        if not game.get("solvable", False):
+            continue
         games.append(GameRecord(game_path, task_type_of(game_path)))
     return tuple(sorted(games, key=lambda game: game.path))
 
