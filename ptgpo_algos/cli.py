@@ -7,6 +7,8 @@ import importlib
 import os
 import sys
 
+from ptgpo_envs.progress import NO_PROGRESS_ENV
+
 #: Subcommand name -> module under ptgpo_algos.commands.
 COMMANDS = {
     "alfworld": "alfworld",
@@ -39,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"ptgpo_algos.commands.{module_name}")
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
+        if "--no-progress" not in command._option_string_actions:
+            command.add_argument("--no-progress", action="store_true", help="no progress bars")
         command.set_defaults(_run=module.run)
     return parser
 
@@ -48,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     exit status."""
     _tune_threads()
     args = build_parser().parse_args(argv)
+    if args.no_progress:  # every bar of this process and of the processes it starts (bench cells)
+        os.environ[NO_PROGRESS_ENV] = "1"
     return int(args._run(args) or 0)
 
 

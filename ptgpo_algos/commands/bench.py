@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"ptgpo bench --ray: {error}", file=sys.stderr)
             return 2
     try:
-        report = run_bench(config, out_dir, workers=args.workers, retry_failed=args.retry_failed, ray=args.ray is not None,
+        report = run_bench(config, out_dir, workers=args.workers, retry_failed=args.retry_failed,
+                           progress=not args.no_progress, ray=args.ray is not None,
                            ray_address=None if args.ray == LOCAL_CLUSTER else args.ray,
                            max_retries=args.max_retries)
     except (BenchError, FolderBusyError, ValueError) as error:

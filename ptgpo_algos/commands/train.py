@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field by dotted path (optim.lr=1e-3) or flat name (learning_rate=1e-3); "
                              "VALUE is parsed as YAML (repeatable)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def parse_set(items: list[str]) -> dict:

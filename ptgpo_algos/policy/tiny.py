@@ -251,7 +251,7 @@ def _pretrain(model, tokenizer, env_ids: Sequence[str], spec: TinyModelSpec) -> 
     """Next-token prediction on random-play transcripts (seeded: the same spec gives the same weights)."""
     import numpy as np
     import torch
-    from tqdm.auto import tqdm
+    from ptgpo_envs.progress import progress_bar
 
     steps, batch = spec["pretrain_steps"], spec["pretrain_batch_size"]
     # Each transcript is seen about twice.
@@ -266,7 +266,7 @@ def _pretrain(model, tokenizer, env_ids: Sequence[str], spec: TinyModelSpec) -> 
     )
     pad = tokenizer.pad_token_id
     model.train()
-    bar = tqdm(range(steps), desc="pretraining the tiny model", disable=steps < 50, leave=False)
+    bar = progress_bar(range(steps), desc="pretraining the tiny model", disable=steps < 50, leave=False)
     for step in bar:
         chosen = [rows[i][0] + rows[i][1] for i in rng.choice(len(rows), size=batch, replace=len(rows) < batch)]
         width = max(map(len, chosen))
