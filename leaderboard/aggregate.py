@@ -568,13 +568,27 @@ def _mark_protocols(board: Leaderboard, measured: list[ResultRecord]) -> list[st
 
 
 def build_leaderboard(
-    results_dir: str | os.PathLike,
+    results_dir: str | os.PathLike | Sequence[str | os.PathLike],
     reported: ReportedResults | None = None,
     reference_methods: Sequence[str] = DEFAULT_REFERENCE_METHODS,
     decisions_tolerance: float = DECISIONS_TOLERANCE,
 ) -> Leaderboard:
-    """Read ``results_dir`` (see :mod:`leaderboard.records`) and aggregate it."""
-    records, problems = read_records_with_paths(results_dir)
+    """Read ``results_dir`` (see :mod:`leaderboard.records`), or several results folders as one, and
+    aggregate it; a cell (environment, method, seed) found in two folders is refused, naming both files."""
+    folders = [results_dir] if isinstance(results_dir, (str, os.PathLike)) else list(results_dir)
+    records: list[tuple[Path, ResultRecord]] = []
+    problems: list[RecordProblem] = []
+    for folder in folders:
+        found, unusable = read_records_with_paths(folder)
+        records += found
+        problems += unusable
+    seen: dict[tuple[str, str, int], Path] = {}
+    for path, record in records:
+        cell = (record.env_label, record.method, record.seed)
+        if cell in seen:
+            raise LeaderboardError(f"{path} and {seen[cell]} are both {record.method} on {record.env_label}, seed "
+                                   f"{record.seed}; leave one of the folders out, or delete one record")
+        seen[cell] = path
     board = aggregate(records, problems, reported, reference_methods, decisions_tolerance)
-    board.results_dir = Path(results_dir)
+    board.results_dir = Path(folders[0])
     return board

@@ -104,7 +104,8 @@ class TensorBoardLogger(Callback):
 
 
 class ProgressBar(Callback):
-    """A progress bar (:func:`ptgpo_envs.progress.progress_bar`): decisions when a decision budget ends the run (a matched budget), else iterations."""
+    """A progress bar (:func:`ptgpo_envs.progress.progress_bar`): decisions when a decision budget ends
+    the run (a matched budget), else iterations."""
 
     def __init__(self) -> None:
         self.bar = None

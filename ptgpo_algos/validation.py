@@ -13,8 +13,8 @@ import math
 import re
 from typing import Any, Iterable, Mapping
 
-__all__ = ["as_number", "numbers_as_floats", "check_bool", "check_choice", "check_int", "check_list", "check_mapping", "check_number",
-           "check_registered", "check_string", "unknown_keys"]
+__all__ = ["as_number", "check_bool", "check_choice", "check_int", "check_list", "check_mapping", "check_number",
+           "check_registered", "check_string", "numbers_as_floats", "unknown_keys"]
 
 # A real number as YAML 1.2 and Python spell it: PyYAML (YAML 1.1) reads ``1e-3``, ``3e-5`` and ``.5e1``
 # as strings, since 1.1 wants a dot and a signed exponent; users write them everywhere.

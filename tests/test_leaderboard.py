@@ -516,6 +516,25 @@ def test_cli_writes_requested_formats_and_refuses_mixed_budgets(results, capsys)
     assert main(["leaderboard", str(results / "missing")]) == 2
 
 
+def test_several_results_folders_make_one_leaderboard(results, tmp_path_factory, capsys):
+    from ptgpo_algos.cli import main
+
+    more = tmp_path_factory.mktemp("more")
+    for seed, success in ((0, 0.4), (1, 0.6)):
+        write_record(more, record("rloo", "A", seed, success))
+    out = tmp_path_factory.mktemp("board")
+    assert main(["leaderboard", str(more), str(results)]) == 2  # where the tables go must be said
+    assert "--out" in capsys.readouterr().err
+    assert main(["leaderboard", str(results), str(more), "--out", str(out), "--formats", "csv",
+                 "--reported", "none"]) == 0
+    rows = {row["method"]: row for row in csv.DictReader((out / "leaderboard.csv").open())}
+    assert set(rows) >= {"rloo", "grpo", "ptgpo"}  # one board, both folders
+    write_record(more, record("grpo", "A", 0, 0.1))  # a cell the first folder holds too
+    assert main(["leaderboard", str(results), str(more), "--out", str(out), "--reported", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "A__grpo__seed0.json" in err and "both grpo on A, seed 0" in err
+
+
 def test_cli_refuses_unmatched_spent_decisions_unless_told_a_larger_tolerance(results, capsys):
     from ptgpo_algos.cli import main
 
