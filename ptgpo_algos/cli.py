@@ -11,6 +11,7 @@ from ptgpo_envs.progress import NO_PROGRESS_ENV
 
 #: Subcommand name -> module under ptgpo_algos.commands.
 COMMANDS = {
+    "algos": "algos",
     "alfworld": "alfworld",
     "bench": "bench",
     "demo": "demo",
@@ -31,11 +32,23 @@ def _tune_threads() -> None:
     os.environ.setdefault("MALLOC_TOP_PAD_", "100000000")
 
 
+def version() -> str:
+    """The installed ``ptgpo`` distribution's version, or ``unknown`` when run from a bare source tree."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("ptgpo")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ptgpo`` argument parser: one subcommand per module of :mod:`ptgpo_algos.commands`."""
     parser = argparse.ArgumentParser(
         prog="ptgpo", description="Train and benchmark LLM agents on multi-turn text environments."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"ptgpo_algos.commands.{module_name}")

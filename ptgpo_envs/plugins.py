@@ -95,6 +95,8 @@ class Registry(Generic[T]):
         self._plugins_loaded = group is None
         #: Plugins of ``group`` that failed to load: entry-point name -> why (distribution, entry point, error).
         self.broken: dict[str, str] = {}
+        #: The entries plugins registered: name -> the distribution that did.
+        self.origins: dict[str, str] = {}
 
     def register(self, name: str, entry: T, *, replace: bool = False) -> T:
         """Add ``entry`` under ``name``; a second entry under the same name needs ``replace=True``."""
@@ -175,10 +177,12 @@ class Registry(Generic[T]):
             if plugin["group"] != self.group:
                 continue
             point = metadata.EntryPoint(plugin["name"], plugin["value"], plugin["group"])
+            before = set(self._entries)
             try:
                 loaded = point.load()
                 if callable(loaded):
                     loaded()
+                self.origins.update({name: plugin["dist"] for name in self._entries if name not in before})
             except Exception as error:  # a plugin's own bug: reported, and the rest of the registry works
                 why = (f"the plugin {plugin['name']} = {plugin['value']} of {plugin['dist']} (entry-point group "
                        f"{self.group!r}) failed to load: {type(error).__name__}: {error}; fix it or uninstall "

@@ -107,6 +107,11 @@ def test_entry_point_environments_are_visible_to_gymnasium_after_import(plugin_s
                    "print(env.reset(seed=0)[0])\n", plugin_site, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "You are at cell 0 of a corridor of 3 cells."
+    listed = _python("from ptgpo_algos.cli import main\nmain(['algos'])\nmain(['envs'])\n", plugin_site, tmp_path)
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines() if line.strip()}
+    assert "[plugin: ptgpo-example-plugin]" in lines["median_baseline"] and "scale=1.0" in lines["median_baseline"]
+    assert "[plugin: ptgpo-example-plugin]" in lines["example/Corridor-v0"]
+    assert "plugin" not in lines["gigpo"] + lines["ptgpo/Household-v0"]
 
 
 @pytest.mark.slow

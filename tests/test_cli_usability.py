@@ -1,0 +1,67 @@
+"""The command line as a first-time user meets it: ``--version``, ``ptgpo algos``, readable option names,
+and progress bars that suit a terminal, a log file, or ``--no-progress``."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+
+import pytest
+
+from ptgpo_algos.cli import build_parser, main
+from ptgpo_envs.progress import NO_PROGRESS_ENV, progress_bar
+
+
+def test_version_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert re.fullmatch(r"ptgpo (\d+\.\d+\S*|unknown .*)\n", capsys.readouterr().out)
+
+
+def test_algos_lists_every_name_a_config_takes_with_keys_and_defaults(capsys):
+    from ptgpo_algos.advantages import ESTIMATORS
+
+    assert main(["algos"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert set(ESTIMATORS.names()) <= set(lines)
+    assert "omega=1.0" in lines["gigpo"] and "norm='mean_std_norm'" in lines["gigpo"]
+    assert "weight=0.01" in lines["seed"] and "beta_opd=5.0" in lines["seed"]  # an objective's keys
+    for name in ("linear", "tree", "patr", "ppo-clip", "progress", "transformers", "vllm"):
+        assert name in lines
+    assert "rollout strategies (rollouts.strategy (--rollout)):" in out
+
+
+def test_train_options_have_readable_placeholders():
+    helptext = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    assert "CFG:" not in helptext
+    for option in ("--lr NUMBER", "--group-size N", "--env ENV", "--config YAML", "--out OUT"):
+        assert option in helptext
+
+
+def test_a_bar_off_a_terminal_writes_whole_lines(monkeypatch):
+    monkeypatch.delenv(NO_PROGRESS_ENV, raising=False)
+    log = io.StringIO()  # not a terminal, as a log file or a pipe
+    monkeypatch.setattr(sys, "stderr", log)
+    for _ in progress_bar(range(3), desc="work", mininterval=0, miniters=1):
+        pass
+    text = log.getvalue()
+    assert "\r" not in text and text.endswith("\n")
+    lines = text.splitlines()
+    assert lines and all(line.startswith("work:") for line in lines) and "3/3" in lines[-1]
+
+
+def test_no_progress_silences_every_bar(monkeypatch):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setenv(NO_PROGRESS_ENV, "1")
+    for _ in progress_bar(range(3), desc="work", mininterval=0):
+        pass
+    assert log.getvalue() == ""
+
+
+def test_no_progress_is_an_option_of_every_command():
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert all("--no-progress" in parser._option_string_actions for parser in commands.values())
