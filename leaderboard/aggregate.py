@@ -78,6 +78,8 @@ __all__ = [
     "Leaderboard",
     "LeaderboardError",
     "Row",
+    "SMOKE_MARKER",
+    "SMOKE_NOTICE",
     "aggregate",
     "build_leaderboard",
     "check_records",
@@ -90,6 +92,11 @@ DEFAULT_REFERENCE_METHODS = ("expert",)
 # RL runs stop after the iteration that reaches the budget, so spent decisions differ a little; more
 # than this (a fraction of the smallest) and the column would compare unequal amounts of training.
 DECISIONS_TOLERANCE = 0.02
+#: A file a results folder holds when its cells are a smoke run (``ptgpo bench --quick``): every table
+#: built from it then says so (:data:`SMOKE_NOTICE`).
+SMOKE_MARKER = "SMOKE_RUN"
+SMOKE_NOTICE = ("Smoke run (ptgpo bench --quick): a tiny budget that checks that every stage runs; its numbers "
+                "do not compare the methods (run ptgpo bench without --quick for that).")
 
 
 class LeaderboardError(ValueError):
@@ -179,6 +186,8 @@ class Leaderboard:
     # The ok measured records with their files, for the learning curves.
     records: list[tuple[Path, ResultRecord]] = field(default_factory=list)
     results_dir: Path | None = None
+    #: The records come from a smoke run (a folder holds :data:`SMOKE_MARKER`).
+    smoke_run: bool = False
     # Every ordered pair of ranked methods sharing a task, in rank order of ``better`` then ``worse``.
     improvements: list[Improvement] = field(default_factory=list)
 
@@ -578,17 +587,18 @@ def build_leaderboard(
     folders = [results_dir] if isinstance(results_dir, (str, os.PathLike)) else list(results_dir)
     records: list[tuple[Path, ResultRecord]] = []
     problems: list[RecordProblem] = []
+    seen: dict[tuple[str, str, int], Path] = {}  # a cell -> its record in an earlier folder
     for folder in folders:
         found, unusable = read_records_with_paths(folder)
+        for path, record in found:
+            cell = (record.env_label, record.method, record.seed)
+            if cell in seen:
+                raise LeaderboardError(f"{path} and {seen[cell]} are both {record.method} on {record.env_label}, "
+                                       f"seed {record.seed}; leave one of the folders out, or delete one record")
+        seen.update(((r.env_label, r.method, r.seed), path) for path, r in found)
         records += found
         problems += unusable
-    seen: dict[tuple[str, str, int], Path] = {}
-    for path, record in records:
-        cell = (record.env_label, record.method, record.seed)
-        if cell in seen:
-            raise LeaderboardError(f"{path} and {seen[cell]} are both {record.method} on {record.env_label}, seed "
-                                   f"{record.seed}; leave one of the folders out, or delete one record")
-        seen[cell] = path
     board = aggregate(records, problems, reported, reference_methods, decisions_tolerance)
     board.results_dir = Path(folders[0])
+    board.smoke_run = any((Path(folder) / SMOKE_MARKER).is_file() for folder in folders)
     return board

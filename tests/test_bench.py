@@ -239,6 +239,16 @@ def test_baselines_evaluate_with_eval_kwargs(tmp_path):
     assert list(record.success_by_type) == ["Look"]
 
 
+def test_a_quick_run_marks_its_folder_and_leaderboard_as_a_smoke_run(tmp_path):
+    from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
+
+    data = _config(baselines=["random"], quick={"seeds": [0]})
+    assert not BenchConfig.from_dict(data).smoke_run
+    report = run_bench(BenchConfig.from_dict(data, quick=True), tmp_path, workers=1, progress=False)
+    assert (tmp_path / SMOKE_MARKER).is_file() and "smoke_run" not in (tmp_path / "config.yaml").read_text()
+    assert SMOKE_NOTICE in (tmp_path / "leaderboard" / "leaderboard.md").read_text(), report.leaderboard_error
+
+
 def test_a_results_folder_grows_by_seeds_and_baselines_and_refuses_changed_settings(tmp_path):
     def run(**overrides):
         return run_bench(BenchConfig.from_dict(_config(**overrides)), tmp_path, workers=1, progress=False,

@@ -32,6 +32,7 @@ P(grpo > ptgpo) per task: Pick 0/6, Look 4.5/6, B 4/6 -> (0 + 0.75 + 0.667) / 3 
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import math
@@ -514,6 +515,24 @@ def test_cli_writes_requested_formats_and_refuses_mixed_budgets(results, capsys)
     assert main(["leaderboard", str(results), "--out", str(out), "--reported", "none"]) == 2
     assert "A__hgpo__seed0.json" in capsys.readouterr().err
     assert main(["leaderboard", str(results / "missing")]) == 2
+
+
+def test_a_smoke_run_says_so_in_every_format(results, tmp_path_factory):
+    from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
+
+    out = tmp_path_factory.mktemp("board")
+    write_outputs(build_leaderboard(results), out, ["md", "csv", "tex", "html"])
+    assert not any(SMOKE_NOTICE.split(":")[0] in path.read_text() for path in out.iterdir())
+    (results / SMOKE_MARKER).write_text(SMOKE_NOTICE)
+    board = build_leaderboard(results)
+    write_outputs(board, out, ["md", "csv", "tex", "html"])
+    for name in ("leaderboard.md", "improvement.md"):
+        assert f"> **{SMOKE_NOTICE}**" in (out / name).read_text()
+    assert SMOKE_NOTICE.upper() in (out / "leaderboard.tex").read_text()
+    assert f'<p class="smoke"><strong>{html.escape(SMOKE_NOTICE)}' in (out / "leaderboard.html").read_text()
+    for name in ("leaderboard.csv", "improvement.csv"):
+        rows = list(csv.DictReader((out / name).open()))
+        assert rows and all(row["smoke_run"] == "1" for row in rows)
 
 
 def test_several_results_folders_make_one_leaderboard(results, tmp_path_factory, capsys):

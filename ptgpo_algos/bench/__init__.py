@@ -99,6 +99,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
 from leaderboard.records import record_exists
 from ptgpo_algos.bench.config import (
     DEFAULT_CONFIG_NAME,
@@ -188,6 +189,8 @@ def run_bench(
         config_text = check_out_dir(out_dir, config)
         with folder_lock(out_dir, "benchmark"):
             atomic_write_text(out_dir / "config.yaml", config_text)
+            if config.smoke_run:
+                atomic_write_text(out_dir / SMOKE_MARKER, SMOKE_NOTICE + "\n")
             return _run_grid(config, cells, out_dir, workers, retry_failed, progress, build_leaderboard, runner)
 
 
