@@ -32,13 +32,18 @@ ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- ptgpo:(\S+)(?: (.*?))? -->$", re.MULTILINE)
 
 
-def _cell(value: Any) -> str:
+def _text(value: Any) -> str:
     text = repr(value) if not isinstance(value, str) or value == "" else value
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _cell(value: Any) -> str:
+    """Text for a table cell: a ``<placeholder>`` is escaped, or the page would take it for an HTML tag."""
+    return _text(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _code(value: Any) -> str:
-    return f"`{_cell(value)}`"
+    return f"`{_text(value)}`"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
