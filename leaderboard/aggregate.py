@@ -463,6 +463,40 @@ def _improvements(board: Leaderboard) -> list[Improvement]:
     ]
 
 
+def measured_environments(records: Iterable[ResultRecord]) -> set[str]:
+    """The environments ``records`` measured, as a paper may spell them (case aside): each label, and
+    each environment id's name (``ptgpo/ALFWorld-v0``: ``alfworld``)."""
+    names = set()
+    for record in records:
+        names.add(column_key(record.env_label, "")[0])
+        names.add(column_key(record.env_id.rpartition("/")[2].rpartition("-v")[0] or record.env_id, "")[0])
+    return names
+
+
+def _paper_rows(reported: ReportedResults, measured: Sequence[ResultRecord], columns: list[Column]) -> list[Row]:
+    """The papers' rows, each with its numbers on the environments ``measured`` covers only (the full
+    table is ``leaderboard/reported.yaml``, and a page of the docs); their new columns are added to
+    ``columns``. A row with no such number is left out."""
+    wanted = measured_environments(measured)
+    rows = []
+    for paper_row in reported.rows:
+        row = Row(
+            paper_row.method, "reported", "reported", model=paper_row.model, source=paper_row.source,
+            protocols={"": reported_protocol(paper_row.protocol)},
+        )
+        for env_label, metrics in paper_row.results.items():
+            if column_key(env_label, "")[0] not in wanted:
+                continue
+            for metric, value in metrics.items():
+                column = Column(env_label, metric)
+                if column not in columns:
+                    columns.append(column)
+                row.cells[column] = Cell(value.value, value.pm, None)
+        if row.cells:
+            rows.append(row)
+    return rows
+
+
 def aggregate(
     records: list[tuple[Path, ResultRecord]],
     problems: Sequence[RecordProblem] = (),
@@ -505,20 +539,11 @@ def aggregate(
     sources: dict[str, ReportedSource] = {}
     caveat = None
     if reported is not None:
-        for paper_row in reported.rows:
-            row = Row(
-                paper_row.method, "reported", "reported", model=paper_row.model, source=paper_row.source,
-                protocols={"": reported_protocol(paper_row.protocol)},
-            )
-            for env_label, metrics in paper_row.results.items():
-                for metric, value in metrics.items():
-                    column = Column(env_label, metric)
-                    if column not in reported_columns:
-                        reported_columns.append(column)
-                    row.cells[column] = Cell(value.value, value.pm, None)
-            reported_rows.append(row)
-        sources = dict(reported.sources)
-        caveat = reported.caveat
+        paper_rows = _paper_rows(reported, measured, reported_columns)
+        reported_rows += paper_rows
+        sources = {key: source for key, source in reported.sources.items()
+                   if any(row.source == key for row in paper_rows)}
+        caveat = reported.caveat if paper_rows else None
     reported_columns = _ordered(reported_columns)
 
     board = Leaderboard(

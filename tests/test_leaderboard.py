@@ -41,7 +41,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from leaderboard_fixtures import record, write_fixture
+from leaderboard_fixtures import measured_on, record, write_fixture
 
 from leaderboard.aggregate import Column, LeaderboardError, build_leaderboard, mean_se
 from leaderboard.curves import Curve, mean_curve
@@ -364,6 +364,7 @@ def _tex_width(line: str) -> int:
 
 def test_latex_is_booktabs_with_consistent_columns_and_escaping(results):
     write_record(results, record("sb3_ppo & co%", "B", 0, 0.1, "baseline"))
+    measured_on(results, ("alfworld", "ptgpo/ALFWorld-v0"))
     board = build_leaderboard(results, load_reported(DEFAULT_REPORTED))
     tex = to_latex(board)
     assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 2
@@ -399,17 +400,20 @@ class _Tables(HTMLParser):
 
 
 def test_html_is_standalone_with_sortable_tables(results):
-    board = build_leaderboard(results, load_reported(DEFAULT_REPORTED))
+    measured_on(results, ("alfworld", "ptgpo/ALFWorld-v0"))
+    papers = load_reported(DEFAULT_REPORTED)
+    board = build_leaderboard(results, papers)
     page = to_html(board)
     parser = _Tables()
     parser.feed(page)
     measured, improvement, reported, failed = parser.tables
-    assert measured["rows"] == 1 + 5 and set(measured["widths"]) == {5 + 4}
+    assert measured["rows"] == 1 + 5 and set(measured["widths"]) == {5 + 4 + 1}  # + the expert's alfworld
     assert improvement["rows"] == 1 + 4 and set(improvement["widths"]) == {1 + 4}
-    assert reported["rows"] == 1 + 29 + 9 + 10 and set(reported["widths"]) == {
-        4 + 7 + 2 + 2 + 2 + 1 + 1 + 1 + 1 + 1
-    }  # method, model, source, protocol; ALFWorld types + All, in, out; WebShop; AppWorld; SciWorld;
-    # FrozenLake; SWE-Bench Verified (PATR's); SciKnowEval; Search (I-SDPO's and SEED's)
+    # The papers' numbers on the environment measured only: method, model, source, protocol; ALFWorld's
+    # types + All, in, out; no WebShop, AppWorld, ... column.
+    on_alfworld = [row for row in papers.rows if "ALFWorld" in row.results]
+    assert 0 < len(on_alfworld) < len(papers.rows)
+    assert reported["rows"] == 1 + len(on_alfworld) and set(reported["widths"]) == {4 + 7 + 2}
     assert failed["rows"] == 1 + 1
     assert {t["class"] for t in parser.tables} == {"sortable"}
     assert parser.links == [] and "<script>" in page and "http" not in page
@@ -533,6 +537,17 @@ def test_a_smoke_run_says_so_in_every_format(results, tmp_path_factory):
     for name in ("leaderboard.csv", "improvement.csv"):
         rows = list(csv.DictReader((out / name).open()))
         assert rows and all(row["smoke_run"] == "1" for row in rows)
+
+
+def test_the_papers_numbers_join_only_for_the_environments_measured(results):
+    papers = load_reported(DEFAULT_REPORTED)
+    assert build_leaderboard(results, papers).reported_rows == []  # Household and Sokoban: no paper's
+    assert "Reported in papers" not in to_markdown(build_leaderboard(results, papers))
+    measured_on(results, ("webshop-small", "ptgpo/WebShop-v0"))  # a label of one's own, the id's name
+    board = build_leaderboard(results, papers)
+    assert {column.env_label for column in board.reported_columns} == {"WebShop"}
+    assert {row.source for row in board.reported_rows} == set(board.sources)
+    assert len(board.reported_rows) == sum("WebShop" in row.results for row in papers.rows)
 
 
 def test_several_results_folders_make_one_leaderboard(results, tmp_path_factory, capsys):
