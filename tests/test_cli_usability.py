@@ -65,3 +65,16 @@ def test_no_progress_silences_every_bar(monkeypatch):
 def test_no_progress_is_an_option_of_every_command():
     commands = build_parser()._subparsers._group_actions[0].choices
     assert all("--no-progress" in parser._option_string_actions for parser in commands.values())
+
+
+def test_long_pretraining_says_how_long_it_will_take(tmp_path, capsys):
+    from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
+
+    spec = TinyModelSpec(seed=3, hidden_size=16, intermediate_size=32, pretrain_steps=50, pretrain_batch_size=4)
+    build_tiny_model(spec, env_ids=["ptgpo/FrozenLake-v0"], cache_dir=tmp_path)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pretraining the tiny model (")]
+    assert len(said) == 1 and re.search(r"\(50 steps; .*\): about \d+ min at this machine's pace", said[0])
+    # A short one (the tests', a bare model) says nothing.
+    build_tiny_model(TinyModelSpec(**{**spec, "pretrain_steps": 10}), env_ids=["ptgpo/FrozenLake-v0"],
+                     cache_dir=tmp_path)
+    assert "pretraining the tiny model (" not in capsys.readouterr().err
