@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-from ptgpo_envs.progress import NO_PROGRESS_ENV
+from ptgpo_envs.progress import HF_BARS_ENV, NO_PROGRESS_ENV
 
 #: Subcommand name -> module under ptgpo_algos.commands.
 COMMANDS = {
@@ -43,6 +43,22 @@ def version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
+def _one_line_plugin_warnings() -> None:
+    """Show a plugin's failure to load as one line (``ptgpo: warning: ...``), without Python's source line."""
+    import warnings
+
+    from ptgpo_envs.plugins import PluginWarning
+
+    original = warnings.formatwarning
+
+    def format_warning(message, category, filename, lineno, line=None):  # noqa: ANN001 (warnings' signature)
+        if issubclass(category, PluginWarning):
+            return f"ptgpo: warning: {message}\n"
+        return original(message, category, filename, lineno, line)
+
+    warnings.formatwarning = format_warning
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ptgpo`` argument parser: one subcommand per module of :mod:`ptgpo_algos.commands`."""
     parser = argparse.ArgumentParser(
@@ -64,9 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     """The ``ptgpo`` console script: set up the thread settings, parse ``argv`` and run the subcommand; its
     exit status."""
     _tune_threads()
+    _one_line_plugin_warnings()
     args = build_parser().parse_args(argv)
     if args.no_progress:  # every bar of this process and of the processes it starts (bench cells)
         os.environ[NO_PROGRESS_ENV] = "1"
+    if args.no_progress or not sys.stderr.isatty():
+        # Hugging Face's own bars (loading and saving weights) write \r frames too; transformers reads
+        # this when it is imported.
+        os.environ[HF_BARS_ENV] = "1"
     return int(args._run(args) or 0)
 
 

@@ -13,10 +13,12 @@ import os
 import sys
 from typing import Any, TextIO
 
-__all__ = ["LOG_INTERVAL_S", "NO_PROGRESS_ENV", "progress_bar"]
+__all__ = ["HF_BARS_ENV", "LOG_INTERVAL_S", "NO_PROGRESS_ENV", "progress_bar"]
 
 #: Set to 1 to silence every bar (``--no-progress``); child processes inherit it.
 NO_PROGRESS_ENV = "PTGPO_NO_PROGRESS"
+#: Set to 1 to silence Hugging Face's bars (transformers' and huggingface_hub's), which cannot write lines.
+HF_BARS_ENV = "HF_HUB_DISABLE_PROGRESS_BARS"
 #: Seconds between a bar's lines when it is not on a terminal.
 LOG_INTERVAL_S = 30.0
 

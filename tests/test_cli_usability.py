@@ -78,3 +78,24 @@ def test_long_pretraining_says_how_long_it_will_take(tmp_path, capsys):
     build_tiny_model(TinyModelSpec(**{**spec, "pretrain_steps": 10}), env_ids=["ptgpo/FrozenLake-v0"],
                      cache_dir=tmp_path)
     assert "pretraining the tiny model (" not in capsys.readouterr().err
+
+
+def test_a_run_logged_to_a_file_writes_lines_and_no_progress_writes_no_bar(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "PTGPO_CACHE": str(tmp_path / "cache")}
+    env.pop(NO_PROGRESS_ENV, None)
+    tiny = ["--algo", "grpo", "--iterations", "1", "--group-size", "2", "--tasks", "2", "--eval-episodes", "2",
+            "--set", "tiny.pretrain_steps=0", "--set", "tiny.hidden_size=16", "--set", "tiny.intermediate_size=32"]
+    logs = {}
+    for name, extra in (("bars", []), ("quiet", ["--no-progress"])):
+        with open(tmp_path / f"{name}.log", "w") as log:  # a file, not a terminal
+            subprocess.run([sys.executable, "-m", "ptgpo_algos.cli", "train", *tiny, *extra, "--out",
+                            str(tmp_path / name)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log,
+                           check=True, timeout=300)
+        logs[name] = (tmp_path / f"{name}.log").read_text()
+    assert "\r" not in logs["bars"] and "grpo ptgpo/Household-v0: 100%" in logs["bars"]
+    assert "%|" not in logs["quiet"]  # neither ours nor Hugging Face's

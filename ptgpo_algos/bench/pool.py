@@ -17,7 +17,7 @@ from leaderboard.records import ResultRecord, read_record, record_exists, record
 from ptgpo_algos.bench.plan import Cell
 from ptgpo_algos.bench.records import run_cell
 from ptgpo_envs.plugins import PINNED_PLUGINS_ENV
-from ptgpo_envs.progress import NO_PROGRESS_ENV
+from ptgpo_envs.progress import HF_BARS_ENV, NO_PROGRESS_ENV
 
 __all__ = ["child_env", "cell_process", "default_workers", "died_without_record", "run_cells"]
 
@@ -76,6 +76,7 @@ CHILD_ENV = {
     "MALLOC_MMAP_THRESHOLD_": "1000000000",
     "MALLOC_TRIM_THRESHOLD_": "1000000000",
     "MALLOC_TOP_PAD_": "100000000",
+    HF_BARS_ENV: "1",  # a cell writes to its log file: no \r frames
 }
 
 
