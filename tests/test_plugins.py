@@ -103,14 +103,14 @@ def plugin_site(tmp_path_factory) -> Path:
 
 def test_entry_point_environments_are_visible_to_gymnasium_after_import(plugin_site, tmp_path):
     done = _python("import gymnasium, ptgpo_envs\n"
-                   "env = gymnasium.make('example/Corridor-v0', length=3)\n"
+                   "env = gymnasium.make('plugin/Corridor-v0', length=3)\n"
                    "print(env.reset(seed=0)[0])\n", plugin_site, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "You are at cell 0 of a corridor of 3 cells."
     listed = _python("from ptgpo_algos.cli import main\nmain(['algos'])\nmain(['envs'])\n", plugin_site, tmp_path)
     lines = {line.split()[0]: line for line in listed.stdout.splitlines() if line.strip()}
-    assert "[plugin: ptgpo-example-plugin]" in lines["median_baseline"] and "scale=1.0" in lines["median_baseline"]
-    assert "[plugin: ptgpo-example-plugin]" in lines["example/Corridor-v0"]
+    assert "[plugin: ptgpo-example-plugin]" in lines["plugin_median"] and "scale=1.0" in lines["plugin_median"]
+    assert "[plugin: ptgpo-example-plugin]" in lines["plugin/Corridor-v0"]
     assert "plugin" not in lines["gigpo"] + lines["ptgpo/Household-v0"]
 
 
@@ -121,18 +121,18 @@ def test_the_example_plugin_trains_and_benchmarks(plugin_site, tmp_path):
     env.pop(PINNED_PLUGINS_ENV, None)
     tiny = ["--set", "tiny.pretrain_steps=0", "--set", "group_size=2", "--set", "tasks_per_iteration=2",
             "--set", "eval_seeds=2", "--set", "tiny.hidden_size=16"]
-    train = subprocess.run([*cli, "train", "--env", "example/Corridor-v0", "--algo", "median_baseline",
+    train = subprocess.run([*cli, "train", "--env", "plugin/Corridor-v0", "--algo", "plugin_median",
                             "--iterations", "1", "--out", str(tmp_path / "run"), "--no-progress", *tiny],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert train.returncode == 0, train.stderr[-2000:]
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["algorithm"]["name"] == "median_baseline"
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["algorithm"]["name"] == "plugin_median"
     bench = {
         "name": "plugin", "budget": 8, "seeds": [0], "workers": 1,
         "policy": {"model": "tiny", "tiny": {"pretrain_steps": 0, "hidden_size": 16}, "group_size": 2,
                    "tasks_per_iteration": 2, "eval_every": 1},
-        "environments": [{"label": "corridor", "id": "example/Corridor-v0", "kwargs": {"length": 3},
+        "environments": [{"label": "corridor", "id": "plugin/Corridor-v0", "kwargs": {"length": 3},
                           "train_seeds": {"start": 0, "count": 100}, "eval_seeds": {"start": 1000000, "count": 2}}],
-        "methods": [{"name": "median_baseline", "algo": "median_baseline"}],
+        "methods": [{"name": "plugin_median", "algo": "plugin_median"}],
         "baselines": ["random"],
     }
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
@@ -141,4 +141,4 @@ def test_the_example_plugin_trains_and_benchmarks(plugin_site, tmp_path):
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     records = {json.loads(path.read_text())["method"]: json.loads(path.read_text())
                for path in (tmp_path / "out").glob("*.json")}
-    assert records["median_baseline"]["status"] == "ok" and records["random"]["status"] == "ok"
+    assert records["plugin_median"]["status"] == "ok" and records["random"]["status"] == "ok"

@@ -41,6 +41,6 @@ class Corridor(ptgpo_envs.TextEnv):
 
 
 def register() -> None:
-    """The ``ptgpo.environments`` entry point: add ``example/Corridor-v0``."""
-    ptgpo_envs.register(ptgpo_envs.EnvSpec("example/Corridor-v0", "ptgpo_example_plugin.environments:Corridor",
+    """The ``ptgpo.environments`` entry point: add ``plugin/Corridor-v0``."""
+    ptgpo_envs.register(ptgpo_envs.EnvSpec("plugin/Corridor-v0", "ptgpo_example_plugin.environments:Corridor",
                                            "walk right to the end of a corridor (an example plugin)"))

@@ -23,6 +23,6 @@ def median_baseline(table, signal, *, scale: float = 1.0) -> Estimate:
 
 
 def register() -> None:
-    """The ``ptgpo.estimators`` entry point (called once per process): add ``median_baseline``."""
-    register_estimator("median_baseline", keys={"scale": ConfigKey("divides every advantage", "a number > 0",
+    """The ``ptgpo.estimators`` entry point (called once per process): add ``plugin_median``."""
+    register_estimator("plugin_median", keys={"scale": ConfigKey("divides every advantage", "a number > 0",
                                                                    _positive)})(median_baseline)
