@@ -78,6 +78,8 @@ __all__ = [
     "Leaderboard",
     "LeaderboardError",
     "Row",
+    "SMOKE_MARKER",
+    "SMOKE_NOTICE",
     "aggregate",
     "build_leaderboard",
     "check_records",
@@ -90,6 +92,11 @@ DEFAULT_REFERENCE_METHODS = ("expert",)
 # RL runs stop after the iteration that reaches the budget, so spent decisions differ a little; more
 # than this (a fraction of the smallest) and the column would compare unequal amounts of training.
 DECISIONS_TOLERANCE = 0.02
+#: A file a results folder holds when its cells are a smoke run (``ptgpo bench --quick``): every table
+#: built from it then says so (:data:`SMOKE_NOTICE`).
+SMOKE_MARKER = "SMOKE_RUN"
+SMOKE_NOTICE = ("Smoke run (ptgpo bench --quick): a tiny budget that checks that every stage runs; its numbers "
+                "do not compare the methods (run ptgpo bench without --quick for that).")
 
 
 class LeaderboardError(ValueError):
@@ -179,6 +186,8 @@ class Leaderboard:
     # The ok measured records with their files, for the learning curves.
     records: list[tuple[Path, ResultRecord]] = field(default_factory=list)
     results_dir: Path | None = None
+    #: The records come from a smoke run (a folder holds :data:`SMOKE_MARKER`).
+    smoke_run: bool = False
     # Every ordered pair of ranked methods sharing a task, in rank order of ``better`` then ``worse``.
     improvements: list[Improvement] = field(default_factory=list)
 
@@ -454,6 +463,40 @@ def _improvements(board: Leaderboard) -> list[Improvement]:
     ]
 
 
+def measured_environments(records: Iterable[ResultRecord]) -> set[str]:
+    """The environments ``records`` measured, as a paper may spell them (case aside): each label, and
+    each environment id's name (``ptgpo/ALFWorld-v0``: ``alfworld``)."""
+    names = set()
+    for record in records:
+        names.add(column_key(record.env_label, "")[0])
+        names.add(column_key(record.env_id.rpartition("/")[2].rpartition("-v")[0] or record.env_id, "")[0])
+    return names
+
+
+def _paper_rows(reported: ReportedResults, measured: Sequence[ResultRecord], columns: list[Column]) -> list[Row]:
+    """The papers' rows, each with its numbers on the environments ``measured`` covers only (the full
+    table is ``leaderboard/reported.yaml``, and a page of the docs); their new columns are added to
+    ``columns``. A row with no such number is left out."""
+    wanted = measured_environments(measured)
+    rows = []
+    for paper_row in reported.rows:
+        row = Row(
+            paper_row.method, "reported", "reported", model=paper_row.model, source=paper_row.source,
+            protocols={"": reported_protocol(paper_row.protocol)},
+        )
+        for env_label, metrics in paper_row.results.items():
+            if column_key(env_label, "")[0] not in wanted:
+                continue
+            for metric, value in metrics.items():
+                column = Column(env_label, metric)
+                if column not in columns:
+                    columns.append(column)
+                row.cells[column] = Cell(value.value, value.pm, None)
+        if row.cells:
+            rows.append(row)
+    return rows
+
+
 def aggregate(
     records: list[tuple[Path, ResultRecord]],
     problems: Sequence[RecordProblem] = (),
@@ -496,20 +539,11 @@ def aggregate(
     sources: dict[str, ReportedSource] = {}
     caveat = None
     if reported is not None:
-        for paper_row in reported.rows:
-            row = Row(
-                paper_row.method, "reported", "reported", model=paper_row.model, source=paper_row.source,
-                protocols={"": reported_protocol(paper_row.protocol)},
-            )
-            for env_label, metrics in paper_row.results.items():
-                for metric, value in metrics.items():
-                    column = Column(env_label, metric)
-                    if column not in reported_columns:
-                        reported_columns.append(column)
-                    row.cells[column] = Cell(value.value, value.pm, None)
-            reported_rows.append(row)
-        sources = dict(reported.sources)
-        caveat = reported.caveat
+        paper_rows = _paper_rows(reported, measured, reported_columns)
+        reported_rows += paper_rows
+        sources = {key: source for key, source in reported.sources.items()
+                   if any(row.source == key for row in paper_rows)}
+        caveat = reported.caveat if paper_rows else None
     reported_columns = _ordered(reported_columns)
 
     board = Leaderboard(
@@ -568,13 +602,28 @@ def _mark_protocols(board: Leaderboard, measured: list[ResultRecord]) -> list[st
 
 
 def build_leaderboard(
-    results_dir: str | os.PathLike,
+    results_dir: str | os.PathLike | Sequence[str | os.PathLike],
     reported: ReportedResults | None = None,
     reference_methods: Sequence[str] = DEFAULT_REFERENCE_METHODS,
     decisions_tolerance: float = DECISIONS_TOLERANCE,
 ) -> Leaderboard:
-    """Read ``results_dir`` (see :mod:`leaderboard.records`) and aggregate it."""
-    records, problems = read_records_with_paths(results_dir)
+    """Read ``results_dir`` (see :mod:`leaderboard.records`), or several results folders as one, and
+    aggregate it; a cell (environment, method, seed) found in two folders is refused, naming both files."""
+    folders = [results_dir] if isinstance(results_dir, (str, os.PathLike)) else list(results_dir)
+    records: list[tuple[Path, ResultRecord]] = []
+    problems: list[RecordProblem] = []
+    seen: dict[tuple[str, str, int], Path] = {}  # a cell -> its record in an earlier folder
+    for folder in folders:
+        found, unusable = read_records_with_paths(folder)
+        for path, record in found:
+            cell = (record.env_label, record.method, record.seed)
+            if cell in seen:
+                raise LeaderboardError(f"{path} and {seen[cell]} are both {record.method} on {record.env_label}, "
+                                       f"seed {record.seed}; leave one of the folders out, or delete one record")
+        seen.update(((r.env_label, r.method, r.seed), path) for path, r in found)
+        records += found
+        problems += unusable
     board = aggregate(records, problems, reported, reference_methods, decisions_tolerance)
-    board.results_dir = Path(results_dir)
+    board.results_dir = Path(folders[0])
+    board.smoke_run = any((Path(folder) / SMOKE_MARKER).is_file() for folder in folders)
     return board

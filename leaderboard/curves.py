@@ -22,6 +22,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -180,22 +181,12 @@ def plot_learning_curves(board: Leaderboard, out_dir: str | os.PathLike) -> list
     written = []
     method_order = [row.method for row in board.rows]
     for env_label in dict.fromkeys(c.env_label for c in board.columns):
-        by_method: dict[str, list[tuple[Path, Curve]]] = {}
-        for record_path, record in board.records:
-            if record.env_label != env_label or record.curve_path is None:
-                continue
-            path, refused = curve_file(record_path, record.curve_path)
-            if path is None:
-                board.problems.append(refused)
-                continue
-            curve, problems = read_curve(path)
-            board.problems.extend(problems)
-            if curve is not None:
-                by_method.setdefault(record.method, []).append((path, curve))
+        by_method = _curves_by_method(board, env_label)
         if not by_method:
             continue
         figure = new_figure(*line_figure_size(len(by_method)))
         axes = figure.add_subplot()
+        references = _reference_lines(axes, board, env_label)
         for method in sorted(
             by_method, key=lambda m: (method_order.index(m) if m in method_order else len(method_order), m)
         ):
@@ -229,6 +220,42 @@ def plot_learning_curves(board: Leaderboard, out_dir: str | os.PathLike) -> list
         axes.set_ylabel("success (%)")
         axes.set_ylim(-2, 102)
         axes.grid(alpha=0.3)
-        legend_beside(axes, len(by_method))
+        legend_beside(axes, len(by_method) + references)
         written.append(save_png(figure, out_dir / f"curves-{slug(env_label)}.png"))
     return written
+
+
+def _curves_by_method(board: Leaderboard, env_label: str) -> dict[str, list[tuple[Path, Curve]]]:
+    """The readable curves of ``env_label``'s records, by method; unreadable ones go to ``board.problems``."""
+    by_method: dict[str, list[tuple[Path, Curve]]] = {}
+    for record_path, record in board.records:
+        if record.env_label != env_label or record.curve_path is None:
+            continue
+        path, refused = curve_file(record_path, record.curve_path)
+        if path is None:
+            board.problems.append(refused)
+            continue
+        curve, problems = read_curve(path)
+        board.problems.extend(problems)
+        if curve is not None:
+            by_method.setdefault(record.method, []).append((path, curve))
+    return by_method
+
+
+#: Methods drawn as horizontal reference lines under the curves, where an environment has their records.
+REFERENCE_LINES = ("random", "expert")
+
+
+def _reference_lines(axes: Any, board: Leaderboard, env_label: str) -> int:
+    """Dashed lines at the mean final success of the :data:`REFERENCE_LINES` methods on ``env_label``
+    (they train nothing, so they have no curve): what the curves start from and climb towards. Returns
+    how many were drawn."""
+    drawn = 0
+    for style, method in zip(("dotted", "dashed"), REFERENCE_LINES, strict=True):
+        scores = [r.final_success for _, r in board.records
+                  if r.env_label == env_label and r.method == method and r.final_success is not None]
+        if scores:
+            mean = 100 * sum(scores) / len(scores)
+            axes.axhline(mean, color="gray", linestyle=style, linewidth=1.2, label=f"{method} ({mean:.1f} %)")
+            drawn += 1
+    return drawn

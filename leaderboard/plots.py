@@ -140,7 +140,9 @@ def plot_improvement(board: Leaderboard, out_dir: str | os.PathLike) -> list[Pat
     if len(methods) <= 12:
         for (i, j), value in np.ndenumerate(matrix):
             if not np.isnan(value):
-                axes.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize="x-small")
+                # RdBu is dark at both ends: white digits there, black ones on the pale middle.
+                color = "white" if abs(value - 0.5) > 0.3 else "black"
+                axes.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize="x-small", color=color)
     axes.set_title("P(X > Y), averaged over shared tasks", fontsize="medium")
     figure.colorbar(image, ax=axes, shrink=0.8)
     return [save_png(figure, Path(out_dir) / "improvement.png")]

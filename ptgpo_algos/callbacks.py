@@ -104,22 +104,23 @@ class TensorBoardLogger(Callback):
 
 
 class ProgressBar(Callback):
-    """A tqdm bar: decisions when a decision budget ends the run (a matched budget), else iterations."""
+    """A progress bar (:func:`ptgpo_envs.progress.progress_bar`): decisions when a decision budget ends
+    the run (a matched budget), else iterations."""
 
     def __init__(self) -> None:
         self.bar = None
 
     def on_train_start(self, trainer: Trainer) -> None:
         """Open the bar, in decisions when the run has a decision budget, else in iterations."""
-        from tqdm.auto import tqdm
+        from ptgpo_envs.progress import progress_bar
 
         run, state = trainer.config.run, trainer.state
         desc = f"{trainer.config.algorithm.name} {trainer.config.env.id}"
         if run.total_decisions is not None:
-            self.bar = tqdm(total=run.total_decisions, initial=min(state.decisions, run.total_decisions),
-                            unit="decision", desc=desc)
+            self.bar = progress_bar(total=run.total_decisions, initial=min(state.decisions, run.total_decisions),
+                                    unit="decision", desc=desc)
         else:
-            self.bar = tqdm(total=run.iterations, initial=state.iteration, unit="it", desc=desc)
+            self.bar = progress_bar(total=run.iterations, initial=state.iteration, unit="it", desc=desc)
 
     def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
         """Advance the bar."""

@@ -9,8 +9,11 @@ import os
 import shlex
 import sys
 
+from ptgpo_envs.progress import HF_BARS_ENV, NO_PROGRESS_ENV
+
 #: Subcommand name -> module under ptgpo_algos.commands.
 COMMANDS = {
+    "algos": "algos",
     "alfworld": "alfworld",
     "bench": "bench",
     "demo": "demo",
@@ -35,16 +38,46 @@ def _tune_threads(argv: list[str]) -> None:
         pin_reproducible_kernels()
 
 
+def version() -> str:
+    """The installed ``ptgpo`` distribution's version, or ``unknown`` when run from a bare source tree."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("ptgpo")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _one_line_plugin_warnings() -> None:
+    """Show a plugin's failure to load as one line (``ptgpo: warning: ...``), without Python's source line."""
+    import warnings
+
+    from ptgpo_envs.plugins import PluginWarning
+
+    original = warnings.formatwarning
+
+    def format_warning(message, category, filename, lineno, line=None):  # noqa: ANN001 (warnings' signature)
+        if issubclass(category, PluginWarning):
+            return f"ptgpo: warning: {message}\n"
+        return original(message, category, filename, lineno, line)
+
+    warnings.formatwarning = format_warning
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ptgpo`` argument parser: one subcommand per module of :mod:`ptgpo_algos.commands`."""
     parser = argparse.ArgumentParser(
         prog="ptgpo", description="Train and benchmark LLM agents on multi-turn text environments."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"ptgpo_algos.commands.{module_name}")
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
+        if "--no-progress" not in command._option_string_actions:
+            command.add_argument("--no-progress", action="store_true", help="no progress bars")
         command.set_defaults(_run=module.run)
     return parser
 
@@ -60,7 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     with 2."""
     argv = sys.argv[1:] if argv is None else list(argv)
     _tune_threads(argv)
+    _one_line_plugin_warnings()
     args = build_parser().parse_args(argv)
+    if args.no_progress:  # every bar of this process and of the processes it starts (bench cells)
+        os.environ[NO_PROGRESS_ENV] = "1"
+    if args.no_progress or not sys.stderr.isatty():
+        # Hugging Face's own bars (loading and saving weights) write \r frames too; transformers reads
+        # this when it is imported.
+        os.environ[HF_BARS_ENV] = "1"
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:

@@ -47,6 +47,7 @@ from ptgpo_algos.validation import (
     check_number,
     check_registered,
     check_string,
+    numbers_as_floats,
     unknown_keys,
 )
 
@@ -159,14 +160,15 @@ class AlgorithmConfig:
         from ptgpo_algos.losses import LOSS_AGGREGATIONS, LOSSES
         from ptgpo_algos.objectives import validate_objectives
 
-        check_registered("algorithm.name (algo)", self.name, ESTIMATORS)
+        object.__setattr__(self, "name", check_registered("algorithm.name (algo)", self.name, ESTIMATORS))
         config = check_mapping("algorithm.config (algo_config)", self.config)
         try:
-            validate_config(ESTIMATORS.get(self.name), config)
+            checked = validate_config(ESTIMATORS.get(self.name), config)
         except ValueError as error:
             raise ValueError(f"algorithm.config (algo_config): {error}") from None
-        object.__setattr__(self, "config", config)
-        check_registered("algorithm.loss", self.loss, LOSSES)
+        # The keys given, as their rules convert them (a YAML "1e-3" is a number).
+        object.__setattr__(self, "config", {key: checked[key] for key in config})
+        object.__setattr__(self, "loss", check_registered("algorithm.loss", self.loss, LOSSES))
         check_bool("algorithm.placebo (placebo)", self.placebo)
         check_choice("algorithm.loss_agg (loss_agg)", self.loss_agg, LOSS_AGGREGATIONS)
         object.__setattr__(self, "objectives", validate_objectives("algorithm.objectives (objectives)",
@@ -525,6 +527,13 @@ FLAT_KEYS: dict[str, str] = {
     for section, cls in SECTIONS.items() for f in dataclasses.fields(cls) if f.metadata.get("flat")
 }
 
+#: Command-line flags that are not config keys themselves (``lr``), with the flat name a file spells them.
+_FLAG_ALIASES: dict[str, str] = {
+    f.metadata["flag"]: f.metadata["flat"] or f"{section}.{f.name}"
+    for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
+    if f.metadata.get("flag") and f.metadata["flag"] != f.metadata.get("flat")
+}
+
 
 # ----------------------------------------------------------------------------------------- the config
 @dataclass(frozen=True)
@@ -606,7 +615,7 @@ class TrainConfig:
         for section, given in values.items():
             section_class = SECTIONS[section]
             unknown_keys(section, given, [f.name for f in dataclasses.fields(section_class)])
-            sections[section] = section_class(**given)
+            sections[section] = section_class(**numbers_as_floats(section_class, given))
         return cls(**sections)
 
     @classmethod
@@ -678,7 +687,7 @@ def key_paths(key: str, value: Any) -> list[tuple[str, Any]]:
         return [(key, value)]
     if rest and head in FLAT_KEYS:
         return [(f"{FLAT_KEYS[head]}.{rest}", value)]
-    unknown_keys("the training config", [key], [*SECTIONS, *FLAT_KEYS])
+    unknown_keys("the training config", [key], [*SECTIONS, *FLAT_KEYS], _FLAG_ALIASES)
     return []
 
 

@@ -158,9 +158,9 @@ def evaluate(
     finished: list[tuple[int, EpisodeResult]] = []
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from ptgpo_envs.progress import progress_bar
 
-        bar = tqdm(total=len(seeds), desc=f"eval {agent.name} on {env_id}", leave=False)
+        bar = progress_bar(total=len(seeds), desc=f"eval {agent.name} on {env_id}", leave=False)
     engine: EpisodeEngine[str] = EpisodeEngine()
     environment: dict[str, Any] = {}
 

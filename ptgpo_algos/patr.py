@@ -49,7 +49,8 @@ import numpy as np
 from ptgpo_algos.data import Batch, Step, Task
 from ptgpo_algos.episodes import Episode, Transition
 from ptgpo_algos.rollout import ROLLOUT_MODES, Collection, Leaf, RolloutStats, play, sent_action, task_vectors
-from ptgpo_algos.validation import check_int, check_mapping, check_number, check_registered, unknown_keys
+from ptgpo_algos.validation import (check_int, check_mapping, check_number, check_registered, numbers_as_floats,
+                                    unknown_keys)
 from ptgpo_envs.plugins import Registry
 
 __all__ = ["DEFAULT_EVERY", "ROLLOUT_STRATEGIES", "SCORERS", "Branch", "PatrConfig", "PatrStats", "collect_patr_rollouts",
@@ -209,7 +210,7 @@ class PatrConfig:
         """The settings from ``rollouts.patr`` (unknown keys refused, naming the valid ones)."""
         values = check_mapping("rollouts.patr (patr)", values)
         unknown_keys("rollouts.patr (patr)", values, cls.FIELDS)
-        return cls(**values)
+        return cls(**numbers_as_floats(cls, values))
 
     def resolved(self, env_id: str) -> PatrConfig:
         """With ``every`` set: the environment's default where none was given (:data:`DEFAULT_EVERY`)."""

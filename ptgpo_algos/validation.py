@@ -7,12 +7,33 @@ the key to fix.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
+import re
 from typing import Any, Iterable, Mapping
 
-__all__ = ["check_bool", "check_choice", "check_int", "check_list", "check_mapping", "check_number",
-           "check_registered", "check_string", "unknown_keys"]
+__all__ = ["as_number", "check_bool", "check_choice", "check_int", "check_list", "check_mapping", "check_number",
+           "check_registered", "check_string", "numbers_as_floats", "unknown_keys"]
+
+# A real number as YAML 1.2 and Python spell it: PyYAML (YAML 1.1) reads ``1e-3``, ``3e-5`` and ``.5e1``
+# as strings, since 1.1 wants a dot and a signed exponent; users write them everywhere.
+_NUMBER = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?")
+
+
+def as_number(value: Any) -> Any:
+    """``value`` as a float when it is a string that spells a real number (``1e-3``, ``.5``, ``+2.0E3``,
+    ``1_000.5``); any other value unchanged, for the checks to judge."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        return float(value.strip().replace("_", ""))
+    return value
+
+
+def numbers_as_floats(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` for the dataclass ``cls`` with :func:`as_number` applied to its real-number fields (those
+    annotated ``float`` or ``float | None``), so that a YAML or ``--set`` ``1e-3`` is the number it spells."""
+    reals = {f.name for f in dataclasses.fields(cls) if str(f.type).replace(" ", "") in ("float", "float|None")}
+    return {key: as_number(value) if key in reals else value for key, value in values.items()}
 
 
 def check_choice(where: str, value: Any, choices: Iterable[Any]) -> Any:
@@ -24,10 +45,13 @@ def check_choice(where: str, value: Any, choices: Iterable[Any]) -> Any:
 
 
 def check_registered(where: str, value: Any, registry: Any) -> Any:
-    """``value`` must name an entry of ``registry`` (:class:`ptgpo_envs.plugins.Registry`), queried now."""
-    if value not in registry:
+    """The registered spelling of ``value`` (case aside: ``GiGPO`` is ``gigpo``) if it names an entry of
+    ``registry`` (:class:`ptgpo_envs.plugins.Registry`), queried now; otherwise a ValueError that names
+    ``where``, the closest name and every name."""
+    name = registry.resolve(value)
+    if name not in registry:
         raise ValueError(f"{where}: {registry.unknown(value)}")
-    return value
+    return name
 
 
 def check_mapping(where: str, value: Any) -> dict:
@@ -70,7 +94,8 @@ def check_int(where: str, value: Any, low: int, high: int | None = None, hint: s
 
 def check_number(where: str, value: Any, low: float, high: float = math.inf, exclusive_low: bool = False) -> float:
     """``value`` as a float if it is a finite number in range (``> low`` with ``exclusive_low``); otherwise
-    a ValueError that names ``where``."""
+    a ValueError that names ``where``. A string that spells a number (``"1e-3"``) is that number."""
+    value = as_number(value)
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if exclusive_low else value >= low) and value <= high
     if not ok:
@@ -80,14 +105,17 @@ def check_number(where: str, value: Any, low: float, high: float = math.inf, exc
     return float(value)
 
 
-def unknown_keys(where: str, keys: Iterable[str], known: Iterable[str]) -> None:
-    """Raise naming each key not in ``known``, with a "did you mean" where one is close."""
+def unknown_keys(where: str, keys: Iterable[str], known: Iterable[str],
+                 aliases: Mapping[str, str] | None = None) -> None:
+    """Raise naming each key not in ``known``, with a "did you mean" where one is close: ``aliases`` maps
+    other spellings of a key (a command-line flag, ``lr``) to the key itself (``learning_rate``)."""
     known = list(known)
+    aliases = aliases or {}
     unknown = [key for key in keys if key not in known]
     if not unknown:
         return
     hints = []
     for key in unknown:
-        close = difflib.get_close_matches(str(key), known, n=1)
+        close = [aliases[key]] if key in aliases else difflib.get_close_matches(str(key), known, n=1)
         hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     raise ValueError(f"{where}: unknown key(s) {', '.join(hints)}; valid keys: {', '.join(known)}")

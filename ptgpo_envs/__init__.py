@@ -1,6 +1,7 @@
 """PTGPO's multi-turn text environments, registered with Gymnasium under ``ptgpo/``.
 
-``import ptgpo_envs`` registers them all::
+``import ptgpo_envs`` registers them all, and those of installed plugins (the ``ptgpo.environments``
+entry points), so that ``gymnasium.make`` sees every one::
 
     import gymnasium, ptgpo_envs
     env = gymnasium.make("ptgpo/Household-v0", difficulty="easy")
@@ -17,3 +18,6 @@ from ptgpo_envs.registry import ENVIRONMENTS, EnvSpec, check_env_kwargs, env_ids
 
 __all__ = ["ENVIRONMENTS", "EnvSpec", "Snapshot", "TextEnv", "TextSpace", "check_env_kwargs", "env_ids", "get_spec",
            "load_plugins", "register"]
+
+# Last, once every name above exists: a plugin's register() imports this package's register.
+load_plugins()

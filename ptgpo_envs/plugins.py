@@ -12,24 +12,77 @@ or by another installed package, without editing this one, through the registry'
     [project.entry-points."ptgpo.estimators"]
     my_package = "my_package.advantages:register"
 
-Each entry point is loaded the first time its registry is asked for an entry; a loaded object that is
-callable is called with no arguments (a ``register()`` function), a module registers on import. A
-registry is queried at the moment a config is validated, never frozen at import, so entries added
-later (plugins, tests, notebooks) are seen.
+Each entry point is loaded the first time its registry is asked for an entry (environments: when
+``ptgpo_envs`` is imported, so that ``gymnasium.make`` sees them); a loaded object that is callable is
+called with no arguments (a ``register()`` function), a module registers on import. A registry is
+queried at the moment a config is validated, never frozen at import, so entries added later (plugins,
+tests, notebooks) are seen.
+
+A plugin that fails to load breaks nothing else: the built-in entries and the other plugins keep
+working, a warning names the distribution, the entry point and its group, and a name that is then
+missing fails with that plugin's error beside the usual "did you mean". A benchmark pins the list of
+installed entry points when it starts (:func:`pinned_plugins`): its cells load that list, so a plugin
+installed or removed while it runs changes none of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import json
+import os
+import warnings
+from importlib import metadata
 from typing import Callable, Generic, Iterator, TypeVar
 
-__all__ = ["Registry", "RegistryError"]
+__all__ = ["PINNED_PLUGINS_ENV", "PluginWarning", "Registry", "RegistryError", "installed_plugins", "pinned_plugins"]
+
+#: The environment variable that holds a pinned list of entry points (JSON); see :func:`pinned_plugins`.
+PINNED_PLUGINS_ENV = "PTGPO_PLUGINS"
+#: Entry-point groups of this suite start so.
+_GROUP_PREFIX = "ptgpo."
 
 T = TypeVar("T")
 
 
 class RegistryError(ValueError):
     """An unknown name (with the known ones and the closest match), or a name registered twice."""
+
+
+class PluginWarning(UserWarning):
+    """An installed plugin failed to load; the rest of the registry works."""
+
+
+def installed_plugins() -> list[dict[str, str]]:
+    """Every entry point of this suite's groups (``ptgpo.*``) that installed packages declare, or the
+    pinned list when one is set: ``{"group", "name", "value", "dist"}`` each."""
+    pinned = os.environ.get(PINNED_PLUGINS_ENV)
+    if pinned:
+        return json.loads(pinned)
+    found, seen = [], set()
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] or "?"
+        if name.lower() in seen:  # a distribution shadowed by an earlier copy on the path
+            continue
+        seen.add(name.lower())
+        found += [{"group": point.group, "name": point.name, "value": point.value, "dist": name}
+                  for point in dist.entry_points if point.group.startswith(_GROUP_PREFIX)]
+    return found
+
+
+@contextlib.contextmanager
+def pinned_plugins() -> Iterator[str]:
+    """Pin the installed entry points for the duration (in :data:`PINNED_PLUGINS_ENV`, which child
+    processes inherit): every process then loads the same plugins, whatever is installed meanwhile.
+    Yields the pinned JSON; an outer pin is kept."""
+    saved = os.environ.get(PINNED_PLUGINS_ENV)
+    text = saved or json.dumps(installed_plugins())
+    os.environ[PINNED_PLUGINS_ENV] = text
+    try:
+        yield text
+    finally:
+        if saved is None:
+            os.environ.pop(PINNED_PLUGINS_ENV, None)
 
 
 class Registry(Generic[T]):
@@ -40,6 +93,10 @@ class Registry(Generic[T]):
         self.group = group
         self._entries: dict[str, T] = {}
         self._plugins_loaded = group is None
+        #: Plugins of ``group`` that failed to load: entry-point name -> why (distribution, entry point, error).
+        self.broken: dict[str, str] = {}
+        #: The entries plugins registered: name -> the distribution that did.
+        self.origins: dict[str, str] = {}
 
     def register(self, name: str, entry: T, *, replace: bool = False) -> T:
         """Add ``entry`` under ``name``; a second entry under the same name needs ``replace=True``."""
@@ -73,12 +130,23 @@ class Registry(Generic[T]):
         except (KeyError, TypeError):
             raise RegistryError(self.unknown(name)) from None
 
+    def resolve(self, name: str) -> str:
+        """The registered spelling of ``name``: itself, else the one entry equal to it ignoring case
+        (``GiGPO`` -> ``gigpo``); otherwise ``name`` unchanged, for :meth:`get` to refuse."""
+        if not isinstance(name, str) or name in self:
+            return name
+        same = [known for known in self._entries if known.lower() == name.lower()]
+        return same[0] if len(same) == 1 else name
+
     def unknown(self, name: object) -> str:
-        """The message for an unknown ``name``: the closest known name and all of them."""
+        """The message for an unknown ``name``: the closest known name (ignoring case) and all of them,
+        and the plugins that failed to load (the name may be theirs)."""
         names = self.names()
-        close = difflib.get_close_matches(str(name), names, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"unknown {self.kind} {name!r}{hint}; choose one of {', '.join(names)}"
+        by_lower = {known.lower(): known for known in names}
+        close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=1, cutoff=0.6)
+        hint = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+        broken = "".join(f"; {why}" for why in self.broken.values())
+        return f"unknown {self.kind} {name!r}{hint}; choose one of {', '.join(names)}{broken}"
 
     def names(self) -> list[str]:
         """Every registered name, in registration order (plugins loaded first)."""
@@ -105,12 +173,22 @@ class Registry(Generic[T]):
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        from importlib.metadata import entry_points
-
-        for point in entry_points(group=self.group):
-            loaded = point.load()
-            if callable(loaded):
-                loaded()
+        for plugin in installed_plugins():
+            if plugin["group"] != self.group:
+                continue
+            point = metadata.EntryPoint(plugin["name"], plugin["value"], plugin["group"])
+            before = set(self._entries)
+            try:
+                loaded = point.load()
+                if callable(loaded):
+                    loaded()
+                self.origins.update({name: plugin["dist"] for name in self._entries if name not in before})
+            except Exception as error:  # a plugin's own bug: reported, and the rest of the registry works
+                why = (f"the plugin {plugin['name']} = {plugin['value']} of {plugin['dist']} (entry-point group "
+                       f"{self.group!r}) failed to load: {type(error).__name__}: {error}; fix it or uninstall "
+                       f"{plugin['dist']}")
+                self.broken[plugin["name"]] = why
+                warnings.warn(why, PluginWarning, stacklevel=2)
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {len(self._entries)} entries)"

@@ -8,8 +8,8 @@ the same game again), then plays ``--steps`` random admissible actions per slot 
 ``step`` call for all slots, resetting finished episodes. Results go to stdout and, with ``--out``, to a
 JSON file.
 
-    python scripts/bench_alfworld.py --data-path ../shared/alfworld/json_2.1.1 --workers 1 2 8 --out runs/bench_alfworld.json
-    python scripts/bench_alfworld.py --data-path ../shared/alfworld/json_2.1.1 --backend ray --workers 1 2
+    python scripts/bench_alfworld.py --data-path ~/.cache/alfworld --workers 1 2 8 --out runs/bench_alfworld.json
+    python scripts/bench_alfworld.py --data-path ~/.cache/alfworld --backend ray --workers 1 2
 
 ``step_call_ms`` is the wall time of one ``step`` call for all slots. ``--backend in-process`` steps the
 slots in this process, with no transport: its ``step_call_ms`` at one slot is the environment's own

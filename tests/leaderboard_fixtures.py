@@ -24,6 +24,15 @@ def record(method, env, seed, success, kind="rl", **extra) -> ResultRecord:
     )
 
 
+def measured_on(results: Path, *envs: tuple[str, str]) -> None:
+    """An expert record (a reference row: no rank changes) on each ``(env_label, env_id)``, so that the
+    papers' numbers on those environments join the board's reported table."""
+    for label, env_id in envs:
+        write_record(results, ResultRecord(method="expert", method_kind="baseline", env_id=env_id, env_label=label,
+                                           seed=0, final_success=1.0, budget=None, status="ok",
+                                           created_at="2026-11-29T09:00:00+00:00"))
+
+
 def write_fixture(results: Path) -> None:
     # Env A: per seed (All, Pick, Look) as fractions; RL runs also get a three-point curve.
     a = [

@@ -239,16 +239,38 @@ def test_baselines_evaluate_with_eval_kwargs(tmp_path):
     assert list(record.success_by_type) == ["Look"]
 
 
-def test_resuming_into_a_folder_of_another_config_is_refused(tmp_path):
-    run_bench(BenchConfig.from_dict(_config(baselines=["random"])), tmp_path, workers=1, progress=False,
-              build_leaderboard=False)
-    with pytest.raises(BenchError, match="different benchmark config"):
-        run_bench(BenchConfig.from_dict(_config(baselines=["random"], seeds=[0, 1])), tmp_path, workers=1,
-                  progress=False, build_leaderboard=False)
+def test_a_quick_run_marks_its_folder_and_leaderboard_as_a_smoke_run(tmp_path):
+    from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
+
+    data = _config(baselines=["random"], quick={"seeds": [0]})
+    assert not BenchConfig.from_dict(data).smoke_run
+    report = run_bench(BenchConfig.from_dict(data, quick=True), tmp_path, workers=1, progress=False)
+    assert (tmp_path / SMOKE_MARKER).is_file() and "smoke_run" not in (tmp_path / "config.yaml").read_text()
+    assert SMOKE_NOTICE in (tmp_path / "leaderboard" / "leaderboard.md").read_text(), report.leaderboard_error
+
+
+def test_a_results_folder_grows_by_seeds_and_baselines_and_refuses_changed_settings(tmp_path):
+    def run(**overrides):
+        return run_bench(BenchConfig.from_dict(_config(**overrides)), tmp_path, workers=1, progress=False,
+                         build_leaderboard=False)
+
+    run(baselines=["random"])
+    # A new seed and a new baseline run only their own cells; the saved config lists the union.
+    grown = run(baselines=["random", "expert"], seeds=[0, 1])
+    assert sorted(grown.ran) == ["easy__expert__seed0", "easy__expert__seed1", "easy__random__seed1"]
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved["seeds"] == [0, 1] and [b["name"] for b in saved["baselines"]] == ["random", "expert"]
+    # Running a part of it again (the first config) finds every cell done.
+    assert run(baselines=["random"]).ran == []
     # Another worker count is the same benchmark.
-    again = run_bench(BenchConfig.from_dict(_config(baselines=["random"], workers=3)), tmp_path, workers=1,
-                      progress=False, build_leaderboard=False)
-    assert again.ran == []
+    assert run(baselines=["random"], workers=3).ran == []
+    # A changed shared setting or a changed entry is refused, naming the keys.
+    with pytest.raises(BenchError, match=r"different benchmark config .*budget: saved 100, now 200"):
+        run(baselines=["random"], budget=200)
+    changed = [{"label": "easy", "id": HOUSEHOLD, "kwargs": {"difficulty": "hard"},
+                "train_seeds": {"start": 0, "count": 10}, "eval_seeds": [100, 101, 102]}]
+    with pytest.raises(BenchError, match=r"environments\[easy\]\.kwargs: saved \{'difficulty': 'easy'\}"):
+        run(baselines=["random"], environments=changed)
 
 
 def test_rl_cells_are_checked_before_anything_runs(tmp_path):

@@ -139,3 +139,36 @@ def test_readme_training_output_is_the_committed_one():
     """The README shows what ``examples/train_frozenlake.py`` printed, as committed for the docs."""
     output = (ROOT / "docs/results/data/train_frozenlake.txt").read_text()
     assert output.strip() in (ROOT / "README.md").read_text()
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "_tools" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_tables_keep_their_placeholders():
+    # "[runs/<env>-<algo>-s<seed>]" would be read as HTML tags and shown as "[runs/--s]".
+    table = _hooks().config_table("run")
+    assert "[runs/&lt;env&gt;-&lt;algo&gt;-s&lt;seed&gt;]" in table and "<env>" not in table
+
+
+def test_pages_with_generated_tables_say_how_to_view_them():
+    pages = [page for page in (ROOT / "docs").rglob("*.md") if re.search(r"^<!-- ptgpo:", page.read_text(), re.M)]
+    assert len(pages) >= 10
+    for page in pages:
+        assert "mkdocs serve" in page.read_text(), f"{page.relative_to(ROOT)}: its tables are blank on the repository"
+
+
+def test_home_lists_what_the_readme_lists():
+    def intro(text: str) -> str:
+        end = "extends through entry points."
+        return text[text.index("- **Environments**"):text.index(end) + len(end)]
+
+    assert intro((ROOT / "docs" / "index.md").read_text()) == intro((ROOT / "README.md").read_text())
+
+
+def test_environment_pages_point_at_data_a_user_has():
+    for page in (ROOT / "docs" / "environments").glob("*.md"):
+        assert "../shared" not in page.read_text(), f"{page.name}: a folder beside this repository, not a user's"

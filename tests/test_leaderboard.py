@@ -32,6 +32,7 @@ P(grpo > ptgpo) per task: Pick 0/6, Look 4.5/6, B 4/6 -> (0 + 0.75 + 0.667) / 3 
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import math
@@ -40,7 +41,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from leaderboard_fixtures import record, write_fixture
+from leaderboard_fixtures import measured_on, record, write_fixture
 
 from leaderboard.aggregate import Column, LeaderboardError, build_leaderboard, mean_se
 from leaderboard.curves import Curve, mean_curve
@@ -363,6 +364,7 @@ def _tex_width(line: str) -> int:
 
 def test_latex_is_booktabs_with_consistent_columns_and_escaping(results):
     write_record(results, record("sb3_ppo & co%", "B", 0, 0.1, "baseline"))
+    measured_on(results, ("alfworld", "ptgpo/ALFWorld-v0"))
     board = build_leaderboard(results, load_reported(DEFAULT_REPORTED))
     tex = to_latex(board)
     assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 2
@@ -398,17 +400,20 @@ class _Tables(HTMLParser):
 
 
 def test_html_is_standalone_with_sortable_tables(results):
-    board = build_leaderboard(results, load_reported(DEFAULT_REPORTED))
+    measured_on(results, ("alfworld", "ptgpo/ALFWorld-v0"))
+    papers = load_reported(DEFAULT_REPORTED)
+    board = build_leaderboard(results, papers)
     page = to_html(board)
     parser = _Tables()
     parser.feed(page)
     measured, improvement, reported, failed = parser.tables
-    assert measured["rows"] == 1 + 5 and set(measured["widths"]) == {5 + 4}
+    assert measured["rows"] == 1 + 5 and set(measured["widths"]) == {5 + 4 + 1}  # + the expert's alfworld
     assert improvement["rows"] == 1 + 4 and set(improvement["widths"]) == {1 + 4}
-    assert reported["rows"] == 1 + 29 + 9 + 10 and set(reported["widths"]) == {
-        4 + 7 + 2 + 2 + 2 + 1 + 1 + 1 + 1 + 1
-    }  # method, model, source, protocol; ALFWorld types + All, in, out; WebShop; AppWorld; SciWorld;
-    # FrozenLake; SWE-Bench Verified (PATR's); SciKnowEval; Search (I-SDPO's and SEED's)
+    # The papers' numbers on the environment measured only: method, model, source, protocol; ALFWorld's
+    # types + All, in, out; no WebShop, AppWorld, ... column.
+    on_alfworld = [row for row in papers.rows if "ALFWorld" in row.results]
+    assert 0 < len(on_alfworld) < len(papers.rows)
+    assert reported["rows"] == 1 + len(on_alfworld) and set(reported["widths"]) == {4 + 7 + 2}
     assert failed["rows"] == 1 + 1
     assert {t["class"] for t in parser.tables} == {"sortable"}
     assert parser.links == [] and "<script>" in page and "http" not in page
@@ -514,6 +519,54 @@ def test_cli_writes_requested_formats_and_refuses_mixed_budgets(results, capsys)
     assert main(["leaderboard", str(results), "--out", str(out), "--reported", "none"]) == 2
     assert "A__hgpo__seed0.json" in capsys.readouterr().err
     assert main(["leaderboard", str(results / "missing")]) == 2
+
+
+def test_a_smoke_run_says_so_in_every_format(results, tmp_path_factory):
+    from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
+
+    out = tmp_path_factory.mktemp("board")
+    write_outputs(build_leaderboard(results), out, ["md", "csv", "tex", "html"])
+    assert not any(SMOKE_NOTICE.split(":")[0] in path.read_text() for path in out.iterdir())
+    (results / SMOKE_MARKER).write_text(SMOKE_NOTICE)
+    board = build_leaderboard(results)
+    write_outputs(board, out, ["md", "csv", "tex", "html"])
+    for name in ("leaderboard.md", "improvement.md"):
+        assert f"> **{SMOKE_NOTICE}**" in (out / name).read_text()
+    assert SMOKE_NOTICE.upper() in (out / "leaderboard.tex").read_text()
+    assert f'<p class="smoke"><strong>{html.escape(SMOKE_NOTICE)}' in (out / "leaderboard.html").read_text()
+    for name in ("leaderboard.csv", "improvement.csv"):
+        rows = list(csv.DictReader((out / name).open()))
+        assert rows and all(row["smoke_run"] == "1" for row in rows)
+
+
+def test_the_papers_numbers_join_only_for_the_environments_measured(results):
+    papers = load_reported(DEFAULT_REPORTED)
+    assert build_leaderboard(results, papers).reported_rows == []  # Household and Sokoban: no paper's
+    assert "Reported in papers" not in to_markdown(build_leaderboard(results, papers))
+    measured_on(results, ("webshop-small", "ptgpo/WebShop-v0"))  # a label of one's own, the id's name
+    board = build_leaderboard(results, papers)
+    assert {column.env_label for column in board.reported_columns} == {"WebShop"}
+    assert {row.source for row in board.reported_rows} == set(board.sources)
+    assert len(board.reported_rows) == sum("WebShop" in row.results for row in papers.rows)
+
+
+def test_several_results_folders_make_one_leaderboard(results, tmp_path_factory, capsys):
+    from ptgpo_algos.cli import main
+
+    more = tmp_path_factory.mktemp("more")
+    for seed, success in ((0, 0.4), (1, 0.6)):
+        write_record(more, record("rloo", "A", seed, success))
+    out = tmp_path_factory.mktemp("board")
+    assert main(["leaderboard", str(more), str(results)]) == 2  # where the tables go must be said
+    assert "--out" in capsys.readouterr().err
+    assert main(["leaderboard", str(results), str(more), "--out", str(out), "--formats", "csv",
+                 "--reported", "none"]) == 0
+    rows = {row["method"]: row for row in csv.DictReader((out / "leaderboard.csv").open())}
+    assert set(rows) >= {"rloo", "grpo", "ptgpo"}  # one board, both folders
+    write_record(more, record("grpo", "A", 0, 0.1))  # a cell the first folder holds too
+    assert main(["leaderboard", str(results), str(more), "--out", str(out), "--reported", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "A__grpo__seed0.json" in err and "both grpo on A, seed 0" in err
 
 
 def test_cli_refuses_unmatched_spent_decisions_unless_told_a_larger_tolerance(results, capsys):

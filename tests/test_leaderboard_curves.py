@@ -86,3 +86,45 @@ def test_a_curve_that_is_not_a_file_is_a_problem(tmp_path):
     assert "directory" in problems[0].message
     curve, problems = read_curve(tmp_path / "missing.jsonl")
     assert curve is None and "missing" in problems[0].message
+
+
+def _saved_figures(monkeypatch, module):
+    """Keep the figures ``module`` saves, by file name, instead of writing them."""
+    figures = {}
+
+    def keep(figure, path):
+        figures[path.name] = figure
+        return path
+
+    monkeypatch.setattr(module, "save_png", keep)
+    return figures
+
+
+def test_curves_carry_the_random_and_expert_levels_as_reference_lines(tmp_path, monkeypatch):
+    import leaderboard.curves as curves
+    from leaderboard_fixtures import write_fixture
+
+    write_fixture(tmp_path)
+    figures = _saved_figures(monkeypatch, curves)
+    plot_learning_curves(build_leaderboard(tmp_path), tmp_path / "out")
+    axes = figures["curves-A.png"].axes[0]
+    lines = {line.get_label(): (line.get_linestyle(), line.get_ydata()[0]) for line in axes.get_lines()}
+    # The fixture's env A: random scored 0.1 on its one seed, expert 1.0 on both.
+    assert lines["random (10.0 %)"] == (":", pytest.approx(10.0))
+    assert lines["expert (100.0 %)"] == ("--", pytest.approx(100.0))
+    assert {"grpo (n=3)", "ptgpo (n=2)"} <= set(lines)
+
+
+def test_heat_map_digits_contrast_with_their_cells(tmp_path, monkeypatch):
+    import leaderboard.plots as plots
+    from leaderboard_fixtures import write_fixture
+
+    write_fixture(tmp_path)
+    figures = _saved_figures(monkeypatch, plots)
+    plots.plot_improvement(build_leaderboard(tmp_path), tmp_path / "out")
+    texts = figures["improvement.png"].axes[0].texts
+    assert texts
+    for text in texts:
+        value = float(text.get_text())
+        assert text.get_color() == ("white" if abs(value - 0.5) > 0.3 else "black")
+    assert {text.get_color() for text in texts} == {"white", "black"} or len(texts) < 3

@@ -29,26 +29,30 @@ def test_a_registry_names_its_entries_and_suggests_the_closest():
         registry.get("alpa")
 
 
-def test_entry_points_are_loaded_when_a_registry_is_first_asked(monkeypatch):
-    import importlib.metadata
+def test_entry_points_are_loaded_when_a_registry_is_first_asked(tmp_path, monkeypatch):
+    import json
 
+    from ptgpo_envs.plugins import PINNED_PLUGINS_ENV
+
+    (tmp_path / "gadget_plugin.py").write_text(
+        "CALLS = []\n"
+        "def register():\n"
+        "    from tests_gadget_registry import REGISTRY\n"
+        "    CALLS.append(1)\n"
+        "    REGISTRY.register('from-plugin', 'yes')\n")
     registry: Registry[str] = Registry("gadget", "ptgpo.test_gadgets")
-    calls = []
+    (tmp_path / "tests_gadget_registry.py").write_text("REGISTRY = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import gadget_plugin
+    import tests_gadget_registry
 
-    class Point:
-        def load(self):
-            def register():
-                calls.append(1)
-                registry.register("from-plugin", "yes")
-
-            return register
-
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group: [Point()] if group == "ptgpo.test_gadgets" else [])
-    assert calls == []  # nothing is loaded at import
+    tests_gadget_registry.REGISTRY = registry
+    monkeypatch.setenv(PINNED_PLUGINS_ENV, json.dumps([{"group": "ptgpo.test_gadgets", "name": "gadgets",
+                                                       "value": "gadget_plugin:register", "dist": "gadgets"}]))
+    assert gadget_plugin.CALLS == []  # nothing is loaded at import
     assert registry.get("from-plugin") == "yes" and registry.names() == ["from-plugin"]
     registry.names()
-    assert calls == [1]  # once
+    assert gadget_plugin.CALLS == [1]  # once
 
 
 def test_every_extensible_part_is_a_registry_of_one_kind():

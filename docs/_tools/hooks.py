@@ -10,8 +10,8 @@ A page asks for one with a marker on a line of its own; the hook replaces it wit
     metadata in :mod:`ptgpo_algos.config`).
 ``<!-- ptgpo:estimator NAME -->``
     an estimator's config keys, defaults and accepted values, from its registration.
-``<!-- ptgpo:reported METHOD[|METHOD...] -->``
-    the rows of ``leaderboard/reported.yaml`` for those methods, with their sources.
+``<!-- ptgpo:reported [METHOD|METHOD...] -->``
+    the rows of ``leaderboard/reported.yaml`` for those methods (all of them without), with their sources.
 ``<!-- ptgpo:environments -->``
     the registered environments and their one-line descriptions.
 
@@ -32,13 +32,18 @@ ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- ptgpo:(\S+)(?: (.*?))? -->$", re.MULTILINE)
 
 
-def _cell(value: Any) -> str:
+def _text(value: Any) -> str:
     text = repr(value) if not isinstance(value, str) or value == "" else value
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _cell(value: Any) -> str:
+    """Text for a table cell: a ``<placeholder>`` is escaped, or the page would take it for an HTML tag."""
+    return _text(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _code(value: Any) -> str:
-    return f"`{_cell(value)}`"
+    return f"`{_text(value)}`"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -91,14 +96,15 @@ def estimator_table(name: str | None) -> str:
 
 
 def reported_table(methods: str | None) -> str:
-    """The papers' figures for some methods, as ``leaderboard/reported.yaml`` records them."""
+    """The papers' figures for some methods (every method without ``methods``), as
+    ``leaderboard/reported.yaml`` records them."""
     from leaderboard.reported import DEFAULT_REPORTED, load_reported
 
     wanted = {m.strip().lower() for m in (methods or "").split("|") if m.strip()}
     reported = load_reported(DEFAULT_REPORTED)
     rows, used = [], []
     for row in reported.rows:
-        if row.method.split(" (")[0].lower() not in wanted:
+        if wanted and row.method.split(" (")[0].lower() not in wanted:
             continue
         for env, metrics in row.results.items():
             shown = ", ".join(f"{metric} {value.value:g}" + (f" ± {value.pm:g}" if value.pm is not None else "")

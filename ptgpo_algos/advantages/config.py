@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ptgpo_algos.advantages.ops import NORMS
+from ptgpo_algos.validation import as_number
 
 __all__ = ["COMMON_DEFAULTS", "CONFIG_KEYS", "ConfigKey", "real_rule", "validate_config"]
 
@@ -30,8 +31,9 @@ class ConfigKey:
 
 def real_rule(low: float, high: float = math.inf, *, open_low: bool = False) -> Callable[[Any], float]:
     """A conversion rule for a finite real number in ``[low, high]`` (``open_low``: above ``low``);
-    booleans are refused."""
+    booleans are refused, a string that spells a number (``"1e-3"``) is that number."""
     def convert(value: Any) -> float:
+        value = as_number(value)
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
             raise ValueError
         value = float(value)

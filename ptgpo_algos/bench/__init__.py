@@ -99,6 +99,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
 from leaderboard.records import record_exists
 from ptgpo_algos.bench.config import (
     DEFAULT_CONFIG_NAME,
@@ -114,6 +115,7 @@ from ptgpo_algos.bench.plan import Cell, check_out_dir, check_train_configs, pla
 from ptgpo_algos.bench.pool import _read_cpu_seconds, _failed, default_workers, run_cells
 from ptgpo_algos.bench.records import run_cell
 from ptgpo_algos.files import atomic_write_text, folder_lock
+from ptgpo_envs.plugins import pinned_plugins
 
 __all__ = [
     "BaselineEntry",
@@ -180,12 +182,16 @@ def run_bench(
         from ptgpo_algos.bench.ray_pool import run_cells_on_ray
 
         runner = functools.partial(run_cells_on_ray, address=ray_address, max_retries=max_retries)
-    cells = plan_cells(config)
-    check_train_configs(cells)
-    config_text = check_out_dir(out_dir, config)
-    with folder_lock(out_dir, "benchmark"):
-        atomic_write_text(out_dir / "config.yaml", config_text)
-        return _run_grid(config, cells, out_dir, workers, retry_failed, progress, build_leaderboard, runner)
+    # The plugins installed now are the ones every cell loads, whatever is installed while it runs.
+    with pinned_plugins():
+        cells = plan_cells(config)
+        check_train_configs(cells)
+        config_text = check_out_dir(out_dir, config)
+        with folder_lock(out_dir, "benchmark"):
+            atomic_write_text(out_dir / "config.yaml", config_text)
+            if config.smoke_run:
+                atomic_write_text(out_dir / SMOKE_MARKER, SMOKE_NOTICE + "\n")
+            return _run_grid(config, cells, out_dir, workers, retry_failed, progress, build_leaderboard, runner)
 
 
 def _run_grid(config: BenchConfig, cells: list[Cell], out_dir: Path, workers: int, retry_failed: bool,

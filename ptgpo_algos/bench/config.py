@@ -105,6 +105,8 @@ class BenchConfig:
     resources: dict[str, float] = dataclasses.field(default_factory=lambda: dict(DEFAULT_RESOURCES))
     #: The matched budget in training iterations, when RL cells stop by iterations (else by ``budget``).
     iterations: int | None = None
+    #: The config's short version (``--quick``): a smoke run, which its tables say they are.
+    smoke_run: bool = False
 
     def cell_resources(self, entry: MethodEntry | BaselineEntry) -> dict[str, float]:
         """What one cell of ``entry`` asks of a Ray cluster: ``cpus`` and ``gpus``."""
@@ -176,12 +178,13 @@ class BenchConfig:
         _distinct_files([e.label for e in environments], [m.name for m in methods] + [b.name for b in baselines])
         if iterations is not None or any(env.iterations is not None for env in environments):
             _iterations_once(policy, methods)
-        return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources, iterations)
+        return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources, iterations, quick)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain data; an iteration budget appears only where one is set (so a results
         folder of a config without one still resumes)."""
         data = asdict(self)
+        del data["smoke_run"]  # the folder says so itself (leaderboard.aggregate.SMOKE_MARKER)
         for entry in [data, *data["environments"]]:
             if entry["iterations"] is None:
                 del entry["iterations"]

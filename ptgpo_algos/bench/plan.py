@@ -115,10 +115,14 @@ def check_train_configs(cells: Sequence[Cell]) -> None:
 
 
 def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
-    """The resolved config as saved in ``out_dir/config.yaml``, refusing a folder that holds another
-    config's results (resuming is only sound when the skipped cells ran with the same settings;
-    ``workers`` and ``resources``, which say where cells run and not what they do, may differ) or that
-    is not a folder. Writes nothing."""
+    """The config to save in ``out_dir/config.yaml``: ``config``, grown by what the folder already holds.
+
+    A results folder grows: a run may add seeds, methods, baselines and environments to it (the saved
+    config then lists the union, and the leaderboard reads every record). It refuses a run that changes
+    a shared setting (budget, policy, ...) or an entry it already holds under the same name, since the
+    skipped cells ran with the old one; the message names each key that differs. ``workers`` and
+    ``resources`` say where cells run, not what they do, and may differ. Refuses a file in place of the
+    folder. Writes nothing."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise BenchError(f"{out_dir} is a file, not a results folder; choose another --out")
@@ -127,7 +131,7 @@ def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
         start, stop = env["train_seeds"]
         env["train_seeds"] = {"start": start, "count": stop - start}
         env["eval_seeds"] = _compact_seeds(env["eval_seeds"])
-    text = yaml.safe_dump(data, sort_keys=False)
+    data = yaml.safe_load(yaml.safe_dump(data, sort_keys=False))  # plain data, as a saved one reads
     path = out_dir / "config.yaml"
     if path.is_file():
         try:
@@ -135,20 +139,46 @@ def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
         except (yaml.YAMLError, UnicodeDecodeError) as error:
             raise BenchError(f"{path} is damaged ({' '.join(str(error).split())[:200]}); restore it, or choose "
                              "another --out") from None
-        if not isinstance(saved, dict) or _what_cells_do(saved) != _what_cells_do(load_yaml(text)):
+        if not isinstance(saved, dict):
+            raise BenchError(f"{path} is not a benchmark config; restore it, or choose another --out")
+        data, differences = _grown(saved, data)
+        if differences:
             raise BenchError(
-                f"{out_dir} holds results of a different benchmark config (see {path}); resume with "
-                "the same config, or choose another --out"
+                f"{out_dir} holds results of a different benchmark config (see {path}): "
+                f"{'; '.join(differences)}. A folder takes new seeds, methods, baselines and environments, "
+                "not changed settings: resume with the saved ones, or choose another --out"
             )
-    return text
+    return yaml.safe_dump(data, sort_keys=False)
 
 
-def _what_cells_do(saved: dict[str, Any]) -> dict[str, Any]:
-    """A saved config without where its cells ran (``workers``, ``resources``: also absent from
-    folders written before they existed)."""
-    entries = {key: [{k: v for k, v in entry.items() if k != "resources"} if isinstance(entry, dict) else entry
-                     for entry in saved.get(key) or []] for key in ("methods", "baselines")}
-    return {**{k: v for k, v in saved.items() if k not in ("workers", "resources")}, **entries}
+#: The lists a results folder grows by (by name, or label for environments), and the seeds.
+_GROWING = {"environments": "label", "methods": "name", "baselines": "name"}
+#: Settings that say where cells run, not what they do.
+_WHERE = ("workers", "resources")
+
+
+def _grown(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``saved`` with what ``new`` adds (seeds, named entries), and each difference between the two in
+    what is shared (``key: saved X, now Y``)."""
+    differences = [f"{key}: saved {saved.get(key)!r}, now {new.get(key)!r}"
+                   for key in dict.fromkeys([*saved, *new])
+                   if key not in (*_GROWING, *_WHERE, "seeds") and saved.get(key) != new.get(key)]
+    grown = {**saved, **{key: new[key] for key in _WHERE if key in new}}
+    held_seeds = list(saved.get("seeds") or [])
+    grown["seeds"] = held_seeds + [seed for seed in new.get("seeds") or [] if seed not in held_seeds]
+    for key, name in _GROWING.items():
+        held = {entry.get(name): entry for entry in saved.get(key) or [] if isinstance(entry, dict)}
+        merged = list(saved.get(key) or [])
+        for entry in new.get(key) or []:
+            old = held.get(entry[name])
+            if old is None:
+                merged.append(entry)
+                continue
+            differences += [f"{key}[{entry[name]}].{field}: saved {old.get(field)!r}, now {entry.get(field)!r}"
+                            for field in dict.fromkeys([*old, *entry])
+                            if field != "resources" and old.get(field) != entry.get(field)]
+        grown[key] = merged
+    return grown, differences
 
 
 def _compact_seeds(seeds: list[int]) -> list[int] | dict[str, int]:

@@ -16,8 +16,10 @@ from typing import Any, Iterator
 from leaderboard.records import ResultRecord, read_record, record_exists, record_path, write_record
 from ptgpo_algos.bench.plan import Cell
 from ptgpo_algos.bench.records import run_cell
+from ptgpo_envs.plugins import PINNED_PLUGINS_ENV
+from ptgpo_envs.progress import HF_BARS_ENV, NO_PROGRESS_ENV
 
-__all__ = ["cell_process", "default_workers", "died_without_record", "run_cells"]
+__all__ = ["child_env", "cell_process", "default_workers", "died_without_record", "run_cells"]
 
 
 def _die_with_parent(parent: int) -> None:
@@ -74,13 +76,22 @@ CHILD_ENV = {
     "MALLOC_MMAP_THRESHOLD_": "1000000000",
     "MALLOC_TRIM_THRESHOLD_": "1000000000",
     "MALLOC_TOP_PAD_": "100000000",
+    HF_BARS_ENV: "1",  # a cell writes to its log file: no \r frames
 }
+
+
+def child_env() -> dict[str, str]:
+    """What a cell's process reads from its environment: :data:`CHILD_ENV`, and where they are set the
+    benchmark's pinned plugin list (:func:`ptgpo_envs.plugins.pinned_plugins`) and ``--no-progress``."""
+    passed = {key: os.environ[key] for key in (PINNED_PLUGINS_ENV, NO_PROGRESS_ENV) if key in os.environ}
+    return {**CHILD_ENV, **passed}
 
 
 @contextlib.contextmanager
 def _child_environment() -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in CHILD_ENV}
-    os.environ.update(CHILD_ENV)
+    wanted = child_env()
+    saved = {key: os.environ.get(key) for key in wanted}
+    os.environ.update(wanted)
     try:
         yield
     finally:
@@ -99,13 +110,13 @@ def default_workers() -> int:
 def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Logger, progress: bool) -> list[str]:
     """Run ``cells``, each in its own spawned process, ``workers`` at a time; return the names of the cells
     that failed."""
-    from tqdm.auto import tqdm
+    from ptgpo_envs.progress import progress_bar
 
     context = multiprocessing.get_context("spawn")
     pending = deque(cells)
     running: dict[Any, tuple[Cell, float]] = {}
     failed: list[str] = []
-    bar = tqdm(total=len(cells), desc="bench cells", unit="cell", disable=not progress)
+    bar = progress_bar(total=len(cells), desc="bench cells", unit="cell", disable=not progress)
     try:
         while pending or running:
             while pending and len(running) < workers:

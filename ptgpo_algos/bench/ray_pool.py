@@ -25,7 +25,7 @@ from typing import Any
 
 from leaderboard.records import record_exists, record_path
 from ptgpo_algos.bench.plan import Cell
-from ptgpo_algos.bench.pool import CHILD_ENV, _finish, cell_process, died_without_record
+from ptgpo_algos.bench.pool import _finish, cell_process, child_env, died_without_record
 from ptgpo_algos.files import LOCK_FILE, FolderBusyError, atomic_write_bytes, folder_lock
 
 __all__ = ["CellDied", "run_cells_on_ray"]
@@ -101,7 +101,7 @@ def run_cells_on_ray(cells: list[Cell], out_dir: Path, workers: int, logger: log
                      address: str | None = None, max_retries: int = 2) -> list[str]:
     """Run ``cells`` as Ray tasks on the cluster at ``address`` (None: a local cluster of ``workers``
     CPUs, shut down at the end) and write what they return; the names of the failed cells."""
-    from tqdm.auto import tqdm
+    from ptgpo_envs.progress import progress_bar
 
     from ptgpo_envs.ray_vector import connect_ray, require_ray
 
@@ -112,12 +112,12 @@ def run_cells_on_ray(cells: list[Cell], out_dir: Path, workers: int, logger: log
     logger.info("Ray cluster: %s", {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")})
     running: dict[Any, tuple[Cell, float]] = {}
     failed: list[str] = []
-    bar = tqdm(total=len(cells), desc="bench cells (ray)", unit="cell", disable=not progress)
+    bar = progress_bar(total=len(cells), desc="bench cells (ray)", unit="cell", disable=not progress)
     try:
         for cell in cells:
             ref = task.options(num_cpus=cell.resources["cpus"], num_gpus=cell.resources["gpus"],
                                max_retries=max_retries, retry_exceptions=[CellDied], name=cell.name,
-                               runtime_env={"env_vars": dict(CHILD_ENV)}).remote(cell)
+                               runtime_env={"env_vars": child_env()}).remote(cell)
             running[ref] = (cell, time.monotonic())
             logger.info("submit %s (%s)", cell.name, cell.resources)
         while running:

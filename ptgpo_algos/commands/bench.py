@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"ptgpo bench --ray: {error}", file=sys.stderr)
             return 2
     try:
-        report = run_bench(config, out_dir, workers=args.workers, retry_failed=args.retry_failed, ray=args.ray is not None,
+        report = run_bench(config, out_dir, workers=args.workers, retry_failed=args.retry_failed,
+                           progress=not args.no_progress, ray=args.ray is not None,
                            ray_address=None if args.ray == LOCAL_CLUSTER else args.ray,
                            max_retries=args.max_retries)
     except (BenchError, FolderBusyError, ValueError) as error:
@@ -89,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"leaderboard: {path}")
     if report.leaderboard_error:
         print(f"ptgpo bench: leaderboard not built: {report.leaderboard_error}", file=sys.stderr)
+    if config.smoke_run:
+        from leaderboard.aggregate import SMOKE_NOTICE
+
+        print(SMOKE_NOTICE)
     return 1 if report.failed else 0
 
 

@@ -1,4 +1,4 @@
-"""``ptgpo leaderboard``: aggregate a results directory into tables (Markdown, CSV, LaTeX, HTML) and
+"""``ptgpo leaderboard``: aggregate one or several results directories into tables (Markdown, CSV, LaTeX, HTML) and
 learning-curve plots."""
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ptgpo leaderboard``'s arguments: the results folder, the output folder, the reported results and
     the formats."""
     parser.add_argument(
-        "results_dir", type=Path, metavar="RESULTS_DIR", help="directory of <cell>.json result records"
+        "results_dirs", type=Path, nargs="+", metavar="RESULTS_DIR",
+        help="directory of <cell>.json result records; several are read as one benchmark",
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="output directory (default: RESULTS_DIR/leaderboard)"
+        "--out", type=Path, default=None,
+        help="output directory (default: RESULTS_DIR/leaderboard; needed with several RESULTS_DIRs)",
     )
     parser.add_argument(
         "--reported",
@@ -62,10 +64,15 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if not args.results_dir.is_dir():
-        print(f"ptgpo leaderboard: results directory {args.results_dir} does not exist", file=sys.stderr)
+    missing = [str(folder) for folder in args.results_dirs if not folder.is_dir()]
+    if missing:
+        print(f"ptgpo leaderboard: results directory {', '.join(missing)} does not exist", file=sys.stderr)
         return 2
-    out_dir = args.out if args.out is not None else args.results_dir / "leaderboard"
+    if len(args.results_dirs) > 1 and args.out is None:
+        print("ptgpo leaderboard: with several results directories, say where the tables go: --out DIR",
+              file=sys.stderr)
+        return 2
+    out_dir = args.out if args.out is not None else args.results_dirs[0] / "leaderboard"
     try:
         if args.out is None and out_dir.is_symlink():
             # Only a folder given with --out is written wherever it points.
@@ -89,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ptgpo leaderboard: --decisions-tolerance must be >= 0, got {tolerance}", file=sys.stderr)
         return 2
     try:
-        board = build_leaderboard(args.results_dir, reported, reference, tolerance)
+        board = build_leaderboard(args.results_dirs, reported, reference, tolerance)
     except LeaderboardError as error:
         print(f"ptgpo leaderboard: {error}", file=sys.stderr)
         return 2

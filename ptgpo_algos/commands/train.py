@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     :func:`~ptgpo_algos.config.cli_fields`, ``--set`` and the shortcuts."""
     from ptgpo_algos.config import cli_fields
 
-    parser.add_argument("--config", help="YAML file of config keys (sections, dotted or flat names); flags "
+    parser.add_argument("--config", metavar="YAML", help="YAML file of config keys (sections, dotted or flat names); flags "
                         "override it")
     for spec in cli_fields():
         dest = "cfg:" + spec.path
@@ -28,13 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 help=spec.help)
         else:
             default = "" if spec.default in (None, "") else f" [{spec.default}]"
-            parser.add_argument(f"--{spec.flag}", dest=dest, type=spec.type, default=None,
+            metavar = {int: "N", float: "NUMBER"}.get(spec.type, spec.flag.upper().replace("-", "_"))
+            parser.add_argument(f"--{spec.flag}", dest=dest, type=spec.type, default=None, metavar=metavar,
                                 help=spec.help + ("" if "[" in spec.help else default))
-    parser.add_argument("--difficulty", help="shortcut for env.kwargs.difficulty (Household)")
+    parser.add_argument("--difficulty", metavar="LEVEL", help="shortcut for env.kwargs.difficulty (Household)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field by dotted path (optim.lr=1e-3) or flat name (learning_rate=1e-3); "
                              "VALUE is parsed as YAML (repeatable)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def parse_set(items: list[str]) -> dict:

@@ -35,6 +35,7 @@ import torch
 from ptgpo_algos.advantages.config import ConfigKey
 from ptgpo_algos.callbacks import Callback
 from ptgpo_algos.data import Batch, Decision, Step, Trajectory
+from ptgpo_algos.validation import as_number
 from ptgpo_envs.plugins import Registry
 
 if TYPE_CHECKING:
@@ -153,6 +154,7 @@ def _checked_params(where: str, spec: ObjectiveSpec, entry: Mapping[str, Any]) -
 
 
 def _weight(value: Any) -> float:
+    value = as_number(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
         raise ValueError
     return float(value)

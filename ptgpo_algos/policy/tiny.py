@@ -43,6 +43,8 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -247,11 +249,24 @@ def _random_episode(env, seed: int, rng, hindsight: bool) -> Iterator[tuple[Any,
             yield context.with_task(task), action
 
 
+#: Steps timed before the pretraining's length is estimated (the first ones include warm-up costs, so
+#: the estimate errs long).
+_ESTIMATE_AFTER = 5
+
+
+def _say_how_long(steps: int, seconds_per_step: float) -> None:
+    """Tell the user, on standard error, how long pretraining will take at the pace of its first steps."""
+    minutes = steps * seconds_per_step / 60
+    print(f"pretraining the tiny model ({steps} steps; once per spec, then cached): about "
+          f"{minutes:.0f} min at this machine's pace; pretrain_steps: 0 (or a smaller number) under policy.tiny "
+          "skips or shortens it", file=sys.stderr, flush=True)
+
+
 def _pretrain(model, tokenizer, env_ids: Sequence[str], spec: TinyModelSpec) -> None:
     """Next-token prediction on random-play transcripts (seeded: the same spec gives the same weights)."""
     import numpy as np
     import torch
-    from tqdm.auto import tqdm
+    from ptgpo_envs.progress import progress_bar
 
     steps, batch = spec["pretrain_steps"], spec["pretrain_batch_size"]
     # Each transcript is seen about twice.
@@ -266,8 +281,11 @@ def _pretrain(model, tokenizer, env_ids: Sequence[str], spec: TinyModelSpec) -> 
     )
     pad = tokenizer.pad_token_id
     model.train()
-    bar = tqdm(range(steps), desc="pretraining the tiny model", disable=steps < 50, leave=False)
+    bar = progress_bar(range(steps), desc="pretraining the tiny model", disable=steps < 50, leave=False)
+    started = time.monotonic()
     for step in bar:
+        if step == _ESTIMATE_AFTER and steps >= 50:
+            _say_how_long(steps, (time.monotonic() - started) / step)
         chosen = [rows[i][0] + rows[i][1] for i in rng.choice(len(rows), size=batch, replace=len(rows) < batch)]
         width = max(map(len, chosen))
         ids = torch.full((batch, width), pad, dtype=torch.long)

@@ -384,9 +384,9 @@ def generate_games(
     rng = random.Random(seed)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from ptgpo_envs.progress import progress_bar
 
-        bar = tqdm(total=count, desc="generate ALFWorld games")
+        bar = progress_bar(total=count, desc="generate ALFWorld games")
     written: list[Path] = []
     for index in range(count):
         task_type = TASK_SHORT_TO_LONG[short_types[index % len(short_types)]]

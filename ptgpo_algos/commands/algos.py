@@ -1,0 +1,49 @@
+"""``ptgpo algos``: list what a training config can name: estimators, rollout strategies, losses,
+objectives, process scorers and rollout backends, with their keys and defaults; plugins marked."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Mapping
+
+HELP = "list the advantage estimators, rollout strategies, losses, objectives and scorers, with their keys"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ptgpo algos`` takes no arguments."""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print every registered name a training config takes, by the key that takes it."""
+    from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
+    from ptgpo_algos.losses import LOSSES
+    from ptgpo_algos.objectives import OBJECTIVES
+    from ptgpo_algos.patr import ROLLOUT_STRATEGIES, SCORERS
+    from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
+
+    objectives = {name: {"weight": spec.default_weight, **spec.defaults} for name, spec in OBJECTIVES.items()}
+    sections = [
+        ("advantage estimators", "algorithm.name (--algo); keys: algorithm.config",
+         {name: dict(estimator_defaults(name)) for name in ESTIMATORS}, ESTIMATORS),
+        ("rollout strategies", "rollouts.strategy (--rollout)", dict.fromkeys(ROLLOUT_STRATEGIES), None),
+        ("policy losses", "algorithm.loss", dict.fromkeys(LOSSES), LOSSES),
+        ("auxiliary objectives", "algorithm.objectives: [{name: ..., weight: ..., key: value}]", objectives,
+         OBJECTIVES),
+        ("process scorers", "rollouts.patr.scorer, rollouts.patr.judge", dict.fromkeys(SCORERS), SCORERS),
+        ("rollout backends", "rollouts.backend", dict.fromkeys(ROLLOUT_BACKENDS), ROLLOUT_BACKENDS),
+    ]
+    for title, key, entries, registry in sections:
+        print(f"{title} ({key}):")
+        _print_entries(entries, registry)
+        for why in (registry.broken.values() if registry is not None else ()):
+            print(f"  ! {why}")
+    return 0
+
+
+def _print_entries(entries: Mapping[str, Mapping[str, Any] | None], registry: Any) -> None:
+    width = max(map(len, entries))
+    for name, keys in entries.items():
+        origin = registry.origins.get(name) if registry is not None else None
+        plugin = f"  [plugin: {origin}]" if origin else ""
+        defaults = ", ".join(f"{key}={value!r}" for key, value in (keys or {}).items())
+        print(f"  {name:<{width}}{plugin}  {defaults}".rstrip())

@@ -1,0 +1,144 @@
+"""Plugins from installed packages: a broken one breaks only itself and is named; entry-point environments
+are visible to ``gymnasium.make`` after ``import ptgpo_envs``; a benchmark pins the plugin list its cells
+load; and ``examples/plugin_package`` (an estimator and an environment) is used by ``ptgpo train`` and
+``ptgpo bench`` once installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ptgpo_envs.plugins import PINNED_PLUGINS_ENV, PluginWarning, Registry, RegistryError, installed_plugins, \
+    pinned_plugins
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fake_distribution(site: Path, name: str, entry_points: str) -> None:
+    """An installed distribution as pip leaves it: a ``.dist-info`` folder with its entry points."""
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+def _python(code: str, site: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "OMP_NUM_THREADS": "1"}
+    env.pop(PINNED_PLUGINS_ENV, None)
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_broken_plugin_is_named_and_breaks_only_its_own_name(tmp_path):
+    site = tmp_path / "site"
+    _fake_distribution(site, "broken-estimators", '[ptgpo.estimators]\nshiny = no_such_module.estimators:register\n')
+    code = (
+        "import warnings\n"
+        "warnings.simplefilter('always')\n"
+        "from ptgpo_algos.config import TrainConfig\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    config = TrainConfig.from_dict({'algo': 'grpo'})\n"
+        "print('BUILT-IN', config.algorithm.name)\n"
+        "print('WARNING', [str(w.message) for w in caught if 'plugin' in str(w.message)][0])\n"
+        "try:\n"
+        "    TrainConfig.from_dict({'algo': 'shiny'})\n"
+        "except ValueError as error:\n"
+        "    print('ERROR', error)\n"
+    )
+    done = _python(code, site, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["BUILT-IN"] == "grpo"
+    for text in (lines["WARNING"], lines["ERROR"]):
+        assert "shiny = no_such_module.estimators:register" in text and "broken-estimators" in text
+        assert "'ptgpo.estimators'" in text and "ModuleNotFoundError" in text
+    assert lines["ERROR"].startswith("algorithm.name (algo): unknown advantage estimator 'shiny'")
+
+
+def test_a_broken_plugin_leaves_the_registry_working_in_process(tmp_path, monkeypatch):
+    monkeypatch.setenv(PINNED_PLUGINS_ENV, json.dumps([{"group": "ptgpo.test_widgets", "name": "bad",
+                                                       "value": "no_such_module_here:register", "dist": "bad-dist"}]))
+    registry: Registry[int] = Registry("widget", "ptgpo.test_widgets")
+    registry.register("good", 1)
+    with pytest.warns(PluginWarning, match="the plugin bad = no_such_module_here:register of bad-dist"):
+        assert registry.get("good") == 1
+    with pytest.raises(RegistryError, match="unknown widget 'bad'.*bad-dist"):
+        registry.get("bad")
+
+
+def test_a_pinned_plugin_list_ignores_what_is_installed_meanwhile(tmp_path, monkeypatch):
+    monkeypatch.delenv(PINNED_PLUGINS_ENV, raising=False)
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    with pinned_plugins() as pinned:
+        _fake_distribution(site, "late-plugin", '[ptgpo.estimators]\nlate = late_plugin:register\n')
+        assert "late-plugin" not in pinned and installed_plugins() == json.loads(pinned)
+        from ptgpo_algos.bench.pool import child_env
+
+        assert child_env()[PINNED_PLUGINS_ENV] == pinned  # what the cells' processes read
+    assert PINNED_PLUGINS_ENV not in os.environ
+    assert any(p["dist"] == "late-plugin" for p in installed_plugins())
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory) -> Path:
+    """``examples/plugin_package`` installed (pip, without dependencies) into a folder of its own."""
+    work = tmp_path_factory.mktemp("plugin")
+    source = shutil.copytree(ROOT / "examples" / "plugin_package", work / "source")
+    site = work / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                           "--no-index", "--target", str(site), str(source)], capture_output=True, text=True,
+                          timeout=300)
+    if done.returncode != 0:
+        pytest.skip(f"cannot build the example plugin here (pip: {done.stderr.strip()[-300:]})")
+    return site
+
+
+def test_entry_point_environments_are_visible_to_gymnasium_after_import(plugin_site, tmp_path):
+    done = _python("import gymnasium, ptgpo_envs\n"
+                   "env = gymnasium.make('plugin/Corridor-v0', length=3)\n"
+                   "print(env.reset(seed=0)[0])\n", plugin_site, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "You are at cell 0 of a corridor of 3 cells."
+    listed = _python("from ptgpo_algos.cli import main\nmain(['algos'])\nmain(['envs'])\n", plugin_site, tmp_path)
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines() if line.strip()}
+    assert "[plugin: ptgpo-example-plugin]" in lines["plugin_median"] and "scale=1.0" in lines["plugin_median"]
+    assert "[plugin: ptgpo-example-plugin]" in lines["plugin/Corridor-v0"]
+    assert "plugin" not in lines["gigpo"] + lines["ptgpo/Household-v0"]
+
+
+@pytest.mark.slow
+def test_the_example_plugin_trains_and_benchmarks(plugin_site, tmp_path):
+    cli = [sys.executable, "-m", "ptgpo_algos.cli"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_site), str(ROOT)])}
+    env.pop(PINNED_PLUGINS_ENV, None)
+    tiny = ["--set", "tiny.pretrain_steps=0", "--set", "group_size=2", "--set", "tasks_per_iteration=2",
+            "--set", "eval_seeds=2", "--set", "tiny.hidden_size=16"]
+    train = subprocess.run([*cli, "train", "--env", "plugin/Corridor-v0", "--algo", "plugin_median",
+                            "--iterations", "1", "--out", str(tmp_path / "run"), "--no-progress", *tiny],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert train.returncode == 0, train.stderr[-2000:]
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["algorithm"]["name"] == "plugin_median"
+    bench = {
+        "name": "plugin", "budget": 8, "seeds": [0], "workers": 1,
+        "policy": {"model": "tiny", "tiny": {"pretrain_steps": 0, "hidden_size": 16}, "group_size": 2,
+                   "tasks_per_iteration": 2, "eval_every": 1},
+        "environments": [{"label": "corridor", "id": "plugin/Corridor-v0", "kwargs": {"length": 3},
+                          "train_seeds": {"start": 0, "count": 100}, "eval_seeds": {"start": 1000000, "count": 2}}],
+        "methods": [{"name": "plugin_median", "algo": "plugin_median"}],
+        "baselines": ["random"],
+    }
+    (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
+    ran = subprocess.run([*cli, "bench", "bench.yaml", "--out", "out", "--no-progress"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    records = {json.loads(path.read_text())["method"]: json.loads(path.read_text())
+               for path in (tmp_path / "out").glob("*.json")}
+    assert records["plugin_median"]["status"] == "ok" and records["random"]["status"] == "ok"
