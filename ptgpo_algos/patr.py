@@ -227,7 +227,6 @@ class PatrStats(RolloutStats):
 
     groups: int = 0
     leaves: int = 0
-    branches: int = 0  # branches started: B0 per group plus every child forked
     checkpoints: int = 0  # (group, checkpoint) pairs scored
     expansions: int = 0
     pruned_score: int = 0
@@ -237,7 +236,7 @@ class PatrStats(RolloutStats):
         """The rollout counts plus PATR's: branches, checkpoints, expansions, prunings and leaves per group."""
         return {
             **super().as_dict(),
-            "patr_branches": self.branches, "patr_checkpoints": self.checkpoints, "patr_expansions": self.expansions,
+            "patr_branches": self.started, "patr_checkpoints": self.checkpoints, "patr_expansions": self.expansions,
             "patr_pruned_score": self.pruned_score, "patr_pruned_repeat": self.pruned_repeat,
             "patr_leaves_per_group": self.leaves / self.groups if self.groups else 0.0,
         }
@@ -287,7 +286,6 @@ class PatrCollection(Collection):
         first_free = self.settings.initial_branches
         self.free = [list(range(first + first_free, first + self.settings.max_leaves)) for _, first in vectors]
         self.used = {(id(e.vector), e.slot) for e in live}
-        self.stats.branches += len(live)
         return live
 
     def run(self, vectors: list[tuple[Any, int]], max_decisions: int | None) -> None:
@@ -385,7 +383,7 @@ class PatrCollection(Collection):
             self.used.add((id(parent.vector), slot))
         self.engine.restore(parent.vector, slot, snapshot)
         depth = len(leaf.steps)
-        self.stats.branches += 1
+        self.stats.started += 1
         self.stats.decisions_saved += depth
         self.stats.tokens_saved += sum(len(step.response_ids or ()) for step in leaf.steps)
         child = Leaf(leaf.group, list(leaf.nodes), list(leaf.steps), branch_point=depth)

@@ -43,15 +43,26 @@ BRANCH_STRATEGIES = ("uniform", "entropy", "novel")
 
 @dataclass
 class RolloutStats:
-    """Counts of one collection: decisions and tokens generated, those a prefix tree saved, episodes, wins,
-    invalid steps and wall time."""
+    """Counts of one collection: decisions and tokens generated, those a prefix tree saved, episodes
+    (leaves) started and finished, wins, invalid steps and wall time.
+
+    Success is counted two ways. ``reset_episodes``/``reset_wins``: the finished episodes that started
+    from reset, independent samples of the acting policy on the training tasks (every episode of a
+    linear group). ``episodes``/``wins``: every finished leaf, those branched from another's prefix
+    too: a branch from late in a won episode shares most of its path and nearly always wins again, so
+    a tree's leaves count a successful prefix several times over. Episodes the decision budget
+    stopped unfinished (``started - episodes``) count in neither: the shorter ones finish first.
+    """
 
     decisions: int = 0
     tokens: int = 0
     decisions_saved: int = 0
     tokens_saved: int = 0
+    started: int = 0
     episodes: int = 0
     wins: int = 0
+    reset_episodes: int = 0
+    reset_wins: int = 0
     invalid_steps: int = 0
     wall_time_s: float = 0.0
 
@@ -68,7 +79,10 @@ class RolloutStats:
             "decisions_saved": self.decisions_saved,
             "tokens_saved": self.tokens_saved,
             "episodes": self.episodes,
-            "rollout_success": self.wins / self.episodes if self.episodes else 0.0,
+            "episodes_cut": self.started - self.episodes,
+            "rollout_episodes": self.reset_episodes,
+            "rollout_success": self.reset_wins / self.reset_episodes if self.reset_episodes else 0.0,
+            "leaf_success": self.wins / self.episodes if self.episodes else 0.0,
             "invalid_rate": self.invalid_steps / self.decisions if self.decisions else 0.0,
             "rollout_time_s": self.wall_time_s,
             "decisions_per_s": self.decisions_per_s,
@@ -194,6 +208,7 @@ class Collection:
                 episode.state = g
             live += started
             group.started = self.initial
+        self.stats.started += len(live)
         snapshots = self.engine.snapshots(live) if self.tree else [None] * len(live)
         for episode, snapshot in zip(live, snapshots):
             episode.state = Leaf(episode.state, [decision_point(self.groups[episode.state], episode, snapshot)], [])
@@ -242,6 +257,9 @@ class Collection:
         self.groups[leaf.group].finished.append(leaf)
         self.stats.episodes += 1
         self.stats.wins += leaf.won
+        if leaf.branch_point is None:
+            self.stats.reset_episodes += 1
+            self.stats.reset_wins += leaf.won
 
     def on_transition(self, episode: Episode, decision: Decision, transition: Transition) -> Episode | None:
         """Book a transition; at an episode's end a tree group branches its next leaf in the freed slot."""
@@ -335,6 +353,7 @@ def _branch(engine: EpisodeEngine, finished: Episode, group: TreeGroup, strategy
     node.branched += 1
     engine.restore(finished.vector, finished.slot, node.snapshot)
     prefix = source.steps[:t]
+    stats.started += 1
     stats.decisions_saved += t
     stats.tokens_saved += sum(len(step.response_ids or ()) for step in prefix)
     leaf = Leaf(finished.state.group, source.nodes[: t + 1], list(prefix), branch_point=t)

@@ -428,12 +428,13 @@ def test_covgpo_step_variant():
     assert_advantages(actual, [expected])
 
 
-def test_covgpo_leaves_all_succeeded_groups_to_grpo_unlike_coverage_beta():
-    # Equal non-zero returns: coverage_beta (on any all-equal group) acts, covgpo (all-zero only) not.
+def test_covgpo_leaves_all_succeeded_groups_to_grpo_unlike_coverage_when_all_equal():
+    # Equal non-zero returns: coverage_beta with coverage_when all_equal acts, covgpo (all-zero only) not.
     succeeded = [T(S("A", "x"), S("B", "x", 1.0)), T(S("A", "y"), S("A", "y"), S("C", "y", 1.0, valid=False))]
     covgpo = compute_advantages("covgpo", [succeeded], coverage_weight=1.0)
     assert covgpo == compute_advantages("grpo", [succeeded])
-    assert covgpo != compute_advantages("grpo", [succeeded], coverage_beta=1.0)
+    assert covgpo == compute_advantages("grpo", [succeeded], coverage_beta=1.0)
+    assert covgpo != compute_advantages("grpo", [succeeded], coverage_beta=1.0, coverage_when="all_equal")
 
 
 # ---------------------------------------------------------------- progpo
@@ -494,6 +495,55 @@ def test_ptgpo_coverage_credit_in_all_failed_group():
     assert summary["all_equal_groups"] == 1 and summary["coverage_groups"] == 1
 
 
+def two_successes_group() -> list[Trajectory]:
+    """Both paths succeed from state s0 (return 1), each twice: a 3-step one (actions a) and a 6-step
+    one (actions b), every step reaching a new state but the last. gamma 0.95:
+    G_0 = 0.95^2 = 0.9025 (short) and 0.95^5 = 0.7738 (long); C_0 = 1 + 0.95 = 1.95 (short) and
+    1 + 0.95 + 0.95^2 + 0.95^3 + 0.95^4 = 4.5244 (long). A pool of four, two at each of two values
+    d apart, normalises to +-(d / 2) / (d / sqrt 3 + e), about +-sqrt(3) / 2 = +-0.866."""
+    short = T(S("s0", "a0"), S("a1", "a1"), S("a2", "a2", 1.0))
+    long = T(S("s0", "b0"), S("b1", "b1"), S("b2", "b2"), S("b3", "b3"), S("b4", "b4"), S("b5", "b5", 1.0))
+    return [short, short, long, long]
+
+
+def pair_norm(d: float) -> float:
+    """mean_std_norm of the higher value in a pool of four, two at each of two values d apart."""
+    return (d / 2) / (d / np.sqrt(3) + 1e-6)
+
+
+def test_ptgpo_default_credits_a_short_success_above_a_long_one():
+    # Default (coverage_when all_failed): the outcome formula. R equal -> episode term 0; the root forks
+    # (a0 vs b0) and credits G_0: +-sqrt(3)/2; later steps have one action and HGPO's pools are
+    # single-valued -> 0. GiGPO credits the first steps the same.
+    root = pair_norm(0.95**2 - 0.95**5)  # 0.866
+    advantages, (d,) = compute_advantages_with_diagnostics("ptgpo", [two_successes_group()])
+    short, long = [root, 0.0, 0.0], [-root] + [0.0] * 5
+    assert_advantages(advantages, [[short, short, long, long]])
+    assert d.outcome_all_equal and not d.coverage_applied
+    gigpo = compute_advantages("gigpo", [two_successes_group()])
+    assert [t[0] for t in gigpo[0]] == pytest.approx([root] * 2 + [-root] * 2, rel=1e-9)
+
+
+def test_ptgpo_coverage_when_all_equal_credits_the_longer_success():
+    # The explicit old rule: coverage credit, beta 0.1. Episode on C_0 {1.95 x2, 4.52 x2} -> -+0.866;
+    # root fork on C_0 -> -+0.866: first step 0.1 * (-0.866 - 0.866) = -0.173 (short), +0.173 (long).
+    # Later steps: the episode term -+0.0866 only (single-action nodes, single-valued HGPO pools).
+    h = 0.1 * pair_norm(sum(0.95**k for k in range(5)) - 1.95)  # 0.0866
+    advantages, (d,) = compute_advantages_with_diagnostics(
+        "ptgpo", [two_successes_group()], coverage_when="all_equal"
+    )
+    short, long = [-2 * h, -h, -h], [2 * h] + [h] * 5
+    assert_advantages(advantages, [[short, short, long, long]])
+    assert d.coverage_applied
+
+
+def test_coverage_when_rejects_other_values_and_estimators_without_coverage():
+    with pytest.raises(ValueError, match=r"coverage_when='always'.*one of all_failed, all_equal"):
+        compute_advantages("ptgpo", [all_failed_group()], coverage_when="always")
+    with pytest.raises(ValueError, match=r"'coverage_when'.*valid keys"):
+        compute_advantages("covgpo", [all_failed_group()], coverage_when="all_equal")
+
+
 def test_grpo_with_coverage_is_covgpo():
     # coverage_beta 0.5, gamma 0.5: C_0 = {1, -0.05}, d = 1.05:
     # 0.5 * 0.525 / (1.05 / sqrt 2 + e) = 0.353552914 on every step of T0, the negative on T1.
@@ -526,6 +576,7 @@ def test_coverage_beta_is_taken_by_signal_estimators_and_zero_disables_it():
     takes = [name for name in ESTIMATORS if "coverage_beta" in estimator_defaults(name)]
     assert sorted(set(ESTIMATORS) - set(takes)) == ["covgpo", "g2po", "planpo"]
     for name in takes:
+        assert estimator_defaults(name)["coverage_when"] == "all_failed", name
         with_coverage = compute_advantages(name, [all_failed_group()], coverage_beta=0.3)
         without = compute_advantages(name, [all_failed_group()], coverage_beta=0.0)
         assert with_coverage != without, name  # the outcome signal is the invalid penalty only

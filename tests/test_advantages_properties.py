@@ -62,6 +62,7 @@ def random_config(name: str, rng: random.Random) -> dict:
         "gamma": [0.5, 0.75, 1.0],
         "invalid_penalty": [0.0, 0.25, 0.5],
         "coverage_beta": [0.0, 0.5],
+        "coverage_when": ["all_failed", "all_equal"],
         "norm": ["mean_norm", "mean_std_norm"],
         "omega": [0.5, 1.0],
         "K": [0, 1, 2, 3],
@@ -105,7 +106,8 @@ def discounted(values: list[float], gamma: float) -> list[float]:
     return out[::-1]
 
 
-def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, norm="mean_std_norm",
+def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, coverage_when="all_failed",
+              norm="mean_std_norm",
               omega=1.0, K=2, alpha=1.0, include_episode=False, lam=1.0, success_reward=1.0,
               alpha_init=0.1, alpha_final=0.05, progress=0.0, turn_group="index", coverage_weight=0.1,
               variant="trajectory", transition_weight=1.0, variance_prior=0.25):
@@ -120,7 +122,8 @@ def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, no
             result.append(zeros)
             continue
         env_returns = {sum(s.reward for s in trajs[i]) for i in live}
-        coverage = len(env_returns) == 1 and coverage_beta > 0
+        triggered = env_returns == {0.0} if coverage_when == "all_failed" else len(env_returns) == 1
+        coverage = triggered and coverage_beta > 0
         states = [[s.state_key for s in steps] for steps in trajs]
         if coverage:
             c = [[(1.0 if t + 1 < len(st) and st[t + 1] not in st[: t + 1] else 0.0)
@@ -352,7 +355,7 @@ def test_unknown_estimator_lists_the_valid_names():
 @pytest.mark.parametrize(
     ("name", "config", "message"),
     [
-        ("grpo", {"omega": 1.0}, r"'omega'.*valid keys: coverage_beta, gamma, invalid_penalty, norm"),
+        ("grpo", {"omega": 1.0}, r"'omega'.*valid keys: coverage_beta, coverage_when, gamma, invalid_penalty, norm"),
         ("rloo", {"norm": "mean_norm"}, r"'norm'.*valid keys"),
         ("ptgpo", {"include_episode": True}, r"'include_episode'.*valid keys"),
         ("grpo", {"gamma": 1.5}, r"gamma=1.5.*\[0, 1\]"),

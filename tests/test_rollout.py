@@ -99,6 +99,29 @@ def test_tree_branches_share_prefixes_exactly_and_replay(policy, branch):
     assert stats.decisions_saved > 0 and stats.tokens_saved > 0
 
 
+def test_tree_success_counts_episodes_from_reset_apart_from_branched_leaves(policy):
+    # A 1x3 lake: 'right' twice wins, so a fair share of leaves win and branches from won prefixes too.
+    lake = Task("ptgpo/FrozenLake-v0", 0, {"desc": ["SFG"]}, max_steps=6)
+    batch, stats = _collect(policy, [lake] * 3, group_size=8, mode="tree", initial_rollouts=3, branch="uniform")
+    leaves = [t for group in batch for t in group]
+    from_reset = [t.meta["won"] for t in leaves if t.meta["branch_point"] is None]
+    row = stats.as_dict()
+    assert (row["episodes"], row["rollout_episodes"], row["episodes_cut"]) == (24, 9, 0)
+    assert len(from_reset) == 9 and 0 < sum(from_reset) < 9
+    assert row["rollout_success"] == sum(from_reset) / 9
+    assert row["leaf_success"] == sum(t.meta["won"] for t in leaves) / 24
+
+
+def test_a_decision_budget_cuts_episodes_and_says_so(policy):
+    # 9 decisions for 3 tasks x 2 initial episodes on a lake that takes 5 moves: 6 start, none can
+    # finish; the second step has room for 3 of them, and all 6 are cut.
+    lake = Task("ptgpo/FrozenLake-v0", 0, {"desc": ["SFFFFG"]}, max_steps=6)
+    batch, stats = _collect(policy, [lake] * 3, group_size=4, mode="tree", initial_rollouts=2, max_decisions=9)
+    row = stats.as_dict()
+    assert batch == [] and stats.decisions == 9
+    assert (row["episodes"], row["episodes_cut"], row["rollout_episodes"], row["rollout_success"]) == (0, 6, 0, 0.0)
+
+
 def test_tree_rollouts_are_reproducible(policy):
     a, sa = _collect(policy, [HOUSE], seed=4, group_size=4, mode="tree")
     b, sb = _collect(policy, [HOUSE], seed=4, group_size=4, mode="tree")
@@ -159,7 +182,7 @@ def _check_patr_groups(tasks, batch, stats, settings: PatrConfig) -> None:
                 assert any(o is not trajectory and all(o.steps[k] is trajectory.steps[k] for k in range(t))
                            for o in group)
     leaves = [t for group in batch for t in group]
-    assert len(leaves) == stats.branches == stats.leaves == stats.episodes
+    assert len(leaves) == stats.started == stats.leaves == stats.episodes
     assert len(leaves) == len(batch) * settings.initial_branches + stats.expansions * (settings.children - 1)
     assert stats.pruned_score == sum(t.meta["pruned"] == "score" for t in leaves)
     assert stats.pruned_repeat == sum(t.meta["pruned"] == "repeat" for t in leaves)

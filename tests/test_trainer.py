@@ -321,6 +321,28 @@ def test_short_run_improves_success_on_an_easy_environment(tmp_path, monkeypatch
     assert curve[0]["success"] == 0.0  # the untrained greedy policy does not reach the goal
 
 
+def test_coverage_credit_reaches_all_succeeded_groups_only_when_asked(tmp_path, monkeypatch):
+    # A 1x3 lake where most tree rollouts win: some groups all succeed. By default they keep the outcome
+    # formula (coverage credit would rank the longer wins first); coverage_when all_equal credits them
+    # by coverage, as before the key existed. Same seed, same rollouts at iteration 1.
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    rows = {}
+    for when in ("all_failed", "all_equal"):
+        config = TrainConfig.from_dict(dict(
+            env_id="ptgpo/FrozenLake-v0", env_kwargs={"desc": ["SFG"]}, max_steps=12, algo="ptgpo",
+            algo_config={"coverage_when": when}, rollout="tree", group_size=4, tasks_per_iteration=2,
+            iterations=3, eval_every=3, eval_seeds=4, ppo_epochs=1, minibatch_size=32,
+            tiny={"hidden_size": 32, "pretrain_steps": 0}, seed=0, out_dir=str(tmp_path / when),
+        ))
+        summary = run_training(config, progress=False)
+        rows[when] = [json.loads(line) for line in open(summary.metrics_path)]
+    default, old = rows["all_failed"], rows["all_equal"]
+    assert sum(row["adv_all_equal_groups"] for row in default) > 0
+    assert all(row["adv_coverage_groups"] == 0 for row in default)
+    assert all(row["adv_coverage_groups"] == row["adv_all_equal_groups"] for row in old)
+    assert old[0]["leaf_success"] == default[0]["leaf_success"] > 0
+
+
 def test_generate_mode_run_penalises_unparsable_responses(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     config = _small(tmp_path / "gen", mode="generate", max_new_tokens=4, iterations=1, eval_every=1,

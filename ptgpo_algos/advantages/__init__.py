@@ -7,8 +7,9 @@ array form (:class:`StepTable`) whose docstring states its formula and paper.
 
 Common config keys (all estimators): ``gamma`` [0.95] discount of step returns; ``invalid_penalty``
 [0.1] subtracted from the reward of each invalid step; ``coverage_beta`` [0; 0.1 for ptgpo] coverage
-credit in groups whose outcome returns are all equal (not taken by g2po, planpo and covgpo, which read
-the outcomes themselves). Own keys: ``norm`` [mean_std_norm] (all but rloo), ``omega`` [1.0] (gigpo,
+credit in the groups ``coverage_when`` [all_failed] names: every environment return 0 (all_failed) or
+all returns equal, all-succeeded groups too (all_equal). g2po, planpo and covgpo read the outcomes
+themselves and take neither. Own keys: ``norm`` [mean_std_norm] (all but rloo), ``omega`` [1.0] (gigpo,
 ptgpo, g2po, progpo), ``K`` [2] (hgpo, ptgpo, progpo), ``alpha`` [1.0] (hgpo, ptgpo),
 ``include_episode`` [False] (hgpo), ``lam`` [1.0] (ptgpo), ``success_reward`` [1.0] (g2po, planpo),
 ``alpha_init`` [0.1], ``alpha_final`` [0.05], ``progress`` [0] and ``turn_group`` [index] (planpo),

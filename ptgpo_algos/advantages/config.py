@@ -1,7 +1,7 @@
 """The estimators' configuration keys: one rule per key, checked at the edge with a helpful message.
 
 Every estimator accepts ``gamma`` and ``invalid_penalty``, and all but those registered without
-coverage credit ``coverage_beta``; its own keys are the keyword-only parameters of its registered
+coverage credit ``coverage_beta`` and ``coverage_when``; its own keys are the keyword-only parameters of its registered
 function (see :mod:`ptgpo_algos.advantages.registry`).
 """
 
@@ -17,7 +17,9 @@ import numpy as np
 from ptgpo_algos.advantages.ops import NORMS
 from ptgpo_algos.validation import as_number
 
-__all__ = ["COMMON_DEFAULTS", "CONFIG_KEYS", "ConfigKey", "real_rule", "validate_config"]
+__all__ = [
+    "COMMON_DEFAULTS", "CONFIG_KEYS", "COVERAGE_KEYS", "COVERAGE_TRIGGERS", "ConfigKey", "real_rule", "validate_config",
+]
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ def _one_of(options: tuple[str, ...]) -> str:
 
 TURN_GROUPS = ("index", "pooled")
 COVERAGE_VARIANTS = ("trajectory", "step")
+COVERAGE_TRIGGERS = ("all_failed", "all_equal")
 
 
 CONFIG_KEYS: Mapping[str, ConfigKey] = {
@@ -79,9 +82,15 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
         "subtracted from the reward of each invalid action", "a finite number >= 0", real_rule(0.0)
     ),
     "coverage_beta": ConfigKey(
-        "scale of coverage credit in groups whose outcome returns are all equal (0 disables)",
+        "scale of coverage credit in the groups coverage_when names (0 disables)",
         "a finite number >= 0",
         real_rule(0.0),
+    ),
+    "coverage_when": ConfigKey(
+        "groups that take coverage credit: every environment return 0 (all_failed), or all returns "
+        "equal, all-succeeded groups included (all_equal)",
+        _one_of(COVERAGE_TRIGGERS),
+        _choice(COVERAGE_TRIGGERS),
     ),
     "norm": ConfigKey("pool normalisation", _one_of(NORMS), _choice(NORMS)),
     "omega": ConfigKey("weight of the step-level term", "a finite number >= 0", real_rule(0.0)),
@@ -129,7 +138,12 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
     ),
 }
 
-COMMON_DEFAULTS: Mapping[str, Any] = {"gamma": 0.95, "invalid_penalty": 0.1, "coverage_beta": 0.0}
+COMMON_DEFAULTS: Mapping[str, Any] = {
+    "gamma": 0.95, "invalid_penalty": 0.1, "coverage_beta": 0.0, "coverage_when": "all_failed",
+}
+
+#: The common keys of coverage credit, which an estimator registered without it does not take.
+COVERAGE_KEYS = ("coverage_beta", "coverage_when")
 
 
 def validate_config(spec: Any, config: Mapping[str, Any]) -> dict:

@@ -51,11 +51,11 @@ def covgpo(
       of partial scores (WebShop) or all successes is left to GRPO.
 
     How it differs from the ``coverage_beta`` flag every other estimator takes (``signal.py``):
-    ``coverage_beta`` triggers in any group whose environment returns are all *equal* (all-succeeded
-    groups too), replaces the outcome signal there by discounted novelty returns ``C_{i,t} =
-    sum_k gamma^(k-t) c_{i,k}`` whose rewards ``c`` include the invalid-action penalty, runs the host
-    estimator (grpo, gigpo, ...) on them and scales its output by beta, replacing the outcome
-    advantage. CovGPO triggers only where all returns are 0, credits the undiscounted novelty *rate*
+    ``coverage_beta`` triggers in the same all-failed groups by default (with ``coverage_when:
+    all_equal``, in any group whose environment returns are all *equal*), but replaces the outcome
+    signal there by discounted novelty returns ``C_{i,t} = sum_k gamma^(k-t) c_{i,k}`` whose rewards
+    ``c`` include the invalid-action penalty, runs the host estimator (grpo, gigpo, ...) on them and
+    scales its output by beta, replacing the outcome advantage. CovGPO credits the undiscounted novelty *rate*
     ``C_i / T_i`` (or the step's own novelty indicator, pooled over the whole group, not per anchor
     state), penalty-free, and adds it to GRPO's outcome advantage.
 

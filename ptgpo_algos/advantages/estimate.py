@@ -1,4 +1,5 @@
-"""The driver: validate the config, build the signal (outcome, or coverage in all-equal groups), run
+"""The driver: validate the config, build the signal (outcome, or coverage in the groups ``coverage_when``
+names), run
 the registered estimator, zero the groups that cannot be compared, and report per-group diagnostics."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 
 from ptgpo_algos.advantages.config import COMMON_DEFAULTS, validate_config
 from ptgpo_algos.advantages.registry import get_estimator
-from ptgpo_algos.advantages.signal import coverage_signal, outcome_all_equal, outcome_signal
+from ptgpo_algos.advantages.signal import coverage_signal, outcome_all_equal, outcome_all_failed, outcome_signal
 from ptgpo_algos.advantages.table import StepTable
 from ptgpo_algos.data import Trajectory
 
@@ -30,7 +31,8 @@ class GroupDiagnostics:
     """What one group's advantages looked like, for logs.
 
     ``outcome_all_equal``: >= 2 non-empty trajectories and equal environment returns (no outcome
-    direction); ``coverage_applied``: that, with ``coverage_beta > 0``. ``counts``: the estimator's
+    direction); ``coverage_applied``: the group took coverage credit (``coverage_beta > 0`` and the
+    group is one ``coverage_when`` names: all-failed by default, or any all-equal one). ``counts``: the estimator's
     own counts by name (read-only; empty for estimators without any), e.g. ptgpo's
     ``branching_nodes`` (prefix-tree nodes with >= 2 distinct actions) and ``backoff_steps`` (steps
     credited by the HGPO back-off); each estimator's docstring lists its own.
@@ -65,21 +67,26 @@ def estimate_advantages(name: str, table: StepTable, **config: Any) -> Advantage
     """The array form of :func:`compute_advantages`: advantages for a prebuilt :class:`StepTable`.
 
     Groups with fewer than two non-empty trajectories get zeros whatever the estimator (a lone
-    trajectory has nothing to be compared with, even where states repeat within it). In groups whose
-    environment returns are all equal and ``coverage_beta > 0``, the estimator runs on the coverage
-    signal (``C_{i,t}``, ``C_{i,0}``) and its output is scaled by ``coverage_beta``.
+    trajectory has nothing to be compared with, even where states repeat within it). With
+    ``coverage_beta > 0``, in the groups ``coverage_when`` names the estimator runs on the coverage
+    signal (``C_{i,t}``, ``C_{i,0}``) and its output is scaled by ``coverage_beta``: by default
+    (``all_failed``) groups whose environment returns are all 0, where outcomes give no direction and
+    exploration is what is wanted; with ``all_equal`` also groups that all succeeded alike, where
+    novelty returns rank a longer successful path above a shorter one.
     """
     spec = get_estimator(name)
     own = validate_config(spec, config)
     common = {key: own.pop(key) for key in COMMON_DEFAULTS if key in own}
     gamma, penalty = common["gamma"], common["invalid_penalty"]
-    beta = common.get("coverage_beta", 0.0)  # estimators registered without coverage credit
+    # Estimators registered without coverage credit have neither key.
+    beta = common.get("coverage_beta", 0.0)
+    trigger = outcome_all_failed if common.get("coverage_when") == "all_failed" else outcome_all_equal
 
     comparable = np.bincount(
         table.trajectory_group[table.trajectory_length > 0], minlength=table.n_groups
     ) >= 2
     all_equal = outcome_all_equal(table)
-    use_coverage = all_equal & (beta > 0)
+    use_coverage = trigger(table) & (beta > 0)
     signal = outcome_signal(table, gamma, penalty)
     if use_coverage.any():
         signal = signal.where(use_coverage, coverage_signal(table, gamma, penalty), table)

@@ -63,7 +63,8 @@ def progpo(
       default; one ``norm`` [mean_std_norm] for all three terms; ``gamma`` [0.95] also discounts the
       potentials' jump.
     - Coverage credit (``coverage_beta`` [0]) applies as for the other signal-based estimators: in
-      groups of equal returns the driver substitutes ``C`` for ``R`` and ``G``.
+      the groups ``coverage_when`` names (all-failed by default) the driver substitutes ``C`` for
+      ``R`` and ``G``.
 
     Group counts: ``prefix_steps``, the steps whose exact-prefix pool has >= 2 steps.
     """

@@ -37,10 +37,12 @@ def ptgpo(
 
     One ``norm`` serves the episode term, the fork credit and the back-off. ``G``/``R`` are
     ``signal.step``/``signal.episode`` (``C``/``C_{i,0}`` under coverage credit, so the back-off is
-    HGPO on ``C`` too). Coverage credit: in a group whose environment returns are all equal, the
-    driver passes ``C`` and scales by ``coverage_beta`` (default 0.1 here), giving
-    ``beta * (norm(C_{i,0}, {C_{j,0}}) + omega * A^T[C])``. Group counts: ``branching_nodes`` (forks)
-    and ``backoff_steps``.
+    HGPO on ``C`` too). Coverage credit: in a group whose environment returns are all 0 (``coverage_when:
+    all_failed``, the default), the driver passes ``C`` and scales by ``coverage_beta`` (default 0.1
+    here), giving ``beta * (norm(C_{i,0}, {C_{j,0}}) + omega * A^T[C])``. A group that all succeeded
+    keeps the outcome formula, whose discounted ``G`` ranks a shorter success above a longer one;
+    ``coverage_when: all_equal`` credits it by coverage too, which ranks the longer success first and
+    drove converged policies to wander. Group counts: ``branching_nodes`` (forks) and ``backoff_steps``.
     """
     values = signal.step
     node = table.node

@@ -5,7 +5,7 @@ An estimator is a pure function ``fn(table, signal, **own_config) -> Estimate``:
 Its keyword-only parameters, with their defaults, *are* its configuration keys; every estimator also
 accepts the common keys ``gamma`` and ``invalid_penalty``, which the driver
 (:func:`ptgpo_algos.advantages.estimate.estimate_advantages`) applies by building the signal, and
-``coverage_beta`` unless it is registered with ``coverage_beta=None``. An estimator whose formula needs
+``coverage_beta`` and ``coverage_when`` unless it is registered with ``coverage_beta=None``. An estimator whose formula needs
 a common key itself (G2PO's penalty enters two terms differently) declares it as a keyword-only
 parameter too: the driver then passes it on, and the parameter's default is that estimator's default.
 
@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ptgpo_algos.advantages.config import COMMON_DEFAULTS, CONFIG_KEYS, ConfigKey
+from ptgpo_algos.advantages.config import COMMON_DEFAULTS, CONFIG_KEYS, COVERAGE_KEYS, ConfigKey
 from ptgpo_envs.plugins import Registry
 
 __all__ = ["ESTIMATORS", "Estimate", "EstimatorSpec", "get_estimator", "register_estimator"]
@@ -66,7 +66,8 @@ def register_estimator(
 ) -> Callable:
     """Register ``fn`` under ``name``; ``coverage_beta`` is this estimator's default for that key, or
     ``None`` for an estimator that does not take coverage credit (one that reads the outcomes from the
-    table itself, where a substituted signal would be silently ignored): it then rejects the key.
+    table itself, where a substituted signal would be silently ignored): it then rejects that key and
+    ``coverage_when``.
     ``keys`` gives the rules of keyword parameters that :data:`CONFIG_KEYS` does not document."""
     rules = {**CONFIG_KEYS, **(keys or {})}
 
@@ -78,14 +79,15 @@ def register_estimator(
         }
         unknown = set(own) - set(rules)
         passed_on = tuple(key for key in own if key in COMMON_DEFAULTS)
-        if unknown or "coverage_beta" in passed_on:
+        if unknown or set(COVERAGE_KEYS) & set(passed_on):
             raise RuntimeError(
                 f"cannot register {name!r}: keys {sorted(unknown)} have no rule (pass keys=...) or it takes "
-                "coverage_beta itself (the driver applies it)"
+                f"{' or '.join(COVERAGE_KEYS)} itself (the driver applies them)"
             )
         defaults = {**COMMON_DEFAULTS, "coverage_beta": coverage_beta, **own}
         if coverage_beta is None:
-            del defaults["coverage_beta"]
+            for key in COVERAGE_KEYS:
+                del defaults[key]
         spec = EstimatorSpec(name, function, MappingProxyType(defaults), passed_on,
                              MappingProxyType({key: rules[key] for key in defaults}))
         ESTIMATORS.register(name, spec)
