@@ -3,12 +3,15 @@ standalone HTML page with sortable tables, and write the files atomically.
 
 Every format keeps the three parts apart: the measured table (ranked methods, then reference rows),
 the reported-in-papers table, and the failed runs / unreadable files. Measured cells read
-``mean [low, high] (n)`` with the 95 % interval of :mod:`leaderboard.stats`; a column's separated best
-cell is bold (Markdown, LaTeX, HTML) or flagged ``best = 1`` (CSV). A cell measured under another
+``mean [low, high] (n)`` with the 95 % interval of :mod:`leaderboard.inference`; a column's best cell,
+when the column's corrected tests separate it from every other, is bold (Markdown, LaTeX, HTML) or
+flagged ``best = 1`` (CSV). A cell measured under another
 protocol than a reported number of its column carries ``‡`` and its environment a legend line (CSV:
 ``protocol_mark = 1`` and the row's ``protocol``); the reported table names each row's protocol. The
 probability-of-improvement matrix of the ranked methods has its own files (``improvement.md``,
-``improvement.csv``) and is part of the HTML page, which also shows the plots written next to it.
+``improvement.csv``) and is part of the HTML page, which also shows the plots written next to it;
+so are the pairwise Welch tests with their Holm-corrected p-values (``comparisons.md``,
+``comparisons.csv``; the LaTeX file has the mean-success family).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from leaderboard.aggregate import Cell, Column, Leaderboard, Row
+from leaderboard.aggregate import Cell, Column, Comparison, Leaderboard, Row
+from leaderboard.inference import ALPHA
 from leaderboard.protocols import MARK
 from ptgpo_algos.files import atomic_write_text
 from leaderboard.stats import CONFIDENCE, REPS, Estimate
@@ -28,6 +32,8 @@ from leaderboard.stats import CONFIDENCE, REPS, Estimate
 __all__ = [
     "FORMATS",
     "column_label",
+    "comparisons_csv",
+    "comparisons_markdown",
     "improvement_csv",
     "improvement_markdown",
     "to_csv",
@@ -60,32 +66,33 @@ CSV_FIELDS = (
     "protocol",
     "protocol_mark",
 )
+COMPARISON_FIELDS = ("scope", "better", "worse", "difference", "ci_low", "ci_high", "p", "p_holm", "separated")
 IMPROVEMENT_FIELDS = ("method_x", "method_y", "probability", "ci_low", "ci_high", "ci_over", "tasks")
 
 _LEVEL = f"{CONFIDENCE * 100:.0f} %"
 _UNITS = (
     "Success in % at the final evaluation (`final_success`). A cell is the mean over seeds and its "
-    f"{_LEVEL} confidence interval [low, high] (percentile bootstrap over seeds, {REPS:,} resamples from "
-    "a fixed seed, so the table is reproducible); n = number of seeds. A cell from a single seed has no "
-    "interval (none is made up); with few seeds the interval is narrow, as it cannot leave the range "
-    "of the seeds' values."
+    f"{_LEVEL} confidence interval [low, high] (Student t over seeds, clipped to [0, 100]); n = number "
+    "of seeds. A cell from a single seed has no interval (none is made up)."
 )
 _AGGREGATES = (
     "Mean success: mean over environments of the overall column (`All`/`success`), each environment "
-    "weighing the same; interval: seeds resampled within each environment, none if an environment has "
-    "a single seed. IQM: interquartile mean (25 % trimmed mean) of all seed × task scores, the tasks "
-    "being an environment's task-type columns, or its `success` without types; interval: seeds "
-    "resampled within each task or, marked †, the tasks resampled when a task has a single seed; none "
-    "with a single seed of a single task."
+    "weighing the same; interval: Student t with Welch-Satterthwaite degrees of freedom, none if an "
+    "environment has a single seed. IQM: interquartile mean (25 % trimmed mean) of all seed × task "
+    "scores, the tasks being an environment's task-type columns, or its `success` without types; "
+    f"interval: percentile bootstrap ({REPS:,} resamples from a fixed seed) of the seeds within each "
+    "task or, marked †, of the tasks when a task has a single seed; none with a single seed of a "
+    "single task."
 )
 _RANKING = (
     "Rank: methods with results on more environments rank first; among those covering as many, rank = "
-    "1 + the number of methods whose Mean-success interval lies entirely above this method's interval "
-    "(a method without an interval counts as its value), so methods whose intervals overlap share a "
-    "rank. Bold: a column's highest value, only when its interval lies entirely above the interval (or "
-    "value) of every other ranked method in that column (for Mean success and IQM: every other method "
-    "covering as many environments); ties, overlaps and values without an interval are never bold. "
-    "Reference rows (privileged methods such as `expert`) are shown but not ranked."
+    "1 + the number of methods separated above this one on Mean success (Welch's test on the seeds, "
+    f"Holm-corrected over every pair, adjusted p < {ALPHA}), raised where needed so that a method never "
+    "ranks above one with a higher mean; methods no test separates share a rank. Bold: a column's "
+    "highest value, only when the column's corrected tests separate it from every other ranked method "
+    "(for Mean success: every other method covering as many environments); IQM is never bold. The "
+    "pairs' differences and corrected p-values are in comparisons.md and comparisons.csv. Reference rows "
+    "(privileged methods such as `expert`) are shown but not ranked."
 )
 _IMPROVEMENT = (
     "P(X > Y): the probability that a seed of the row method X scores above a seed of the column method "
@@ -93,6 +100,14 @@ _IMPROVEMENT = (
     f"{_LEVEL} interval: each method's seeds resampled within each task or, marked †, the tasks "
     "resampled when a task has a single seed; none with a single seed of a single task. Above 0.5: X "
     "tends to score higher than Y."
+)
+_COMPARISONS = (
+    "Each pair of ranked methods, in rank order: Better has the higher mean; Difference is Better − "
+    f"Worse in points with its {_LEVEL} Welch interval; p is Welch's two-sided test on the seeds (for "
+    "Mean success, the difference of the means over the environments both cover, the variances of "
+    "every environment pooled with Welch-Satterthwaite degrees of freedom); Holm p is p adjusted by "
+    "Holm's step-down rule over the pairs of the same scope. Separated: Holm p < "
+    f"{ALPHA}. No p where a method has a single seed."
 )
 _LEGEND = (_UNITS, _AGGREGATES, _RANKING)
 _MARK_TITLE = "measured under another protocol than a reported number of this column"
@@ -203,7 +218,7 @@ def to_markdown(board: Leaderboard) -> str:
                     _md(row.method),
                     row.kind,
                     f"**{mean}**" if row.best_mean_success else mean,
-                    f"**{iqm}**" if row.best_iqm else iqm,
+                    iqm,
                 ]
                 + [_md_cell(row.cells.get(c)) for c in board.columns]
             )
@@ -283,6 +298,59 @@ def improvement_csv(board: Leaderboard) -> str:
     return out.getvalue()
 
 
+def _p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}"
+
+
+def _difference(comparison: Comparison) -> str:
+    return f"{comparison.difference:.1f}{_interval(comparison.low, comparison.high, None)}"
+
+
+def _comparison_cells(comparison: Comparison) -> tuple[str, str, str, str]:
+    """Difference with its interval, p, Holm p and yes/no, as text."""
+    return (_difference(comparison), _p(comparison.p), _p(comparison.p_holm),
+            "yes" if comparison.separated else "no")
+
+
+def _scopes(board: Leaderboard) -> dict[str, list[Comparison]]:
+    scopes: dict[str, list[Comparison]] = {}
+    for comparison in board.comparisons:
+        scopes.setdefault(comparison.scope, []).append(comparison)
+    return scopes
+
+
+_COMPARISON_HEADER = ["Better", "Worse", "Difference", "p", "Holm p", "Separated"]
+
+
+def comparisons_markdown(board: Leaderboard) -> str:
+    """Welch's tests of the ranked methods, one table per scope (mean success, then each column)."""
+    lines = ["# Pairwise comparisons", "", _COMPARISONS]
+    if not board.comparisons:
+        return "\n".join(lines + ["", "Fewer than two ranked methods."]) + "\n"
+    for scope, comparisons in _scopes(board).items():
+        body = [[_md(c.better), _md(c.worse), *_comparison_cells(c)] for c in comparisons]
+        lines += ["", f"## {_md(scope)}", ""]
+        lines += _md_table(_COMPARISON_HEADER, body, ["---", "---", "---:", "---:", "---:", "---"])
+    return "\n".join(lines) + "\n"
+
+
+def comparisons_csv(board: Leaderboard) -> str:
+    """One line per compared pair: scope, better, worse, difference and its interval, p, Holm p and
+    ``separated`` (1 or 0)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COMPARISON_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for c in board.comparisons:
+        writer.writerow(
+            {
+                "scope": c.scope, "better": c.better, "worse": c.worse, "difference": _csv_float(c.difference),
+                "ci_low": _csv_float(c.low), "ci_high": _csv_float(c.high), "p": _csv_float(c.p),
+                "p_holm": _csv_float(c.p_holm), "separated": int(c.separated),
+            }
+        )
+    return out.getvalue()
+
+
 # CSV --------------------------------------------------------------------------------------------
 
 
@@ -328,7 +396,7 @@ def to_csv(board: Leaderboard) -> str:
         if row.section != "reported":
             for metric, estimate, best in (
                 ("mean_success", row.mean_success_estimate, row.best_mean_success),
-                ("iqm", row.iqm, row.best_iqm),
+                ("iqm", row.iqm, False),
             ):
                 writer.writerow(
                     common
@@ -431,6 +499,23 @@ def _tex_tabular(lead: list[str], columns: list[Column], rows: list[list[str]]) 
     return lines
 
 
+def _tex_comparisons(board: Leaderboard) -> list[str]:
+    """The mean-success comparisons as a booktabs tabular (the columns' are in comparisons.csv)."""
+    overall = [c for c in board.comparisons if c.column is None]
+    if not overall:
+        return []
+    lines = ["", "% " + _COMPARISONS, r"\begin{tabular}{llrrrl}", r"\toprule"]
+    lines.append(" & ".join(tex_escape(h) for h in _COMPARISON_HEADER) + r" \\")
+    lines.append(r"\midrule")
+    for c in overall:
+        difference, p, p_holm, separated = _comparison_cells(c)
+        cells = [tex_escape(c.better), tex_escape(c.worse), tex_escape(difference), p, _tex_bold(p_holm, c.separated),
+                 separated]
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return lines
+
+
 def to_latex(board: Leaderboard) -> str:
     """Booktabs tabulars (needs ``\\usepackage{booktabs}``): measured, then reported."""
     lines = [r"% Generated by `ptgpo leaderboard`; needs \usepackage{booktabs}."]
@@ -448,11 +533,12 @@ def to_latex(board: Leaderboard) -> str:
                     tex_escape(row.method),
                     tex_escape(row.kind),
                     _tex_bold(tex_escape(_mean_success(board, row)), row.best_mean_success),
-                    _tex_bold(tex_escape(_estimate(row.iqm)), row.best_iqm),
+                    tex_escape(_estimate(row.iqm)),
                 ]
                 + [_tex_cell(row.cells.get(c)) for c in board.columns]
             )
         lines += _tex_tabular(["Rank", "Method", "Kind", "Mean", "IQM"], board.columns, body)
+        lines += _tex_comparisons(board)
     if board.reported_rows:
         lines += ["", f"% {_REPORTED_TITLE}"]
         lines += [f"% {source.key}: {_one_line(source.citation, 400)}" for source in board.sources.values()]
@@ -554,6 +640,22 @@ def _html_table(header: list[str], rows: list[tuple[str, list[str]]], text_colum
     return lines
 
 
+def _html_comparisons(board: Leaderboard) -> list[str]:
+    if not board.comparisons:
+        return []
+    parts = ["<h2>Pairwise comparisons</h2>", f'<p class="note">{_esc(_COMPARISONS)}</p>']
+    for scope, comparisons in _scopes(board).items():
+        rows = [
+            ("comparison", [_html_text(c.better), _html_text(c.worse)]
+             + [f'<td data-value="{value}">{_esc(text)}</td>' for value, text in zip(
+                 (f"{c.difference:.6g}", _csv_float(c.p), _csv_float(c.p_holm), int(c.separated)),
+                 _comparison_cells(c), strict=True)])
+            for c in comparisons
+        ]
+        parts += [f"<h3>{_esc(scope)}</h3>", *_html_table(_COMPARISON_HEADER, rows, text_columns=2)]
+    return parts
+
+
 def _html_improvement(board: Leaderboard) -> list[str]:
     methods = [row.method for row in board.ranked()]
     if len(methods) < 2:
@@ -604,11 +706,12 @@ def to_html(board: Leaderboard, images: Sequence[str] = ()) -> str:
                 _html_text(row.method),
                 _html_text(row.kind),
                 _html_estimate(row.mean_success_estimate, row.best_mean_success, suffix=coverage),
-                _html_estimate(row.iqm, row.best_iqm),
+                _html_estimate(row.iqm, False),
             ] + [_html_cell(row.cells.get(c)) for c in board.columns]
             rows.append((row.section, cells))
         # The rank column holds numbers but is listed with the text columns so it is left-aligned.
         parts += _html_table(header, rows, text_columns=3)
+        parts += _html_comparisons(board)
         parts += _html_improvement(board)
     else:
         parts.append("<p>No measured results.</p>")
@@ -671,8 +774,8 @@ def write_outputs(
 ) -> list[Path]:
     """Write the requested formats atomically and return the files written.
 
-    ``md``: ``leaderboard.md`` and ``improvement.md``; ``csv``: ``leaderboard.csv`` and
-    ``improvement.csv``; ``tex``: ``leaderboard.tex``; ``html``: ``leaderboard.html``, showing the
+    ``md``: ``leaderboard.md``, ``improvement.md`` and ``comparisons.md``; ``csv``: ``leaderboard.csv``,
+    ``improvement.csv`` and ``comparisons.csv``; ``tex``: ``leaderboard.tex``; ``html``: ``leaderboard.html``, showing the
     plots written in the same call; ``png``: ``curves-<env>.png``, ``intervals.png``,
     ``improvement.png`` and ``profiles.png``. Curve files that cannot be read are added to
     ``board.problems``.
@@ -693,8 +796,10 @@ def write_outputs(
     renderers = {
         "leaderboard.md": to_markdown,
         "improvement.md": improvement_markdown,
+        "comparisons.md": comparisons_markdown,
         "leaderboard.csv": to_csv,
         "improvement.csv": improvement_csv,
+        "comparisons.csv": comparisons_csv,
         "leaderboard.tex": to_latex,
         "leaderboard.html": lambda board: to_html(board, images),
     }
