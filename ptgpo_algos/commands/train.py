@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ptgpo train: {error}", file=sys.stderr)
         return 2
     print(json.dumps({
-        "final_eval": {k: v for k, v in summary.final_eval.items() if k not in ("success_by_type", "environment")},
+        "final_eval": {k: v for k, v in summary.final_eval.items() if k not in ("success_by_type", "environment", "layouts")},
         "best_success": summary.best_success,
         "iterations": summary.iterations,
         "protocol": summary.protocol,
