@@ -47,6 +47,12 @@ Reported rows (from papers, :mod:`leaderboard.reported`, or records with ``metho
 "reported"``) form a separate table with their own columns; they are never averaged with measured
 records, ranked, or marked best.
 
+Audit (:mod:`leaderboard.audit`). Each measured row carries its mean compute per environment
+(decisions, training episodes, trained tokens, CPU seconds) and each cell the mean fraction of its
+evaluation episodes that started in a layout the run trained on; a cell above 0 is marked ``§`` and
+its environment gets a legend line. A table whose records were written by more than one commit says
+so (``Leaderboard.commit_note``).
+
 Protocols (:mod:`leaderboard.protocols`). A measured cell whose column (same environment, any
 spelling, same metric) holds a reported number of another protocol than the cell's records is marked
 (``Cell.protocol_mark``), and ``Leaderboard.protocol_notes`` says, per environment, which protocols
@@ -65,6 +71,7 @@ from pathlib import Path
 from leaderboard.protocols import MARK, column_key, measured_protocol, reported_protocol
 from leaderboard.records import RecordProblem, ResultRecord, read_records_with_paths
 from leaderboard.reported import ReportedResults, ReportedSource
+from leaderboard.audit import OVERLAP_MARK, commit_note, commits, compute_means, overlap_mean
 from leaderboard.inference import ALPHA, holm, mean_of_means_interval, separated_best, ranks_from_tests, welch
 from leaderboard.stats import Estimate, improvement_probabilities, iqm_estimate
 
@@ -122,6 +129,13 @@ class Cell:
     high: float | None = None
     over: str | None = None
     protocol_mark: bool = False  # measured under another protocol than a reported number of its column
+    # The mean fraction of evaluation episodes that started in a trained layout (None: not measured).
+    overlap: float | None = None
+
+    @property
+    def overlap_mark(self) -> bool:
+        """Whether the cell's evaluation was not held out (some overlap with training)."""
+        return self.overlap is not None and self.overlap > 0
 
 
 @dataclass
@@ -146,6 +160,8 @@ class Row:
     # The protocol a row was measured under, per environment label (leaderboard.protocols); a
     # reported row's under the key "" (its source's or its own).
     protocols: dict[str, str] = field(default_factory=dict)
+    # Per environment label, the mean compute of the row's records (leaderboard.audit.compute_means).
+    compute: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -207,6 +223,12 @@ class Leaderboard:
     improvements: list[Improvement] = field(default_factory=list)
     # Welch tests of the ranked methods, family by family: mean success first, then each column.
     comparisons: list[Comparison] = field(default_factory=list)
+    # How many measured records each commit wrote (leaderboard.audit.commits), and the warning when
+    # there is more than one.
+    commits: dict[str, int] = field(default_factory=dict)
+    commit_note: str | None = None
+    # One legend line per environment with a cell whose evaluation was not held out.
+    overlap_notes: list[str] = field(default_factory=list)
 
     def ranked(self) -> list[Row]:
         """The measured rows, in rank order (reference rows left out)."""
@@ -430,9 +452,37 @@ def _rows_from_records(
             if values:
                 row.values[column] = values
                 row.cells[column] = _cell(values)
+        if kind != "reported":
+            _set_audit(row, group)
         _set_aggregates(row, columns)
         rows.append(row)
     return rows
+
+
+def _set_audit(row: Row, records: list[ResultRecord]) -> None:
+    """The row's compute per environment and each cell's overlap with training."""
+    for env in dict.fromkeys(r.env_label for r in records):
+        mine = [r for r in records if r.env_label == env]
+        row.compute[env] = compute_means(mine)
+        overlap = overlap_mean(mine)
+        for column, cell in row.cells.items():
+            if column.env_label == env:
+                cell.overlap = overlap
+
+
+def _overlap_notes(rows: Sequence[Row]) -> list[str]:
+    """Per environment, the methods whose evaluation episodes started in layouts they trained on."""
+    found: dict[str, dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        for column, cell in row.cells.items():
+            if cell.overlap_mark:
+                found[column.env_label][row.method] = cell.overlap
+    return [
+        f"{OVERLAP_MARK} {env}: not held out: a share of the evaluation episodes started in a layout the run "
+        "had trained on (" + ", ".join(f"{method} {100 * share:.0f} %" for method, share in by_method.items())
+        + "); such a cell measures memory as well as skill."
+        for env, by_method in sorted(found.items())
+    ]
 
 
 def _set_aggregates(row: Row, columns: list[Column]) -> None:
@@ -597,6 +647,9 @@ def aggregate(
         records=[(p, r) for p, r in ok if r.method_kind != "reported"],
     )
     board.comparisons = comparisons
+    board.commits = commits([record for _, record in board.records])
+    board.commit_note = commit_note(board.commits)
+    board.overlap_notes = _overlap_notes(board.rows)
     board.improvements = _improvements(board)
     board.protocol_notes = _mark_protocols(board, measured)
     return board

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from leaderboard.aggregate import Cell, Column, Comparison, Leaderboard, Row
+from leaderboard.audit import COMPUTE_FIELDS, OVERLAP_MARK
 from leaderboard.inference import ALPHA
 from leaderboard.protocols import MARK
 from ptgpo_algos.files import atomic_write_text
@@ -65,6 +66,9 @@ CSV_FIELDS = (
     "budget_unit",
     "protocol",
     "protocol_mark",
+    "eval_overlap",
+    "overlap_mark",
+    *COMPUTE_FIELDS,
 )
 COMPARISON_FIELDS = ("scope", "better", "worse", "difference", "ci_low", "ci_high", "p", "p_holm", "separated")
 IMPROVEMENT_FIELDS = ("method_x", "method_y", "probability", "ci_low", "ci_high", "ci_over", "tasks")
@@ -111,6 +115,7 @@ _COMPARISONS = (
 )
 _LEGEND = (_UNITS, _AGGREGATES, _RANKING)
 _MARK_TITLE = "measured under another protocol than a reported number of this column"
+_OVERLAP_TITLE = "not held out: some evaluation episodes started in a layout the run trained on"
 _REPORTED_TITLE = "Reported in papers (not measured here, not ranked, never averaged with measured rows)"
 
 
@@ -169,7 +174,39 @@ def _budget_line(board: Leaderboard) -> str:
 
 
 def _mark(cell: Cell) -> str:
-    return MARK if cell.protocol_mark else ""
+    return (MARK if cell.protocol_mark else "") + (OVERLAP_MARK if cell.overlap_mark else "")
+
+
+def _notes(board: Leaderboard) -> list[str]:
+    """The legend lines of this table's data: protocols met, evaluations not held out, mixed code."""
+    return [*board.protocol_notes, *board.overlap_notes, *([board.commit_note] if board.commit_note else [])]
+
+
+_COMPUTE_TITLE = "Compute (means over seeds)"
+_COMPUTE_NOTE = (
+    "Per environment, the means over a method's seeds of its policy decisions (each one environment "
+    "step), training episodes, trained tokens (prompt and response tokens through the loss, every "
+    "epoch) and CPU seconds of its run (training and evaluation); – where a record does not carry the "
+    "figure. A matched decision budget does not match the others."
+)
+_COMPUTE_LABELS = {"decisions": "decisions", "episodes": "episodes", "trained_tokens": "trained tokens",
+                   "cpu_time_s": "CPU s"}
+
+
+def _compute_columns(board: Leaderboard) -> list[Column]:
+    envs = dict.fromkeys(c.env_label for c in board.columns)
+    return [Column(env, _COMPUTE_LABELS[name]) for env in envs for name in COMPUTE_FIELDS]
+
+
+def _compute_cells(board: Leaderboard, row: Row) -> list[str]:
+    """The row's compute figures as text, in :func:`_compute_columns`' order."""
+    cells = []
+    for env in dict.fromkeys(c.env_label for c in board.columns):
+        figures = row.compute.get(env, {})
+        for name in COMPUTE_FIELDS:
+            value = figures.get(name)
+            cells.append("–" if value is None else f"{value:,.1f}" if name == "cpu_time_s" else f"{value:,.0f}")
+    return cells
 
 
 # Markdown ---------------------------------------------------------------------------------------
@@ -205,7 +242,7 @@ def to_markdown(board: Leaderboard) -> str:
         lines += [*_LEGEND]
         budget = _budget_line(board)
         lines += [budget] if budget else []
-        lines += [_md(note) for note in board.protocol_notes] + [""]
+        lines += [_md(note) for note in _notes(board)] + [""]
         header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [
             column_label(c, board.columns) for c in board.columns
         ]
@@ -225,6 +262,11 @@ def to_markdown(board: Leaderboard) -> str:
         lines += _md_table(
             header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns)
         )
+        compute = _compute_columns(board)
+        lines += ["", f"## {_COMPUTE_TITLE}", "", _COMPUTE_NOTE, ""]
+        lines += _md_table(["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
+                           [[_md(row.method), *_compute_cells(board, row)] for row in board.rows],
+                           ["---"] + ["---:"] * len(compute))
     else:
         lines.append("No measured results.")
     if board.reported_rows:
@@ -369,6 +411,15 @@ def _csv_estimate(estimate: Estimate | None) -> dict[str, str]:
     }
 
 
+def _csv_audit(row: Row, column: Column, cell: Cell) -> dict[str, str]:
+    """A measured cell's overlap with training, its mark and its environment's compute means."""
+    if row.section == "reported":
+        return {}
+    compute = row.compute.get(column.env_label, {})
+    return {"eval_overlap": _csv_float(cell.overlap), "overlap_mark": str(int(cell.overlap_mark)),
+            **{name: _csv_float(compute.get(name)) for name in COMPUTE_FIELDS}}
+
+
 def to_csv(board: Leaderboard) -> str:
     """Tidy CSV: one line per (row, column) cell, plus ``mean_success`` and ``iqm`` lines per
     measured row (``n`` there is the number of environments covered).
@@ -392,6 +443,9 @@ def to_csv(board: Leaderboard) -> str:
             "source": row.source or "",
             "budget_unit": "",
             "protocol_mark": "",
+            "eval_overlap": "",
+            "overlap_mark": "",
+            **dict.fromkeys(COMPUTE_FIELDS, ""),
         }
         if row.section != "reported":
             for metric, estimate, best in (
@@ -423,6 +477,7 @@ def to_csv(board: Leaderboard) -> str:
                     "budget_unit": "" if budget is None else board.budget_units.get(column.env_label, "decisions"),
                     "protocol": protocol,
                     "protocol_mark": "" if row.section == "reported" else int(cell.protocol_mark),
+                    **_csv_audit(row, column, cell),
                     "env_label": column.env_label,
                     "metric": column.metric,
                     "mean": _csv_float(cell.mean),
@@ -453,6 +508,7 @@ _TEX_SPECIAL = {
     "^": r"\textasciicircum{}",
     "†": r"\dag{}",
     "‡": r"\ddag{}",
+    "§": r"\S{}",
 }
 
 
@@ -524,7 +580,7 @@ def to_latex(board: Leaderboard) -> str:
         budget = _budget_line(board)
         if budget:
             lines.append("% " + budget)
-        lines += ["% " + note for note in board.protocol_notes]
+        lines += ["% " + note for note in _notes(board)]
         body = []
         for row in board.rows:
             body.append(
@@ -538,6 +594,10 @@ def to_latex(board: Leaderboard) -> str:
                 + [_tex_cell(row.cells.get(c)) for c in board.columns]
             )
         lines += _tex_tabular(["Rank", "Method", "Kind", "Mean", "IQM"], board.columns, body)
+        lines += ["", f"% {_COMPUTE_TITLE}: {_COMPUTE_NOTE}"]
+        lines += _tex_tabular(["Method"], _compute_columns(board),
+                              [[tex_escape(row.method), *map(tex_escape, _compute_cells(board, row))]
+                               for row in board.rows])
         lines += _tex_comparisons(board)
     if board.reported_rows:
         lines += ["", f"% {_REPORTED_TITLE}"]
@@ -620,6 +680,8 @@ def _html_cell(cell: Cell | None) -> str:
     if cell.n is None:  # reported: as printed in the paper
         return f'<td data-value="{cell.mean:.6g}">{_esc(_number(cell))}</td>'
     count = f' <span class="n">(n={cell.n})</span>'
+    if cell.overlap_mark:
+        count = f'<span class="mark" title="{_esc(_OVERLAP_TITLE)}">{OVERLAP_MARK}</span>' + count
     if cell.protocol_mark:
         count = f'<span class="mark" title="{_esc(_MARK_TITLE)}">{MARK}</span>' + count
     return _html_value(cell.mean, _interval(cell.low, cell.high, cell.over), cell.best, suffix=count)
@@ -688,7 +750,7 @@ def to_html(board: Leaderboard, images: Sequence[str] = ()) -> str:
         budget = _budget_line(board)
         if budget:
             parts.append(f'<p class="note">{_esc(budget)}</p>')
-        parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in board.protocol_notes]
+        parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in _notes(board)]
         header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [
             column_label(c, board.columns) for c in board.columns
         ]
@@ -711,6 +773,15 @@ def to_html(board: Leaderboard, images: Sequence[str] = ()) -> str:
             rows.append((row.section, cells))
         # The rank column holds numbers but is listed with the text columns so it is left-aligned.
         parts += _html_table(header, rows, text_columns=3)
+        compute = _compute_columns(board)
+        parts += [f"<h2>{_esc(_COMPUTE_TITLE)}</h2>", f'<p class="note">{_esc(_COMPUTE_NOTE)}</p>']
+        parts += _html_table(
+            ["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
+            [(row.section, [_html_text(row.method)] + [
+                f'<td data-value="{text.replace(",", "") if text != "–" else ""}">{_esc(text)}</td>'
+                for text in _compute_cells(board, row)]) for row in board.rows],
+            text_columns=1,
+        )
         parts += _html_comparisons(board)
         parts += _html_improvement(board)
     else:

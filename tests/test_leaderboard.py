@@ -395,8 +395,8 @@ def test_latex_is_booktabs_with_consistent_columns_and_escaping(results):
     write_record(results, record("sb3_ppo & co%", "B", 0, 0.1, "baseline"))
     board = _mark_pick_best(build_leaderboard(results, load_reported(DEFAULT_REPORTED)))
     tex = to_latex(board)
-    # Measured, the mean-success comparisons, reported.
-    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 3
+    # Measured, compute, the mean-success comparisons, reported.
+    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 4
     for block in re.findall(r"\\begin\{tabular\}\{(\w+)\}(.*?)\\end\{tabular\}", tex, re.S):
         spec, body = block
         lines = [line for line in body.strip().splitlines()]
@@ -434,7 +434,9 @@ def test_html_is_standalone_with_sortable_tables(results):
     page = to_html(board)
     parser = _Tables()
     parser.feed(page)
-    measured, *comparisons, improvement, reported, failed = parser.tables
+    measured, compute, *comparisons, improvement, reported, failed = parser.tables
+    # Method, then decisions, episodes, trained tokens and CPU s of each of the two environments.
+    assert compute["rows"] == 1 + 5 and set(compute["widths"]) == {1 + 2 * 4}
     # Mean success and each of the four columns; 6 pairs of the 4 ranked methods in mean success.
     assert len(comparisons) == 5 and comparisons[0]["rows"] == 1 + 6 and set(comparisons[0]["widths"]) == {6}
     assert measured["rows"] == 1 + 5 and set(measured["widths"]) == {5 + 4}
@@ -574,3 +576,35 @@ def test_an_environment_of_one_task_type_gets_one_success_column(tmp_path):
     board = build_leaderboard(tmp_path)
     assert board.columns == [Column("A", "success")]
     assert board.rows[0].values[Column("A", "success")] == [25.0, 75.0]  # shown in %
+
+
+def test_the_audit_marks_overlap_counts_compute_and_flags_mixed_commits(tmp_path):
+    for seed in range(2):
+        write_record(tmp_path, record("grpo", "B", seed, 0.5 + 0.1 * seed, eval_overlap=0.0, decisions=100,
+                                      episodes=10 + 2 * seed, trained_tokens=1000, cpu_time_s=20.0 + seed,
+                                      provenance={"commit": "a" * 40, "dirty": False}))
+        write_record(tmp_path, record("ptgpo", "B", seed, 0.6 + 0.1 * seed, eval_overlap=0.5 + 0.2 * seed,
+                                      decisions=100, provenance={"commit": "b" * 40, "dirty": seed == 1}))
+    board = build_leaderboard(tmp_path)
+    grpo, ptgpo = (cells(board, method)[1]["B", "success"] for method in ("grpo", "ptgpo"))
+    assert (grpo.overlap, grpo.overlap_mark) == (0.0, False)
+    assert ptgpo.overlap == pytest.approx(0.6) and ptgpo.overlap_mark
+    assert board.overlap_notes == ["§ B: not held out: a share of the evaluation episodes started in a layout the "
+                                   "run had trained on (ptgpo 60 %); such a cell measures memory as well as skill."]
+    assert board.commits == {"a" * 12: 2, "b" * 12: 1, "b" * 12 + "+dirty": 1}
+    assert "written by 3 commits" in board.commit_note
+    row = next(r for r in board.rows if r.method == "grpo")
+    assert row.compute["B"] == {"decisions": 100.0, "episodes": 11.0, "trained_tokens": 1000.0, "cpu_time_s": 20.5}
+    assert next(r for r in board.rows if r.method == "ptgpo").compute["B"]["episodes"] is None
+
+    markdown = to_markdown(board)
+    assert "(n=2) |" in markdown and "§ (n=2)" in markdown and board.commit_note in markdown
+    assert "| grpo | 100 | 11 | 1,000 | 20.5 |" in markdown
+    table = {(r["method"], r["metric"]): r for r in csv.DictReader(io.StringIO(to_csv(board)))}
+    assert table["ptgpo", "success"]["overlap_mark"] == "1" and table["ptgpo", "success"]["eval_overlap"] == "0.6"
+    assert table["grpo", "success"]["cpu_time_s"] == "20.5" and table["ptgpo", "success"]["episodes"] == ""
+    assert r"\S{}" in to_latex(board) and 'title="not held out' in to_html(board)
+    single = tmp_path / "single"
+    single.mkdir()
+    write_record(single, record("grpo", "B", 0, 0.5, provenance={"commit": "a" * 40, "dirty": False}))
+    assert build_leaderboard(single).commit_note is None  # one commit: nothing to say
