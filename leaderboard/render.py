@@ -847,7 +847,7 @@ def write_outputs(
 
     ``md``: ``leaderboard.md``, ``improvement.md`` and ``comparisons.md``; ``csv``: ``leaderboard.csv``,
     ``improvement.csv`` and ``comparisons.csv``; ``tex``: ``leaderboard.tex``; ``html``: ``leaderboard.html``, showing the
-    plots written in the same call; ``png``: ``curves-<env>.png``, ``intervals.png``,
+    plots written in the same call; ``png``: ``curves-<env>.png``, ``curves-<env>-seconds.png``, ``intervals.png``,
     ``improvement.png`` and ``profiles.png``. Curve files that cannot be read are added to
     ``board.problems``.
     """

@@ -489,15 +489,15 @@ def test_markdown_shows_intervals_seed_counts_and_only_separated_bests(results):
 
 
 def test_mean_curve_interpolates_onto_the_shared_range():
-    first = Curve(decisions=[0.0, 10.0], success=[0.0, 1.0])
-    second = Curve(decisions=[5.0, 15.0], success=[0.0, 1.0])
+    first = Curve(x=[0.0, 10.0], success=[0.0, 1.0])
+    second = Curve(x=[5.0, 15.0], success=[0.0, 1.0])
     curve = mean_curve([first, second], points=6)
-    assert list(curve.decisions) == [5, 6, 7, 8, 9, 10]
+    assert list(curve.x) == [5, 6, 7, 8, 9, 10]
     # At 5: 0.5 and 0.0; at 10: 1.0 and 0.5. SE of two values = |a - b| / 2.
     assert curve.mean[0] == pytest.approx(0.25) and curve.mean[-1] == pytest.approx(0.75)
     assert curve.se[0] == pytest.approx(0.25) and curve.se[-1] == pytest.approx(0.25)
     with pytest.raises(ValueError, match="share no range"):
-        mean_curve([first, Curve(decisions=[20.0, 30.0], success=[0.0, 1.0])])
+        mean_curve([first, Curve(x=[20.0, 30.0], success=[0.0, 1.0])])
 
 
 def test_all_formats_are_written_and_png_curves_are_valid(results):
