@@ -846,9 +846,9 @@ def write_outputs(
     """Write the requested formats atomically and return the files written.
 
     ``md``: ``leaderboard.md``, ``improvement.md`` and ``comparisons.md``; ``csv``: ``leaderboard.csv``,
-    ``improvement.csv`` and ``comparisons.csv``; ``tex``: ``leaderboard.tex``; ``html``: ``leaderboard.html``, showing the
-    plots written in the same call; ``png``: ``curves-<env>.png``, ``curves-<env>-seconds.png``, ``intervals.png``,
-    ``improvement.png`` and ``profiles.png``. Curve files that cannot be read are added to
+    ``improvement.csv`` and ``comparisons.csv``; ``tex``: ``leaderboard.tex``; ``html``:
+    ``leaderboard.html``, showing the plots written in the same call; ``png``: ``curves-<env>.png``,
+    ``curves-<env>-seconds.png``, ``intervals.png``, ``improvement.png`` and ``profiles.png``. Curve files that cannot be read are added to
     ``board.problems``.
     """
     unknown = sorted(set(formats) - set(FORMATS))
