@@ -1,5 +1,6 @@
 """Benchmark results: the result-record schema (:mod:`leaderboard.records`), the papers' reported
-numbers (:mod:`leaderboard.reported`), the statistics for few seeds (:mod:`leaderboard.stats`), and
+numbers (:mod:`leaderboard.reported`), the statistics for few seeds (:mod:`leaderboard.inference`,
+:mod:`leaderboard.stats`), what the records say of their comparability (:mod:`leaderboard.audit`), and
 the tables and plots built from a results directory (:mod:`leaderboard.aggregate`,
 :mod:`leaderboard.render`, :mod:`leaderboard.curves`, :mod:`leaderboard.plots`)."""
 

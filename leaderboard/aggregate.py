@@ -6,10 +6,10 @@ Pick, Look, Clean, Heat, Cool, Pick2 first, other types after in alphabetical or
 column (the overall ``final_success``); one whose records carry ``score`` gets ``score`` and ``success`` columns; any other
 environment gets a single ``success`` column. Success values are shown in % (records store fractions).
 
-Cells. A cell is the mean over seeds with its 95 % percentile bootstrap interval over seeds
-(:mod:`leaderboard.stats`), its standard error ``SE = std(ddof=1) / sqrt(n)`` and the seed count ``n``;
-with ``n = 1`` there is neither interval nor SE. Only records with ``status == "ok"`` are averaged;
-failed records are listed separately.
+Cells. A cell is the mean over seeds with its 95 % Student-t interval over seeds, clipped to
+[0, 100] (:mod:`leaderboard.inference`), its standard error ``SE = std(ddof=1) / sqrt(n)`` and the seed
+count ``n``; with ``n = 1`` there is neither interval nor SE. Only records with ``status == "ok"`` are
+averaged; failed records are listed separately.
 
 Tasks. An environment's tasks are its task-type columns, or its ``success`` column when it has no
 task types; its ``All`` (or WebShop's ``score``) is not a task of its own. The interquartile mean
@@ -17,17 +17,23 @@ task types; its ``All`` (or WebShop's ``score``) is not a task of its own. The i
 
 Aggregates. A method's *mean success* is the unweighted mean, over the environments it has results
 for, of its overall-success cell (``All`` or ``success``), so every environment weighs the same; its
-interval resamples seeds within each environment (none when an environment has a single seed). Its
-*IQM* is the interquartile mean of its (seed, task) scores, with the interval of
-:func:`leaderboard.stats.iqm_estimate` (seeds within tasks; over tasks with a single seed).
+interval is a t interval with Welch-Satterthwaite degrees of freedom (none when an environment has a
+single seed). Its *IQM* is the interquartile mean of its (seed, task) scores, with the bootstrap
+interval of :func:`leaderboard.stats.iqm_estimate` (seeds within tasks; over tasks with a single seed).
+
+Comparisons (:class:`Comparison`). Every pair of ranked methods is compared by Welch's test on the
+seeds: on mean success over the environments both cover (one family), and in each column (one family
+per column). Each family's p-values are Holm-adjusted; a pair is *separated* when the adjusted p-value
+is below 0.05.
 
 Ranking. Methods covering more environments rank first; among those covering the same number, a
-method's rank is 1 + the number whose mean-success interval lies entirely above its own
-(:func:`leaderboard.stats.separation_ranks`), so overlapping intervals share a rank; without an
-interval a method counts as its point. Reference methods (by default ``expert``, which reads the
+method's rank is 1 + the number of methods separated above it on mean success, raised where needed so
+that ranks never decrease in the order of the means (:func:`leaderboard.inference.ranks_from_tests`):
+methods no test separates share a rank. Reference methods (by default ``expert``, which reads the
 environment's privileged state) are shown but neither ranked nor eligible for best marks. A column's
-best cell is marked only when its interval lies entirely above every other ranked cell's interval
-(:func:`leaderboard.stats.separated_best`): never a tie, never a cell without an interval.
+best cell is marked only when the column's corrected tests separate it from every other ranked cell
+(:func:`leaderboard.inference.separated_best`), and so is the best mean success among the methods
+covering the most environments: never a tie, never a cell with a single seed.
 
 Refusals (:class:`LeaderboardError`, naming the files): records written under another schema
 version; RL records of one environment column with different budgets (value or unit), whose spent
@@ -40,6 +46,12 @@ or invalid record files are not refusals: they are reported and the rest is aggr
 Reported rows (from papers, :mod:`leaderboard.reported`, or records with ``method_kind ==
 "reported"``) form a separate table with their own columns; they are never averaged with measured
 records, ranked, or marked best.
+
+Audit (:mod:`leaderboard.audit`). Each measured row carries its mean compute per environment
+(decisions, training episodes, trained tokens, CPU seconds) and each cell the mean fraction of its
+evaluation episodes that started in a layout the run trained on; a cell above 0 is marked ``§`` and
+its environment gets a legend line. A table whose records were written by more than one commit says
+so (``Leaderboard.commit_note``).
 
 Protocols (:mod:`leaderboard.protocols`). A measured cell whose column (same environment, any
 spelling, same metric) holds a reported number of another protocol than the cell's records is marked
@@ -59,14 +71,9 @@ from pathlib import Path
 from leaderboard.protocols import MARK, column_key, measured_protocol, reported_protocol
 from leaderboard.records import RecordProblem, ResultRecord, read_records_with_paths
 from leaderboard.reported import ReportedResults, ReportedSource
-from leaderboard.stats import (
-    Estimate,
-    improvement_probabilities,
-    iqm_estimate,
-    mean_of_means_estimate,
-    separated_best,
-    separation_ranks,
-)
+from leaderboard.audit import OVERLAP_MARK, commit_note, commits, compute_means, overlap_mean
+from leaderboard.inference import ALPHA, holm, mean_of_means_interval, separated_best, ranks_from_tests, welch
+from leaderboard.stats import Estimate, improvement_probabilities, iqm_estimate
 
 __all__ = [
     "ALFWORLD_TYPE_ORDER",
@@ -74,6 +81,7 @@ __all__ = [
     "DECISIONS_TOLERANCE",
     "Cell",
     "Column",
+    "Comparison",
     "Improvement",
     "Leaderboard",
     "LeaderboardError",
@@ -128,6 +136,13 @@ class Cell:
     high: float | None = None
     over: str | None = None
     protocol_mark: bool = False  # measured under another protocol than a reported number of its column
+    # The mean fraction of evaluation episodes that started in a trained layout (None: not measured).
+    overlap: float | None = None
+
+    @property
+    def overlap_mark(self) -> bool:
+        """Whether the cell's evaluation was not held out (some overlap with training)."""
+        return self.overlap is not None and self.overlap > 0
 
 
 @dataclass
@@ -147,12 +162,37 @@ class Row:
     source: str | None = None
     mean_success_estimate: Estimate | None = None
     iqm: Estimate | None = None
-    best_iqm: bool = False
     # Per-seed values of each measured column, for the IQM, the probability of improvement and plots.
     values: dict[Column, list[float]] = field(default_factory=dict)
     # The protocol a row was measured under, per environment label (leaderboard.protocols); a
     # reported row's under the key "" (its source's or its own).
     protocols: dict[str, str] = field(default_factory=dict)
+    # Per environment label, the mean compute of the row's records (leaderboard.audit.compute_means).
+    compute: dict[str, dict[str, float | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Welch's test of ``better`` against ``worse`` (``better`` has the higher mean) in one family:
+    ``scope`` is ``"mean success"`` (over the environments both cover) or a column. ``difference`` is
+    in points with its 95 % t interval; ``p`` the two-sided p-value and ``p_holm`` its Holm-adjusted
+    value over the family (both None when a side has a single seed); ``separated`` when ``p_holm`` is
+    below :data:`leaderboard.inference.ALPHA`."""
+
+    scope: str
+    column: Column | None
+    better: str
+    worse: str
+    difference: float
+    low: float | None
+    high: float | None
+    p: float | None
+    p_holm: float | None
+
+    @property
+    def separated(self) -> bool:
+        """Whether the family-wise corrected test separates the pair."""
+        return self.p_holm is not None and self.p_holm < ALPHA
 
 
 @dataclass(frozen=True)
@@ -190,6 +230,14 @@ class Leaderboard:
     smoke_run: bool = False
     # Every ordered pair of ranked methods sharing a task, in rank order of ``better`` then ``worse``.
     improvements: list[Improvement] = field(default_factory=list)
+    # Welch tests of the ranked methods, family by family: mean success first, then each column.
+    comparisons: list[Comparison] = field(default_factory=list)
+    # How many measured records each commit wrote (leaderboard.audit.commits), and the warning when
+    # there is more than one.
+    commits: dict[str, int] = field(default_factory=dict)
+    commit_note: str | None = None
+    # One legend line per environment with a cell whose evaluation was not held out.
+    overlap_notes: list[str] = field(default_factory=list)
 
     def ranked(self) -> list[Row]:
         """The measured rows, in rank order (reference rows left out)."""
@@ -372,9 +420,13 @@ def check_records(
         raise LeaderboardError("refusing to build the leaderboard:\n" + "\n".join(messages))
 
 
-def _cell(values: list[float], key: Sequence[object]) -> Cell:
+# Success and scores are in % (WebShop's score too): an interval is clipped to what a mean can be.
+_LIMITS = (0.0, 100.0)
+
+
+def _cell(values: list[float]) -> Cell:
     mean, se = mean_se(values)
-    estimate = mean_of_means_estimate([values], key=key, tasks=False)
+    estimate = mean_of_means_interval([values], limits=_LIMITS)
     return Cell(mean, se, len(values), low=estimate.low, high=estimate.high, over=estimate.over)
 
 
@@ -408,11 +460,38 @@ def _rows_from_records(
             ]
             if values:
                 row.values[column] = values
-                key = ("cell", method, source, column.env_label, column.metric)
-                row.cells[column] = _cell(values, key)
+                row.cells[column] = _cell(values)
+        if kind != "reported":
+            _set_audit(row, group)
         _set_aggregates(row, columns)
         rows.append(row)
     return rows
+
+
+def _set_audit(row: Row, records: list[ResultRecord]) -> None:
+    """The row's compute per environment and each cell's overlap with training."""
+    for env in dict.fromkeys(r.env_label for r in records):
+        mine = [r for r in records if r.env_label == env]
+        row.compute[env] = compute_means(mine)
+        overlap = overlap_mean(mine)
+        for column, cell in row.cells.items():
+            if column.env_label == env:
+                cell.overlap = overlap
+
+
+def _overlap_notes(rows: Sequence[Row]) -> list[str]:
+    """Per environment, the methods whose evaluation episodes started in layouts they trained on."""
+    found: dict[str, dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        for column, cell in row.cells.items():
+            if cell.overlap_mark:
+                found[column.env_label][row.method] = cell.overlap
+    return [
+        f"{OVERLAP_MARK} {env}: not held out: a share of the evaluation episodes started in a layout the run "
+        "had trained on (" + ", ".join(f"{method} {100 * share:.0f} %" for method, share in by_method.items())
+        + "); such a cell measures memory as well as skill."
+        for env, by_method in sorted(found.items())
+    ]
 
 
 def _set_aggregates(row: Row, columns: list[Column]) -> None:
@@ -422,32 +501,75 @@ def _set_aggregates(row: Row, columns: list[Column]) -> None:
     strata = [row.values[c] for c in overall if c in row.values]
     row.envs_covered = len(strata)
     if strata:
-        row.mean_success_estimate = mean_of_means_estimate(
-            strata, key=("mean_success", row.method, row.source), tasks=False
-        )
+        row.mean_success_estimate = mean_of_means_interval(strata, limits=_LIMITS)
         row.mean_success = math.fsum(row.cells[c].mean for c in overall if c in row.cells) / len(strata)
     tasks = [row.values[c] for c in task_columns(columns) if c in row.values]
     if tasks:
         row.iqm = iqm_estimate(tasks, key=("iqm", row.method, row.source))
 
 
-def _mark_best(rows: Sequence[Row], columns: Sequence[Column]) -> None:
-    """Mark each column's separated best cell (see the module docstring) among ``rows``, and the
-    separated best mean success and IQM among the rows covering the most environments."""
+def _family(scope: str, column: Column | None, pairs: list[tuple[Row, Row, list, list]]) -> list[Comparison]:
+    """Welch's test of each pair ``(x, y, x's strata, y's strata)``, Holm-adjusted over the pairs."""
+    tests = [welch(xs, ys) for _, _, xs, ys in pairs]
+    found = []
+    for (x, y, _, _), test, p_holm in zip(pairs, tests, holm([t.p for t in tests]), strict=True):
+        low, high = test.low, test.high
+        if test.difference < 0:
+            x, y = y, x
+            low, high = (None, None) if low is None or high is None else (-high, -low)
+        found.append(Comparison(scope, column, x.method, y.method, abs(test.difference), low, high, test.p, p_holm))
+    return found
+
+
+def _comparisons(rows: Sequence[Row], columns: Sequence[Column]) -> list[Comparison]:
+    """Every family of Welch tests among ``rows``: mean success over the environments each pair
+    covers, then each column over the pairs that have it."""
+    envs = dict.fromkeys(c.env_label for c in columns)
+    overall = [Column(env, overall_metric([c for c in columns if c.env_label == env])) for env in envs]
+    pairs = []
+    for i, x in enumerate(rows):
+        for y in rows[i + 1 :]:
+            shared = [c for c in overall if c in x.values and c in y.values]
+            if shared:
+                pairs.append((x, y, [x.values[c] for c in shared], [y.values[c] for c in shared]))
+    found = _family("mean success", None, pairs)
     for column in columns:
-        cells = [row.cells[column] for row in rows if column in row.cells]
-        best = separated_best([Estimate(c.mean, c.low, c.high, c.over) for c in cells])
+        having = [row for row in rows if column in row.values]
+        pairs = [(x, y, [x.values[column]], [y.values[column]]) for i, x in enumerate(having) for y in having[i + 1 :]]
+        found += _family(f"{column.env_label} · {column.metric}", column, pairs)
+    return found
+
+
+def _separated(comparisons: Sequence[Comparison], rows: Sequence[Row]) -> set[tuple[int, int]]:
+    """``(i, j)`` for each comparison separating ``rows[i]`` above ``rows[j]``."""
+    index = {row.method: i for i, row in enumerate(rows)}
+    return {
+        (index[c.better], index[c.worse])
+        for c in comparisons
+        if c.separated and c.better in index and c.worse in index
+    }
+
+
+def _rank_and_mark(rows: Sequence[Row], columns: Sequence[Column], comparisons: list[Comparison]) -> None:
+    """Rank ``rows`` from the corrected mean-success tests and mark each column's and the mean
+    success's separated best (see the module docstring)."""
+    overall = [c for c in comparisons if c.column is None]
+    ranks = ranks_from_tests(
+        [row.mean_success for row in rows], _separated(overall, rows), [row.envs_covered for row in rows]
+    )
+    for row, rank in zip(rows, ranks, strict=True):
+        row.rank = rank
+    for column in columns:
+        having = [row for row in rows if column in row.cells]
+        family = [c for c in comparisons if c.column == column]
+        best = separated_best([row.cells[column].mean for row in having], _separated(family, having))
         if best is not None:
-            cells[best].best = True
+            having[best].cells[column].best = True
     most = max((row.envs_covered for row in rows), default=0)
-    full = [row for row in rows if row.envs_covered == most and row.mean_success_estimate is not None]
-    best = separated_best([row.mean_success_estimate for row in full])
+    full = [row for row in rows if row.envs_covered == most and row.mean_success is not None]
+    best = separated_best([row.mean_success for row in full], _separated(overall, full))
     if best is not None:
         full[best].best_mean_success = True
-    with_iqm = [row for row in full if row.iqm is not None]
-    best = separated_best([row.iqm for row in with_iqm])
-    if best is not None:
-        with_iqm[best].best_iqm = True
 
 
 def _improvements(board: Leaderboard) -> list[Improvement]:
@@ -517,13 +639,12 @@ def aggregate(
     columns = [c for env in sorted(by_env) for c in _env_columns(env, by_env[env])]
     rows = _rows_from_records(measured, columns, reference_methods)
     ranked = [row for row in rows if row.section == "measured"]
-    ranks = separation_ranks(
-        [row.mean_success_estimate for row in ranked], [row.envs_covered for row in ranked]
-    )
-    for row, rank in zip(ranked, ranks, strict=True):
-        row.rank = rank
-    _mark_best(ranked, columns)
+    comparisons = _comparisons(ranked, columns)
+    _rank_and_mark(ranked, columns, comparisons)
     ranked.sort(key=lambda row: (row.rank, -(row.mean_success or 0.0), row.method))
+    position = {row.method: i for i, row in enumerate(ranked)}
+    scopes = list(dict.fromkeys(c.scope for c in comparisons))
+    comparisons.sort(key=lambda c: (scopes.index(c.scope), position[c.better], position[c.worse]))
     reference = sorted((row for row in rows if row.section == "reference"), key=lambda row: row.method)
 
     budgets, budget_units = {}, {}
@@ -559,6 +680,10 @@ def aggregate(
         caveat=caveat,
         records=[(p, r) for p, r in ok if r.method_kind != "reported"],
     )
+    board.comparisons = comparisons
+    board.commits = commits([record for _, record in board.records])
+    board.commit_note = commit_note(board.commits)
+    board.overlap_notes = _overlap_notes(board.rows)
     board.improvements = _improvements(board)
     board.protocol_notes = _mark_protocols(board, measured)
     return board

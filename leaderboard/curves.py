@@ -1,11 +1,17 @@
-"""Learning curves: success vs policy decisions, mean and standard-error band per method, one PNG
-per environment.
+"""Learning curves: success vs policy decisions, and vs seconds of the run, mean and standard-error
+band per method, one PNG per environment and axis.
 
 Each run's curve is a JSONL file (``ResultRecord.curve_path``) with rows holding at least
-``{"decisions": int, "success": float}`` (success as a fraction). Seeds evaluate at different
-decision counts, so each method's curves are linearly interpolated onto a common grid spanning the
-decisions every seed covers (from the latest first point to the earliest last point: no
-extrapolation) before the mean and SE are taken.
+``{"decisions": int, "success": float}`` (success as a fraction); the trainer's rows also hold
+``wall_time_s``, the run's seconds at that evaluation. Seeds evaluate at different points, so each
+method's curves are linearly interpolated onto a common grid spanning what every seed covers (from
+the latest first point to the earliest last point: no extrapolation) before the mean and SE are taken.
+
+Why seconds. A matched decision budget does not match compute: a tree plays more, shorter episodes and
+trains on more tokens. ``curves-<env>-seconds.png`` compares methods at equal time instead; a
+benchmark cell runs in one thread of its own process, so its seconds are its CPU seconds on an idle
+core (on a loaded machine they overstate them, for every method alike). Curves without
+``wall_time_s`` (older runs, baselines) are left out of that plot, without a problem reported.
 
 Files are not trusted. A ``curve_path`` must be relative and lead, symbolic links followed, to a
 place inside the record's own results folder (:func:`curve_file`); otherwise the record is listed as
@@ -31,6 +37,7 @@ from leaderboard.plots import legend_beside, line_figure_size, new_figure, save_
 from leaderboard.records import RecordProblem, finite_number, not_a_file, slug
 
 __all__ = [
+    "AXES",
     "GRID_POINTS",
     "Curve",
     "MeanCurve",
@@ -41,13 +48,16 @@ __all__ = [
 ]
 
 GRID_POINTS = 101
+#: The curves' x axes: the row key, its label, and the plot file's suffix.
+AXES = {"decisions": ("policy decisions", ""), "wall_time_s": ("seconds of the run", "-seconds")}
 
 
 @dataclass(frozen=True)
 class Curve:
-    """One run's learning curve: held-out success (a fraction) against policy decisions (increasing)."""
+    """One run's learning curve: held-out success (a fraction) against ``x`` (policy decisions or
+    seconds, increasing)."""
 
-    decisions: np.ndarray  # increasing
+    x: np.ndarray  # increasing
     success: np.ndarray  # fractions
 
 
@@ -55,14 +65,15 @@ class Curve:
 class MeanCurve:
     """A method's curve averaged over ``n`` seeds, with the standard error (None for one seed)."""
 
-    decisions: np.ndarray
+    x: np.ndarray
     mean: np.ndarray
     se: np.ndarray | None  # None for a single seed
     n: int
 
 
-def _point(line: bytes) -> tuple[float, float]:
-    """``(decisions, success)`` from one JSONL line; raises ``ValueError`` saying what is wrong."""
+def _point(line: bytes, axis: str) -> tuple[float, float]:
+    """``(x, success)`` from one JSONL line, ``x`` its ``axis`` key; raises ``ValueError`` saying what
+    is wrong."""
     try:
         row = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError as error:
@@ -73,15 +84,15 @@ def _point(line: bytes) -> tuple[float, float]:
         raise ValueError("JSON nested too deeply to parse") from None
     except ValueError as error:  # e.g. an integer with more digits than Python converts
         raise ValueError(f"not a readable JSON value: {error}") from None
-    if not isinstance(row, dict) or "decisions" not in row or "success" not in row:
-        raise ValueError(f"row needs 'decisions' and 'success', got {_short(row)}")
-    decisions, success = finite_number(row["decisions"]), finite_number(row["success"])
-    if decisions is None or decisions < 0 or success is None or not 0.0 <= success <= 1.0:
+    if not isinstance(row, dict) or axis not in row or "success" not in row:
+        raise ValueError(f"row needs {axis!r} and 'success', got {_short(row)}")
+    x, success = finite_number(row[axis]), finite_number(row["success"])
+    if x is None or x < 0 or success is None or not 0.0 <= success <= 1.0:
         raise ValueError(
-            "'decisions' must be a non-negative number and 'success' a fraction in [0, 1], got "
-            f"{_short(row['decisions'])}, {_short(row['success'])}"
+            f"{axis!r} must be a non-negative number and 'success' a fraction in [0, 1], got "
+            f"{_short(row[axis])}, {_short(row['success'])}"
         )
-    return decisions, success
+    return x, success
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -91,8 +102,9 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def read_curve(path: str | os.PathLike) -> tuple[Curve | None, list[RecordProblem]]:
-    """The curve in a JSONL file, skipping (and reporting by line) rows it cannot read.
+def read_curve(path: str | os.PathLike, axis: str = "decisions") -> tuple[Curve | None, list[RecordProblem]]:
+    """The curve in a JSONL file against ``axis`` (a key of :data:`AXES`), skipping (and reporting by
+    line) rows it cannot read.
 
     A run killed while appending leaves a truncated last line; the rows before it still count.
     Returns ``None`` for the curve when no row is usable.
@@ -113,7 +125,7 @@ def read_curve(path: str | os.PathLike) -> tuple[Curve | None, list[RecordProble
         if not line.strip():
             continue
         try:
-            points.append(_point(line))
+            points.append(_point(line, axis))
         except ValueError as error:
             problems.append(RecordProblem(path, "curve", str(error), number))
     if not points:
@@ -124,20 +136,18 @@ def read_curve(path: str | os.PathLike) -> tuple[Curve | None, list[RecordProble
 
 
 def mean_curve(curves: Sequence[Curve], points: int = GRID_POINTS) -> MeanCurve:
-    """Mean and SE (ddof=1 / sqrt(n)) across ``curves`` on a common grid of decisions.
+    """Mean and SE (ddof=1 / sqrt(n)) across ``curves`` on a common grid of their x axis.
 
-    Raises ``ValueError`` when the curves share no range of decisions.
+    Raises ``ValueError`` when the curves share no range.
     """
     if not curves:
         raise ValueError("mean_curve needs at least one curve")
-    low = max(float(c.decisions[0]) for c in curves)
-    high = min(float(c.decisions[-1]) for c in curves)
+    low = max(float(c.x[0]) for c in curves)
+    high = min(float(c.x[-1]) for c in curves)
     if low > high:
-        raise ValueError(
-            f"the curves share no range of decisions (latest start {low:g} > earliest end {high:g})"
-        )
+        raise ValueError(f"the curves share no range (latest start {low:g} > earliest end {high:g})")
     grid = np.linspace(low, high, points) if high > low else np.array([low])
-    values = np.stack([np.interp(grid, c.decisions, c.success) for c in curves])
+    values = np.stack([np.interp(grid, c.x, c.success) for c in curves])
     n = len(curves)
     se = values.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else None
     return MeanCurve(grid, values.mean(axis=0), se, n)
@@ -172,8 +182,29 @@ def curve_file(record_path: Path, curve_path: str) -> tuple[Path | None, RecordP
     return target, None
 
 
+def _curves(board: Leaderboard, env_label: str, axis: str) -> dict[str, list[tuple[Path, Curve]]]:
+    """Each method's readable curves of ``env_label`` against ``axis``; on the decisions axis what
+    cannot be read goes to ``board.problems`` (the seconds axis skips curves without seconds)."""
+    by_method: dict[str, list[tuple[Path, Curve]]] = {}
+    for record_path, record in board.records:
+        if record.env_label != env_label or record.curve_path is None:
+            continue
+        path, refused = curve_file(record_path, record.curve_path)
+        if path is None:
+            if axis == "decisions":
+                board.problems.append(refused)
+            continue
+        curve, problems = read_curve(path, axis)
+        if axis == "decisions":
+            board.problems.extend(problems)
+        if curve is not None:
+            by_method.setdefault(record.method, []).append((path, curve))
+    return by_method
+
+
 def plot_learning_curves(board: Leaderboard, out_dir: str | os.PathLike) -> list[Path]:
-    """Write ``curves-<env>.png`` for each environment with at least one readable curve.
+    """Write ``curves-<env>.png`` (against policy decisions) and ``curves-<env>-seconds.png``
+    (against seconds of the run) for each environment with at least one readable curve.
 
     Unreadable curves are appended to ``board.problems``. Returns the files written.
     """
@@ -181,65 +212,41 @@ def plot_learning_curves(board: Leaderboard, out_dir: str | os.PathLike) -> list
     written = []
     method_order = [row.method for row in board.rows]
     for env_label in dict.fromkeys(c.env_label for c in board.columns):
-        by_method = _curves_by_method(board, env_label)
-        if not by_method:
-            continue
-        figure = new_figure(*line_figure_size(len(by_method)))
-        axes = figure.add_subplot()
-        references = _reference_lines(axes, board, env_label)
-        for method in sorted(
-            by_method, key=lambda m: (method_order.index(m) if m in method_order else len(method_order), m)
-        ):
-            paths, curves = zip(*by_method[method], strict=True)
-            try:
-                curve = mean_curve(curves)
-            except ValueError as error:
-                others = ", ".join(p.name for p in paths[1:])
-                board.problems.append(
-                    RecordProblem(paths[0], "curve", f"{method} on {env_label}, with {others}: {error}")
-                )
+        for axis, (axis_label, suffix) in AXES.items():
+            by_method = _curves(board, env_label, axis)
+            if not by_method:
                 continue
-            label = f"{method} (n={curve.n})"
-            line = axes.plot(
-                curve.decisions,
-                100 * curve.mean,
-                label=label,
-                marker="o" if len(curve.decisions) == 1 else None,
-            )[0]
-            if curve.se is not None:
-                axes.fill_between(
-                    curve.decisions,
-                    100 * (curve.mean - curve.se),
-                    100 * (curve.mean + curve.se),
-                    color=line.get_color(),
-                    alpha=0.2,
-                    linewidth=0,
-                )
-        axes.set_title(f"{env_label}: success vs policy decisions (mean ± SE over seeds)")
-        axes.set_xlabel("policy decisions")
-        axes.set_ylabel("success (%)")
-        axes.set_ylim(-2, 102)
-        axes.grid(alpha=0.3)
-        legend_beside(axes, len(by_method) + references)
-        written.append(save_png(figure, out_dir / f"curves-{slug(env_label)}.png"))
+            figure = new_figure(*line_figure_size(len(by_method)))
+            axes = figure.add_subplot()
+            references = _reference_lines(axes, board, env_label)
+            for method in sorted(
+                by_method, key=lambda m: (method_order.index(m) if m in method_order else len(method_order), m)
+            ):
+                _draw(board, axes, method, env_label, by_method[method])
+            axes.set_title(f"{env_label}: success vs {axis_label} (mean ± SE over seeds)")
+            axes.set_xlabel(axis_label)
+            axes.set_ylabel("success (%)")
+            axes.set_ylim(-2, 102)
+            axes.grid(alpha=0.3)
+            legend_beside(axes, len(by_method) + references)
+            written.append(save_png(figure, out_dir / f"curves-{slug(env_label)}{suffix}.png"))
     return written
 
 
-def _curves_by_method(board: Leaderboard, env_label: str) -> dict[str, list[tuple[Path, Curve]]]:
-    """The readable curves of ``env_label``'s records, by method; unreadable ones go to ``board.problems``."""
-    by_method: dict[str, list[tuple[Path, Curve]]] = {}
-    for record_path, record in board.records:
-        if record.env_label != env_label or record.curve_path is None:
-            continue
-        path, refused = curve_file(record_path, record.curve_path)
-        if path is None:
-            board.problems.append(refused)
-            continue
-        curve, problems = read_curve(path)
-        board.problems.extend(problems)
-        if curve is not None:
-            by_method.setdefault(record.method, []).append((path, curve))
-    return by_method
+def _draw(board: Leaderboard, axes, method: str, env_label: str, runs: list[tuple[Path, Curve]]) -> None:
+    """One method's mean curve with its SE band (a problem instead when its seeds share no range)."""
+    paths, curves = zip(*runs, strict=True)
+    try:
+        curve = mean_curve(curves)
+    except ValueError as error:
+        others = ", ".join(p.name for p in paths[1:])
+        board.problems.append(RecordProblem(paths[0], "curve", f"{method} on {env_label}, with {others}: {error}"))
+        return
+    line = axes.plot(curve.x, 100 * curve.mean, label=f"{method} (n={curve.n})",
+                     marker="o" if len(curve.x) == 1 else None)[0]
+    if curve.se is not None:
+        axes.fill_between(curve.x, 100 * (curve.mean - curve.se), 100 * (curve.mean + curve.se),
+                          color=line.get_color(), alpha=0.2, linewidth=0)
 
 
 #: Methods drawn as horizontal reference lines under the curves, where an environment has their records.

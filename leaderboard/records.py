@@ -21,6 +21,17 @@ Storage contract, shared by the benchmark harness (writer) and the leaderboard (
   protocol), and what the evaluation environment reported of itself: ``observation_style`` (the
   originals' pages or PTGPO's) and, for WebShop, ``reward_impl`` and ``reward_model``. Records
   without the fields added since schema version 1 began still read, with these defaults.
+* Compute spent, besides ``decisions`` (each one environment step: a prefix tree's shared steps are
+  restored from snapshots, not replayed) and ``tokens`` (generated): ``episodes`` (training
+  episodes), ``trained_tokens`` (prompt and response tokens through the loss, over every epoch) and
+  ``cpu_time_s`` (the cell process's CPU seconds, all its threads; a resumed cell's last session
+  only). None: not recorded (older records, or a baseline that does not count it).
+* Held-out evaluation: ``eval_layouts``, how many distinct start layouts (``info["layout"]``) the
+  evaluation episodes had, and ``eval_overlap``, the fraction of evaluation episodes whose start
+  layout some training episode also had (0: truly held out; None: not measured).
+* ``provenance`` (None: not recorded): ``commit`` and ``dirty`` of the code, ``python`` and
+  ``versions`` of the libraries, ``cpu``, ``cores``, ``threads``, ``platform`` and ``config``, the
+  run's full resolved configuration (:func:`ptgpo_algos.provenance.provenance`).
 * :func:`read_records` reads every ``*.json`` file directly in the directory (not in subdirectories,
   so curves and other artefacts can live next to the records in subfolders) and reports each file it
   cannot use as a :class:`RecordProblem` with the file name and, for a JSON syntax error, the line,
@@ -109,10 +120,15 @@ class ResultRecord:
     error: str | None = None
     decisions: int = 0
     tokens: int = 0
+    episodes: int | None = None
+    trained_tokens: int | None = None
+    cpu_time_s: float | None = None
     iterations: int | None = None
     final_success: float | None = None
     best_success: float | None = None
     eval_episodes: int = 0
+    eval_layouts: int | None = None
+    eval_overlap: float | None = None
     success_by_type: dict[str, float] = field(default_factory=dict)
     score: float | None = None
     final_return: float | None = None
@@ -121,6 +137,7 @@ class ResultRecord:
     config: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
     protocol: dict[str, str | None] | None = None
+    provenance: dict[str, Any] | None = None
     created_at: str = field(default_factory=now_iso)
 
     def __post_init__(self) -> None:
@@ -223,8 +240,13 @@ def _validate(data: dict[str, Any]) -> None:
         fail("budget", "a positive integer or null")
     if data["budget_unit"] not in BUDGET_UNITS:
         fail("budget_unit", f"one of {BUDGET_UNITS}")
-    if data["iterations"] is not None and (not _is_int(data["iterations"]) or data["iterations"] < 0):
-        fail("iterations", "a non-negative integer or null")
+    for name in ("iterations", "episodes", "trained_tokens", "eval_layouts"):
+        if data[name] is not None and (not _is_int(data[name]) or data[name] < 0):
+            fail(name, "a non-negative integer or null")
+    if data["cpu_time_s"] is not None and not (_is_number(data["cpu_time_s"]) and data["cpu_time_s"] >= 0):
+        fail("cpu_time_s", "a non-negative number or null")
+    if data["provenance"] is not None and not isinstance(data["provenance"], dict):
+        fail("provenance", "null or an object (commit, dirty, python, versions, cpu, cores, threads, platform, config)")
     protocol = data["protocol"]
     if protocol is not None and (
         not isinstance(protocol, dict)
@@ -232,7 +254,7 @@ def _validate(data: dict[str, Any]) -> None:
         or not all(value is None or isinstance(value, str) for value in protocol.values())
     ):
         fail("protocol", f"null or an object of {', '.join(PROTOCOL_KEYS)} (strings or null)")
-    for name in ("final_success", "best_success"):
+    for name in ("final_success", "best_success", "eval_overlap"):
         if data[name] is not None and not (_is_number(data[name]) and 0.0 <= data[name] <= 1.0):
             fail(name, "a fraction in [0, 1] or null")
     for name in ("score", "final_return"):

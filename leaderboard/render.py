@@ -3,12 +3,15 @@ standalone HTML page with sortable tables, and write the files atomically.
 
 Every format keeps the three parts apart: the measured table (ranked methods, then reference rows),
 the reported-in-papers table, and the failed runs / unreadable files. Measured cells read
-``mean [low, high] (n)`` with the 95 % interval of :mod:`leaderboard.stats`; a column's separated best
-cell is bold (Markdown, LaTeX, HTML) or flagged ``best = 1`` (CSV). A cell measured under another
+``mean [low, high] (n)`` with the 95 % interval of :mod:`leaderboard.inference`; a column's best cell,
+when the column's corrected tests separate it from every other, is bold (Markdown, LaTeX, HTML) or
+flagged ``best = 1`` (CSV). A cell measured under another
 protocol than a reported number of its column carries ``‡`` and its environment a legend line (CSV:
 ``protocol_mark = 1`` and the row's ``protocol``); the reported table names each row's protocol. The
 probability-of-improvement matrix of the ranked methods has its own files (``improvement.md``,
-``improvement.csv``) and is part of the HTML page, which also shows the plots written next to it.
+``improvement.csv``) and is part of the HTML page, which also shows the plots written next to it;
+so are the pairwise Welch tests with their Holm-corrected p-values (``comparisons.md``,
+``comparisons.csv``; the LaTeX file has the mean-success family).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leaderboard.aggregate import SMOKE_NOTICE, Cell, Column, Leaderboard, Row
+from leaderboard.aggregate import SMOKE_NOTICE, Cell, Column, Comparison, Leaderboard, Row
+from leaderboard.audit import COMPUTE_FIELDS, OVERLAP_MARK
+from leaderboard.inference import ALPHA
 from leaderboard.protocols import MARK
 from ptgpo_algos.files import atomic_write_text
 from leaderboard.stats import CONFIDENCE, REPS, Estimate
@@ -30,6 +35,8 @@ from leaderboard.stats import CONFIDENCE, REPS, Estimate
 __all__ = [
     "FORMATS",
     "column_label",
+    "comparisons_csv",
+    "comparisons_markdown",
     "improvement_csv",
     "improvement_markdown",
     "to_csv",
@@ -61,34 +68,38 @@ CSV_FIELDS = (
     "budget_unit",
     "protocol",
     "protocol_mark",
+    "eval_overlap",
+    "overlap_mark",
+    *COMPUTE_FIELDS,
     "smoke_run",
 )
+COMPARISON_FIELDS = ("scope", "better", "worse", "difference", "ci_low", "ci_high", "p", "p_holm", "separated")
 IMPROVEMENT_FIELDS = ("method_x", "method_y", "probability", "ci_low", "ci_high", "ci_over", "tasks", "smoke_run")
 
 _LEVEL = f"{CONFIDENCE * 100:.0f} %"
 _UNITS = (
     "Success in % at the final evaluation (`final_success`). A cell is the mean over seeds and its "
-    f"{_LEVEL} confidence interval [low, high] (percentile bootstrap over seeds, {REPS:,} resamples from "
-    "a fixed seed, so the table is reproducible); n = number of seeds. A cell from a single seed has no "
-    "interval (none is made up); with few seeds the interval is narrow, as it cannot leave the range "
-    "of the seeds' values."
+    f"{_LEVEL} confidence interval [low, high] (Student t over seeds, clipped to [0, 100]); n = number "
+    "of seeds. A cell from a single seed has no interval (none is made up)."
 )
 _AGGREGATES = (
     "Mean success: mean over environments of the overall column (`All`/`success`), each environment "
-    "weighing the same; interval: seeds resampled within each environment, none if an environment has "
-    "a single seed. IQM: interquartile mean (25 % trimmed mean) of all seed × task scores, the tasks "
-    "being an environment's task-type columns, or its `success` without types; interval: seeds "
-    "resampled within each task or, marked †, the tasks resampled when a task has a single seed; none "
-    "with a single seed of a single task."
+    "weighing the same; interval: Student t with Welch-Satterthwaite degrees of freedom, none if an "
+    "environment has a single seed. IQM: interquartile mean (25 % trimmed mean) of all seed × task "
+    "scores, the tasks being an environment's task-type columns, or its `success` without types; "
+    f"interval: percentile bootstrap ({REPS:,} resamples from a fixed seed) of the seeds within each "
+    "task or, marked †, of the tasks when a task has a single seed; none with a single seed of a "
+    "single task."
 )
 _RANKING = (
     "Rank: methods with results on more environments rank first; among those covering as many, rank = "
-    "1 + the number of methods whose Mean-success interval lies entirely above this method's interval "
-    "(a method without an interval counts as its value), so methods whose intervals overlap share a "
-    "rank. Bold: a column's highest value, only when its interval lies entirely above the interval (or "
-    "value) of every other ranked method in that column (for Mean success and IQM: every other method "
-    "covering as many environments); ties, overlaps and values without an interval are never bold. "
-    "Reference rows (privileged methods such as `expert`) are shown but not ranked."
+    "1 + the number of methods separated above this one on Mean success (Welch's test on the seeds, "
+    f"Holm-corrected over every pair, adjusted p < {ALPHA}), raised where needed so that a method never "
+    "ranks above one with a higher mean; methods no test separates share a rank. Bold: a column's "
+    "highest value, only when the column's corrected tests separate it from every other ranked method "
+    "(for Mean success: every other method covering as many environments); IQM is never bold. The "
+    "pairs' differences and corrected p-values are in comparisons.md and comparisons.csv. Reference rows "
+    "(privileged methods such as `expert`) are shown but not ranked."
 )
 _IMPROVEMENT = (
     "P(X > Y): the probability that a seed of the row method X scores above a seed of the column method "
@@ -97,8 +108,17 @@ _IMPROVEMENT = (
     "resampled when a task has a single seed; none with a single seed of a single task. Above 0.5: X "
     "tends to score higher than Y."
 )
+_COMPARISONS = (
+    "Each pair of ranked methods, in rank order: Better has the higher mean; Difference is Better − "
+    f"Worse in points with its {_LEVEL} Welch interval; p is Welch's two-sided test on the seeds (for "
+    "Mean success, the difference of the means over the environments both cover, the variances of "
+    "every environment pooled with Welch-Satterthwaite degrees of freedom); Holm p is p adjusted by "
+    "Holm's step-down rule over the pairs of the same scope. Separated: Holm p < "
+    f"{ALPHA}. No p where a method has a single seed."
+)
 _LEGEND = (_UNITS, _AGGREGATES, _RANKING)
 _MARK_TITLE = "measured under another protocol than a reported number of this column"
+_OVERLAP_TITLE = "not held out: some evaluation episodes started in a layout the run trained on"
 _REPORTED_TITLE = "Reported in papers (not measured here, not ranked, never averaged with measured rows)"
 
 
@@ -157,7 +177,39 @@ def _budget_line(board: Leaderboard) -> str:
 
 
 def _mark(cell: Cell) -> str:
-    return MARK if cell.protocol_mark else ""
+    return (MARK if cell.protocol_mark else "") + (OVERLAP_MARK if cell.overlap_mark else "")
+
+
+def _notes(board: Leaderboard) -> list[str]:
+    """The legend lines of this table's data: protocols met, evaluations not held out, mixed code."""
+    return [*board.protocol_notes, *board.overlap_notes, *([board.commit_note] if board.commit_note else [])]
+
+
+_COMPUTE_TITLE = "Compute (means over seeds)"
+_COMPUTE_NOTE = (
+    "Per environment, the means over a method's seeds of its policy decisions (each one environment "
+    "step), training episodes, trained tokens (prompt and response tokens through the loss, every "
+    "epoch) and CPU seconds of its run (training and evaluation); – where a record does not carry the "
+    "figure. A matched decision budget does not match the others."
+)
+_COMPUTE_LABELS = {"decisions": "decisions", "episodes": "episodes", "trained_tokens": "trained tokens",
+                   "cpu_time_s": "CPU s"}
+
+
+def _compute_columns(board: Leaderboard) -> list[Column]:
+    envs = dict.fromkeys(c.env_label for c in board.columns)
+    return [Column(env, _COMPUTE_LABELS[name]) for env in envs for name in COMPUTE_FIELDS]
+
+
+def _compute_cells(board: Leaderboard, row: Row) -> list[str]:
+    """The row's compute figures as text, in :func:`_compute_columns`' order."""
+    cells = []
+    for env in dict.fromkeys(c.env_label for c in board.columns):
+        figures = row.compute.get(env, {})
+        for name in COMPUTE_FIELDS:
+            value = figures.get(name)
+            cells.append("–" if value is None else f"{value:,.1f}" if name == "cpu_time_s" else f"{value:,.0f}")
+    return cells
 
 
 # Markdown ---------------------------------------------------------------------------------------
@@ -203,7 +255,7 @@ def to_markdown(board: Leaderboard) -> str:
         lines += [*_LEGEND]
         budget = _budget_line(board)
         lines += [_md(budget)] if budget else []
-        lines += [_md(note) for note in board.protocol_notes] + [""]
+        lines += [_md(note) for note in _notes(board)] + [""]
         header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [
             column_label(c, board.columns) for c in board.columns
         ]
@@ -216,13 +268,18 @@ def to_markdown(board: Leaderboard) -> str:
                     _md(row.method),
                     row.kind,
                     f"**{mean}**" if row.best_mean_success else mean,
-                    f"**{iqm}**" if row.best_iqm else iqm,
+                    iqm,
                 ]
                 + [_md_cell(row.cells.get(c)) for c in board.columns]
             )
         lines += _md_table(
             header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns)
         )
+        compute = _compute_columns(board)
+        lines += ["", f"## {_COMPUTE_TITLE}", "", _COMPUTE_NOTE, ""]
+        lines += _md_table(["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
+                           [[_md(row.method), *_compute_cells(board, row)] for row in board.rows],
+                           ["---"] + ["---:"] * len(compute))
     else:
         lines.append("No measured results.")
     if board.reported_rows:
@@ -298,6 +355,59 @@ def improvement_csv(board: Leaderboard) -> str:
     return out.getvalue()
 
 
+def _p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}"
+
+
+def _difference(comparison: Comparison) -> str:
+    return f"{comparison.difference:.1f}{_interval(comparison.low, comparison.high, None)}"
+
+
+def _comparison_cells(comparison: Comparison) -> tuple[str, str, str, str]:
+    """Difference with its interval, p, Holm p and yes/no, as text."""
+    return (_difference(comparison), _p(comparison.p), _p(comparison.p_holm),
+            "yes" if comparison.separated else "no")
+
+
+def _scopes(board: Leaderboard) -> dict[str, list[Comparison]]:
+    scopes: dict[str, list[Comparison]] = {}
+    for comparison in board.comparisons:
+        scopes.setdefault(comparison.scope, []).append(comparison)
+    return scopes
+
+
+_COMPARISON_HEADER = ["Better", "Worse", "Difference", "p", "Holm p", "Separated"]
+
+
+def comparisons_markdown(board: Leaderboard) -> str:
+    """Welch's tests of the ranked methods, one table per scope (mean success, then each column)."""
+    lines = ["# Pairwise comparisons", "", _COMPARISONS]
+    if not board.comparisons:
+        return "\n".join(lines + ["", "Fewer than two ranked methods."]) + "\n"
+    for scope, comparisons in _scopes(board).items():
+        body = [[_md(c.better), _md(c.worse), *_comparison_cells(c)] for c in comparisons]
+        lines += ["", f"## {_md(scope)}", ""]
+        lines += _md_table(_COMPARISON_HEADER, body, ["---", "---", "---:", "---:", "---:", "---"])
+    return "\n".join(lines) + "\n"
+
+
+def comparisons_csv(board: Leaderboard) -> str:
+    """One line per compared pair: scope, better, worse, difference and its interval, p, Holm p and
+    ``separated`` (1 or 0)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COMPARISON_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for c in board.comparisons:
+        writer.writerow(
+            {
+                "scope": c.scope, "better": c.better, "worse": c.worse, "difference": _csv_float(c.difference),
+                "ci_low": _csv_float(c.low), "ci_high": _csv_float(c.high), "p": _csv_float(c.p),
+                "p_holm": _csv_float(c.p_holm), "separated": int(c.separated),
+            }
+        )
+    return out.getvalue()
+
+
 # CSV --------------------------------------------------------------------------------------------
 
 
@@ -333,6 +443,15 @@ def _csv_estimate(estimate: Estimate | None) -> dict[str, str]:
     }
 
 
+def _csv_audit(row: Row, column: Column, cell: Cell) -> dict[str, str]:
+    """A measured cell's overlap with training, its mark and its environment's compute means."""
+    if row.section == "reported":
+        return {}
+    compute = row.compute.get(column.env_label, {})
+    return {"eval_overlap": _csv_float(cell.overlap), "overlap_mark": str(int(cell.overlap_mark)),
+            **{name: _csv_float(compute.get(name)) for name in COMPUTE_FIELDS}}
+
+
 def to_csv(board: Leaderboard) -> str:
     """Tidy CSV: one line per (row, column) cell, plus ``mean_success`` and ``iqm`` lines per
     measured row (``n`` there is the number of environments covered).
@@ -356,12 +475,15 @@ def to_csv(board: Leaderboard) -> str:
             "source": row.source or "",
             "budget_unit": "",
             "protocol_mark": "",
+            "eval_overlap": "",
+            "overlap_mark": "",
+            **dict.fromkeys(COMPUTE_FIELDS, ""),
             "smoke_run": "1" if board.smoke_run else "",
         }
         if row.section != "reported":
             for metric, estimate, best in (
                 ("mean_success", row.mean_success_estimate, row.best_mean_success),
-                ("iqm", row.iqm, row.best_iqm),
+                ("iqm", row.iqm, False),
             ):
                 writer.writerow(
                     common
@@ -388,6 +510,7 @@ def to_csv(board: Leaderboard) -> str:
                     "budget_unit": "" if budget is None else board.budget_units.get(column.env_label, "decisions"),
                     "protocol": protocol,
                     "protocol_mark": "" if row.section == "reported" else int(cell.protocol_mark),
+                    **_csv_audit(row, column, cell),
                     "env_label": column.env_label,
                     "metric": column.metric,
                     "mean": _csv_float(cell.mean),
@@ -418,6 +541,7 @@ _TEX_SPECIAL = {
     "^": r"\textasciicircum{}",
     "†": r"\dag{}",
     "‡": r"\ddag{}",
+    "§": r"\S{}",
 }
 
 
@@ -470,6 +594,23 @@ def _tex_tabular(lead: list[str], columns: list[Column], rows: list[list[str]]) 
     return lines
 
 
+def _tex_comparisons(board: Leaderboard) -> list[str]:
+    """The mean-success comparisons as a booktabs tabular (the columns' are in comparisons.csv)."""
+    overall = [c for c in board.comparisons if c.column is None]
+    if not overall:
+        return []
+    lines = ["", "% " + _COMPARISONS, r"\begin{tabular}{llrrrl}", r"\toprule"]
+    lines.append(" & ".join(tex_escape(h) for h in _COMPARISON_HEADER) + r" \\")
+    lines.append(r"\midrule")
+    for c in overall:
+        difference, p, p_holm, separated = _comparison_cells(c)
+        cells = [tex_escape(c.better), tex_escape(c.worse), tex_escape(difference), p, _tex_bold(p_holm, c.separated),
+                 separated]
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return lines
+
+
 def to_latex(board: Leaderboard) -> str:
     """Booktabs tabulars (needs ``\\usepackage{booktabs}``): measured, then reported."""
     lines = [r"% Generated by `ptgpo leaderboard`; needs \usepackage{booktabs}."]
@@ -479,7 +620,7 @@ def to_latex(board: Leaderboard) -> str:
         budget = _budget_line(board)
         if budget:
             lines.append(_tex_comment(budget))
-        lines += [_tex_comment(note) for note in board.protocol_notes]
+        lines += [_tex_comment(note) for note in _notes(board)]
         body = []
         for row in board.rows:
             body.append(
@@ -488,11 +629,16 @@ def to_latex(board: Leaderboard) -> str:
                     tex_escape(row.method),
                     tex_escape(row.kind),
                     _tex_bold(tex_escape(_mean_success(board, row)), row.best_mean_success),
-                    _tex_bold(tex_escape(_estimate(row.iqm)), row.best_iqm),
+                    tex_escape(_estimate(row.iqm)),
                 ]
                 + [_tex_cell(row.cells.get(c)) for c in board.columns]
             )
         lines += _tex_tabular(["Rank", "Method", "Kind", "Mean", "IQM"], board.columns, body)
+        lines += ["", f"% {_COMPUTE_TITLE}: {_COMPUTE_NOTE}"]
+        lines += _tex_tabular(["Method"], _compute_columns(board),
+                              [[tex_escape(row.method), *map(tex_escape, _compute_cells(board, row))]
+                               for row in board.rows])
+        lines += _tex_comparisons(board)
     if board.reported_rows:
         lines += ["", _tex_comment(_REPORTED_TITLE)]
         lines += [_tex_comment(f"{source.key}: {_one_line(source.citation, 400)}") for source in board.sources.values()]
@@ -575,6 +721,8 @@ def _html_cell(cell: Cell | None) -> str:
     if cell.n is None:  # reported: as printed in the paper
         return f'<td data-value="{cell.mean:.6g}">{_esc(_number(cell))}</td>'
     count = f' <span class="n">(n={cell.n})</span>'
+    if cell.overlap_mark:
+        count = f'<span class="mark" title="{_esc(_OVERLAP_TITLE)}">{OVERLAP_MARK}</span>' + count
     if cell.protocol_mark:
         count = f'<span class="mark" title="{_esc(_MARK_TITLE)}">{MARK}</span>' + count
     return _html_value(cell.mean, _interval(cell.low, cell.high, cell.over), cell.best, suffix=count)
@@ -593,6 +741,22 @@ def _html_table(header: list[str], rows: list[tuple[str, list[str]]], text_colum
     lines += [f'<tr class="{css}">' + "".join(cells) + "</tr>" for css, cells in rows]
     lines += ["</tbody>", "</table>"]
     return lines
+
+
+def _html_comparisons(board: Leaderboard) -> list[str]:
+    if not board.comparisons:
+        return []
+    parts = ["<h2>Pairwise comparisons</h2>", f'<p class="note">{_esc(_COMPARISONS)}</p>']
+    for scope, comparisons in _scopes(board).items():
+        rows = [
+            ("comparison", [_html_text(c.better), _html_text(c.worse)]
+             + [f'<td data-value="{value}">{_esc(text)}</td>' for value, text in zip(
+                 (f"{c.difference:.6g}", _csv_float(c.p), _csv_float(c.p_holm), int(c.separated)),
+                 _comparison_cells(c), strict=True)])
+            for c in comparisons
+        ]
+        parts += [f"<h3>{_esc(scope)}</h3>", *_html_table(_COMPARISON_HEADER, rows, text_columns=2)]
+    return parts
 
 
 def _html_improvement(board: Leaderboard) -> list[str]:
@@ -627,7 +791,7 @@ def to_html(board: Leaderboard, images: Sequence[str] = ()) -> str:
         budget = _budget_line(board)
         if budget:
             parts.append(f'<p class="note">{_esc(budget)}</p>')
-        parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in board.protocol_notes]
+        parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in _notes(board)]
         header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [
             column_label(c, board.columns) for c in board.columns
         ]
@@ -645,11 +809,21 @@ def to_html(board: Leaderboard, images: Sequence[str] = ()) -> str:
                 _html_text(row.method),
                 _html_text(row.kind),
                 _html_estimate(row.mean_success_estimate, row.best_mean_success, suffix=coverage),
-                _html_estimate(row.iqm, row.best_iqm),
+                _html_estimate(row.iqm, False),
             ] + [_html_cell(row.cells.get(c)) for c in board.columns]
             rows.append((row.section, cells))
         # The rank column holds numbers but is listed with the text columns so it is left-aligned.
         parts += _html_table(header, rows, text_columns=3)
+        compute = _compute_columns(board)
+        parts += [f"<h2>{_esc(_COMPUTE_TITLE)}</h2>", f'<p class="note">{_esc(_COMPUTE_NOTE)}</p>']
+        parts += _html_table(
+            ["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
+            [(row.section, [_html_text(row.method)] + [
+                f'<td data-value="{text.replace(",", "") if text != "–" else ""}">{_esc(text)}</td>'
+                for text in _compute_cells(board, row)]) for row in board.rows],
+            text_columns=1,
+        )
+        parts += _html_comparisons(board)
         parts += _html_improvement(board)
     else:
         parts.append("<p>No measured results.</p>")
@@ -712,10 +886,10 @@ def write_outputs(
 ) -> list[Path]:
     """Write the requested formats atomically and return the files written.
 
-    ``md``: ``leaderboard.md`` and ``improvement.md``; ``csv``: ``leaderboard.csv`` and
-    ``improvement.csv``; ``tex``: ``leaderboard.tex``; ``html``: ``leaderboard.html``, showing the
-    plots written in the same call; ``png``: ``curves-<env>.png``, ``intervals.png``,
-    ``improvement.png`` and ``profiles.png``. Curve files that cannot be read are added to
+    ``md``: ``leaderboard.md``, ``improvement.md`` and ``comparisons.md``; ``csv``: ``leaderboard.csv``,
+    ``improvement.csv`` and ``comparisons.csv``; ``tex``: ``leaderboard.tex``; ``html``:
+    ``leaderboard.html``, showing the plots written in the same call; ``png``: ``curves-<env>.png``,
+    ``curves-<env>-seconds.png``, ``intervals.png``, ``improvement.png`` and ``profiles.png``. Curve files that cannot be read are added to
     ``board.problems``.
     """
     unknown = sorted(set(formats) - set(FORMATS))
@@ -734,8 +908,10 @@ def write_outputs(
     renderers = {
         "leaderboard.md": to_markdown,
         "improvement.md": improvement_markdown,
+        "comparisons.md": comparisons_markdown,
         "leaderboard.csv": to_csv,
         "improvement.csv": improvement_csv,
+        "comparisons.csv": comparisons_csv,
         "leaderboard.tex": to_latex,
         "leaderboard.html": lambda board: to_html(board, images),
     }

@@ -1,10 +1,10 @@
 """Statistics for comparing methods over few seeds, after Agarwal et al. (2021), "Deep reinforcement
 learning at the edge of the statistical precipice" (the ``rliable`` library): the interquartile mean,
-stratified bootstrap percentile intervals, the probability of improvement, performance profiles, and
-the interval-aware ranks and best marks that the leaderboard prints.
+stratified bootstrap percentile intervals, the probability of improvement and performance profiles.
+Means, their intervals, the tests between methods and the ranks are :mod:`leaderboard.inference`'s: a
+percentile bootstrap of a mean over 3 seeds covers far less than it says.
 
-Data. A method's scores come as *strata*: one 1-D array of per-seed values per task (or, for the mean
-success, per environment). Strata may hold different numbers of seeds (a failed seed, a task type
+Data. A method's scores come as *strata*: one 1-D array of per-seed values per task. Strata may hold different numbers of seeds (a failed seed, a task type
 absent from one evaluation).
 
 Resamples as weights. A bootstrap resample is described by how often it draws each original value, so
@@ -17,7 +17,7 @@ Which bootstrap (:func:`resampling_weights`):
   with replacement, as it has (rliable's ``StratifiedBootstrap`` with ``task_bootstrap=False``);
 * ``"tasks"`` when some stratum has a single seed, the strata are tasks and there are at least two:
   the tasks are drawn with replacement, each keeping its seeds;
-* no interval otherwise (one seed of one task, or a single seed of environments): nothing measured
+* no interval otherwise (one seed of one task): nothing measured
   says how far the value could move, and a made-up interval would be worse than none.
 
 Intervals are percentile intervals (95 % by default). Each estimate draws from its own generator,
@@ -48,27 +48,22 @@ __all__ = [
     "improvement_probability",
     "iqm",
     "iqm_estimate",
-    "mean_of_means_estimate",
     "performance_profile",
     "resampling_weights",
-    "separated_best",
-    "separation_ranks",
     "weighted_fraction_above",
     "weighted_iqm",
-    "weighted_mean_of_means",
 ]
 
 BOOTSTRAP_SEED = 20211
 REPS = 2000
 CONFIDENCE = 0.95
-# Values closer than this are equal: means computed in different orders differ in the last bits.
-_TIE = 1e-9
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A point estimate with its percentile interval; ``over`` says what was resampled (``"seeds"``
-    or ``"tasks"``), and is None with ``low``/``high`` when there is no interval."""
+    """A point estimate with its interval; ``over`` says how it was made: ``"seeds"`` or ``"tasks"``
+    (what a bootstrap resampled) or ``"t"`` (a Student-t interval over seeds,
+    :mod:`leaderboard.inference`), and is None with ``low``/``high`` when there is no interval."""
 
     point: float
     low: float | None = None
@@ -123,17 +118,16 @@ def _uniform_counts(rng: np.random.Generator, n: int, reps: int) -> np.ndarray:
 
 
 def resampling_weights(
-    sizes: Sequence[int], reps: int, rng: np.random.Generator, *, tasks: bool = True
+    sizes: Sequence[int], reps: int, rng: np.random.Generator
 ) -> tuple[np.ndarray | None, str | None]:
     """Draw counts ``(reps, sum(sizes))`` for strata laid end to end, and which bootstrap made them.
 
-    See the module docstring for the choice; ``tasks=False`` when the strata are not tasks (the
-    environments of the mean success), so a single seed then gives no interval.
+    See the module docstring for the choice; the strata are tasks.
     """
     sizes = np.asarray(sizes, dtype=int)
     if sizes.min() >= 2:
         return _stratified_counts(rng, sizes, reps), "seeds"
-    if tasks and sizes.size >= 2:
+    if sizes.size >= 2:
         return np.repeat(_uniform_counts(rng, sizes.size, reps), sizes, axis=1), "tasks"
     return None, None
 
@@ -163,20 +157,6 @@ def iqm(values: Sequence[float]) -> float:
     return float(weighted_iqm(values, np.ones((1, values.size)))[0])
 
 
-def weighted_mean_of_means(
-    values: np.ndarray, stratum: np.ndarray, sizes: np.ndarray, weights: np.ndarray
-) -> np.ndarray:
-    """Mean over strata of each stratum's mean (rliable's ``aggregate_mean`` for task strata).
-
-    A stratum of ``n`` seeds drawn ``c`` times carries weights summing to ``c * n``, so dividing every
-    weight by its stratum's size turns weighted sums into sums of stratum means, each counted as
-    often as the stratum was drawn.
-    """
-    scale = 1.0 / np.asarray(sizes, dtype=float)[stratum]
-    weights = np.atleast_2d(weights)
-    return (weights @ (values * scale)) / (weights @ scale)
-
-
 def weighted_fraction_above(values: np.ndarray, weights: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     """``(reps, len(thresholds))``: the weighted fraction of values strictly above each threshold."""
     weights = np.atleast_2d(weights)
@@ -197,23 +177,6 @@ def _estimate(point: float, samples: np.ndarray | None, over: str | None, confid
     return Estimate(float(point), float(low), float(high), over)
 
 
-def mean_of_means_estimate(
-    strata: Sequence[Sequence[float]],
-    *,
-    key: Sequence[object],
-    tasks: bool,
-    reps: int = REPS,
-    confidence: float = CONFIDENCE,
-) -> Estimate:
-    """The mean over strata of the per-stratum means, with its interval; with one stratum, the mean
-    over seeds of one cell. ``tasks`` says whether the strata are tasks (see the module docstring)."""
-    values, stratum, sizes = _flatten(strata)
-    point = weighted_mean_of_means(values, stratum, sizes, np.ones(values.size))[0]
-    weights, over = resampling_weights(sizes, reps, generator(*key), tasks=tasks)
-    samples = None if weights is None else weighted_mean_of_means(values, stratum, sizes, weights)
-    return _estimate(point, samples, over, confidence)
-
-
 def iqm_estimate(
     strata: Sequence[Sequence[float]],
     *,
@@ -223,7 +186,7 @@ def iqm_estimate(
 ) -> Estimate:
     """The interquartile mean of every (seed, task) score, with its interval; strata are tasks."""
     values, _, sizes = _flatten(strata)
-    weights, over = resampling_weights(sizes, reps, generator(*key), tasks=True)
+    weights, over = resampling_weights(sizes, reps, generator(*key))
     samples = None if weights is None else weighted_iqm(values, weights)
     return _estimate(iqm(values), samples, over, confidence)
 
@@ -334,43 +297,8 @@ def performance_profile(
     values, _, sizes = _flatten(strata)
     thresholds = np.asarray(thresholds, dtype=float)
     point = weighted_fraction_above(values, np.ones(values.size), thresholds)[0]
-    weights, _ = resampling_weights(sizes, reps, generator(*key), tasks=True)
+    weights, _ = resampling_weights(sizes, reps, generator(*key))
     if weights is None:
         return point, None, None
     low, high = _percentiles(weighted_fraction_above(values, weights, thresholds), confidence)
     return point, low, high
-
-
-def separation_ranks(estimates: Sequence[Estimate | None], tiers: Sequence[int] | None = None) -> list[int]:
-    """Rank ``i`` = 1 + the number of estimates in a higher tier, plus those in the same tier whose
-    interval lies entirely above estimate ``i``'s interval.
-
-    Overlapping intervals therefore share a rank, and a better rank always means separated from
-    something this one is not. An estimate without an interval counts as its point; None (nothing
-    measured) ranks below every estimate of its tier. Tiers order first (higher is better).
-    """
-    tiers = [0] * len(estimates) if tiers is None else list(tiers)
-    bounds = [(-np.inf, -np.inf) if e is None else e.bounds() for e in estimates]
-    ranks = []
-    for i, (tier, (_, high)) in enumerate(zip(tiers, bounds, strict=True)):
-        above = sum(
-            1
-            for j, (other_tier, (other_low, _)) in enumerate(zip(tiers, bounds, strict=True))
-            if j != i and (other_tier > tier or (other_tier == tier and other_low > high + _TIE))
-        )
-        ranks.append(above + 1)
-    return ranks
-
-
-def separated_best(estimates: Sequence[Estimate]) -> int | None:
-    """The index of the highest estimate when its interval lies entirely above the interval of every
-    other estimate (the point of one without an interval), else None: never a tie, never one alone,
-    never one without an interval."""
-    if len(estimates) < 2:
-        return None
-    top = max(range(len(estimates)), key=lambda i: estimates[i].point)
-    if not estimates[top].has_interval:
-        return None
-    low = estimates[top].bounds()[0]
-    others = (e.bounds()[1] for i, e in enumerate(estimates) if i != top)
-    return top if all(low > high + _TIE for high in others) else None

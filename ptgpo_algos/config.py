@@ -105,6 +105,8 @@ class EnvConfig:
     max_steps: int | None = _field(None, "episode horizon (default: the environment's)", flat="max_steps")
     train_seeds: tuple[int, int] = _field((0, EVAL_SEED_BASE), "[start, stop) of the training task seeds",
                                           flat="train_seeds")
+    held_out: float | None = _field(None, "share of start layouts kept for evaluation: a training seed whose "
+                                    "layout falls there is redrawn (none: train on every layout)", flat="held_out")
 
     def __post_init__(self) -> None:
         import gymnasium as gym
@@ -131,6 +133,8 @@ class EnvConfig:
                 or not 0 <= seeds[0] < seeds[1]):
             raise ValueError(f"env.train_seeds (train_seeds): give [start, stop) with 0 <= start < stop, got {seeds!r}")
         object.__setattr__(self, "train_seeds", seeds)
+        if self.held_out is not None:
+            check_number("env.held_out (held_out)", self.held_out, 0.0, 1.0, exclusive_low=True)
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import gymnasium as gym
 import ptgpo_envs
 from ptgpo_algos.episodes import Episode, EpisodeEngine, EpisodeView, Transition, make_vector_env
 
-__all__ = ["PROTOCOL_INFO", "Agent", "EpisodeView", "EpisodeResult", "EvalResult", "evaluate", "make_env"]
+__all__ = ["PROTOCOL_INFO", "Agent", "EpisodeView", "EpisodeResult", "EvalResult", "evaluate", "make_env", "overlap"]
 
 
 class Agent(Protocol):
@@ -43,6 +43,8 @@ class EpisodeResult:
     invalid_actions: int
     task_type: str | None = None
     score: float | None = None
+    #: The environment's ``info["layout"]``: a hash of how the episode started.
+    layout: str | None = None
 
 
 #: What an environment's ``info`` says about the texts and scoring an evaluation ran under (the
@@ -105,11 +107,21 @@ class EvalResult:
             "success_by_type": self.success_by_type,
             "score": self.mean_score,
             "environment": dict(self.environment),
+            "layouts": [e.layout for e in self.episodes],
         }
 
     def to_dict(self) -> dict[str, Any]:
         """The summary and every episode, as plain data."""
         return {**self.summary(), "per_episode": [asdict(e) for e in self.episodes]}
+
+
+def overlap(layouts: Sequence[str | None], trained: set[str] | None) -> float | None:
+    """The fraction of evaluation episodes (by their ``layouts``) that started in a layout of
+    ``trained``: 0 for evaluation that is held out. None when it cannot be measured (the trained
+    layouts are unknown, or an episode reported no layout)."""
+    if trained is None or not layouts or any(layout is None for layout in layouts):
+        return None
+    return sum(layout in trained for layout in layouts) / len(layouts)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -176,7 +188,7 @@ def evaluate(
         finished.append((start + episode.index, EpisodeResult(
             seed=chunk[episode.index], won=bool(info["won"]), total_reward=tally.reward,
             length=len(episode.history), invalid_actions=tally.invalid, task_type=info.get("task_type"),
-            score=info.get("score"),
+            score=info.get("score"), layout=info.get("layout"),
         )))
         if bar is not None:
             bar.update(1)

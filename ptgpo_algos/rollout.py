@@ -276,7 +276,8 @@ class Collection:
     def leaf_meta(self, group: TreeGroup, index: int, leaf: Leaf) -> dict[str, Any]:
         """A finished leaf's ``Trajectory.meta``."""
         return {"env_id": group.task.env_id, "seed": group.task.seed, "leaf": index, "won": leaf.won,
-                "task_type": leaf.task_type, "branch_point": leaf.branch_point}
+                "task_type": leaf.task_type, "branch_point": leaf.branch_point,
+                "layout": leaf.nodes[0].info.get("layout")}
 
     def batch(self) -> Batch:
         """The finished leaves of every group that has one, in the order they finished."""

@@ -50,7 +50,7 @@ from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, s
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
-from ptgpo_algos.evaluation import evaluate
+from ptgpo_algos.evaluation import evaluate, make_env, overlap
 from ptgpo_algos.files import FileFormatError, atomic_folder, atomic_write_text, folder_lock, read_jsonl
 from ptgpo_algos.hindsight import Hindsight
 from ptgpo_algos.objectives import Objectives, needs_expert
@@ -68,7 +68,7 @@ from ptgpo_algos.policy.backends import (
 from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
 from ptgpo_algos.rollout import RolloutStats
 from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
-from ptgpo_envs import TextEnv, check_env_kwargs
+from ptgpo_envs import TextEnv, check_env_kwargs, held_out
 from ptgpo_algos.update import flatten_batch, ppo_update, recompute_old_logprobs, reference_logprobs, trained_samples
 
 __all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evaluate_policy", "evaluation_agent",
@@ -100,6 +100,8 @@ class TrainSummary:
         return {"recipe": self.recipe, **self.final_eval.get("environment", {})}
 
 
+#: Training seeds drawn in a row into held-out layouts before a run gives up (a share near 1).
+_REDRAWS = 1000
 
 
 @dataclass
@@ -119,6 +121,9 @@ class TrainState:
     best_success: float = 0.0
     last_eval_iteration: int = -1
     last_eval: dict[str, Any] = field(default_factory=dict)
+    #: The ``info["layout"]`` of every training episode's start, to measure how held out the
+    #: evaluation is; None when unknown (a run resumed from a checkpoint that did not keep them).
+    train_layouts: set[str] | None = field(default_factory=set)
 
     @classmethod
     def seeded(cls, seed: int) -> TrainState:
@@ -141,16 +146,20 @@ class TrainState:
         for name in COUNTERS:
             setattr(self, name, checkpoint["counters"][name])
         self.last_eval = checkpoint.get("last_eval", {})
+        layouts = checkpoint.get("train_layouts")
+        self.train_layouts = None if layouts is None else set(layouts)
         rng = checkpoint["rng"]
         random.setstate(rng["python"])
         self.rng.bit_generator.state = rng["numpy"]
         torch.random.set_rng_state(rng["torch"])
         self.sampler.set_state(rng["sampler"])
 
-    def add(self, stats: RolloutStats) -> None:
-        """Add an iteration's rollout counts."""
+    def add(self, stats: RolloutStats, batch: Batch) -> None:
+        """Add an iteration's rollout counts and the layouts its episodes started in."""
         for key in ("decisions", "tokens", "decisions_saved", "tokens_saved"):
             setattr(self, key, getattr(self, key) + getattr(stats, key))
+        if self.train_layouts is not None:
+            self.train_layouts.update(t.meta["layout"] for group in batch for t in group if t.meta.get("layout"))
 
 
 class Trainer:
@@ -191,6 +200,8 @@ class Trainer:
                     self.run_iteration()
             finally:
                 self.collector.close()
+                if self.layout_probe is not None:
+                    self.layout_probe.close()
             return self.finish()
 
     def setup(self, checkpoint: dict[str, Any] | None) -> None:
@@ -220,6 +231,7 @@ class Trainer:
         self.sync_floor: float | None = None
         #: Seconds and bytes of the last ``checkpoint.pt`` written.
         self.last_checkpoint: dict[str, float] = {}
+        self.layout_probe = None  # an environment to read training seeds' layouts from (env.held_out)
         if checkpoint is not None:
             self._restore(checkpoint)
         else:
@@ -260,11 +272,27 @@ class Trainer:
                 or (run.time_limit_s is not None and self.elapsed() >= run.time_limit_s))
 
     def next_tasks(self) -> list[Task]:
-        """This iteration's tasks: training seeds drawn from the run's generator."""
+        """This iteration's tasks: training seeds drawn from the run's generator (each redrawn while
+        its layout is held out, with ``env.held_out``)."""
         env = self.config.env
         low, high = env.train_seeds
-        seeds = self.state.rng.integers(low, high, size=self.config.rollouts.tasks_per_iteration)
-        return [Task(env.id, int(s), dict(env.kwargs), env.max_steps) for s in seeds]
+        seeds = [int(s) for s in self.state.rng.integers(low, high, size=self.config.rollouts.tasks_per_iteration)]
+        if env.held_out is not None:
+            seeds = [self.training_seed(seed) for seed in seeds]
+        return [Task(env.id, s, dict(env.kwargs), env.max_steps) for s in seeds]
+
+    def training_seed(self, seed: int) -> int:
+        """``seed``, or the first redraw from the run's generator whose start layout is outside the
+        ``env.held_out`` share of layouts that evaluation keeps for itself."""
+        env = self.config.env
+        if self.layout_probe is None:
+            self.layout_probe = make_env(env.id, env.kwargs, env.max_steps)
+        for _ in range(_REDRAWS):
+            if not held_out(self.layout_probe.reset(seed=seed)[1]["layout"], env.held_out):
+                return seed
+            seed = int(self.state.rng.integers(*env.train_seeds))
+        raise ValueError(f"env.held_out (held_out): {_REDRAWS} training seeds in a row started in a held-out layout; "
+                         f"lower the share {env.held_out} or widen env.train_seeds {env.train_seeds}")
 
     # ================================================================== one iteration
     def run_iteration(self) -> None:
@@ -280,7 +308,7 @@ class Trainer:
         samples, update = self.update(batch, advantages)
         train_time = time.perf_counter() - train_start
         update.update(self.sync(samples))
-        state.add(stats)
+        state.add(stats, batch)
         state.iteration = iteration
         flat = np.array([a for g in advantages for t in g for a in t], dtype=float)
         row = {
@@ -447,6 +475,8 @@ class Trainer:
         ``evaluation.curve_episodes`` seeds unless it is the ``final`` one)."""
         config, state = self.config, self.state
         summary = evaluate_policy(self.rollout_policy, config, curve=not final)
+        if final:
+            summary["overlap"] = overlap(summary["layouts"], state.train_layouts)
         state.last_eval_iteration = state.iteration
         state.best_success = max(state.best_success, summary["success"])
         state.last_eval = summary
@@ -470,6 +500,7 @@ class Trainer:
             "rng": state.rng_state(),
             "counters": state.counters(),
             "last_eval": state.last_eval,
+            "train_layouts": None if state.train_layouts is None else sorted(state.train_layouts),
             "config": self.config.to_dict(),
             "pending_rollout": self.collector.state_dict(),
         }

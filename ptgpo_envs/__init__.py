@@ -13,11 +13,11 @@ with ``snapshot``/``restore``, bad-input handling), :mod:`ptgpo_envs.registry` f
 environment (here or from another package), and :mod:`ptgpo_envs.vector` for stepping many at once.
 """
 
-from ptgpo_envs.core import Snapshot, TextEnv, TextSpace
+from ptgpo_envs.core import Snapshot, TextEnv, TextSpace, held_out, layout_hash
 from ptgpo_envs.registry import ENVIRONMENTS, EnvSpec, check_env_kwargs, env_ids, get_spec, load_plugins, register
 
 __all__ = ["ENVIRONMENTS", "EnvSpec", "Snapshot", "TextEnv", "TextSpace", "check_env_kwargs", "env_ids", "get_spec",
-           "load_plugins", "register"]
+           "held_out", "layout_hash", "load_plugins", "register"]
 
 # Last, once every name above exists: a plugin's register() imports this package's register.
 load_plugins()

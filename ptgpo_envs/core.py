@@ -7,7 +7,9 @@ A :class:`TextEnv` is a :class:`gymnasium.Env` whose observations and actions ar
   success, else 0.0) unless a subclass documents partial scores.
 * ``info`` always carries ``task`` (the goal in words), ``admissible_actions`` (exactly the actions valid
   now), ``state_key`` (a canonical string of the state as the agent observes it, without history: steps
-  with equal keys are "the same state" for step-level grouping) and ``won``; after a step also
+  with equal keys are "the same state" for step-level grouping), ``won`` and ``layout`` (a hash of
+  how the episode started, the same at every step: :meth:`TextEnv._layout_key`; episodes with equal
+  hashes start alike, so an evaluation can tell held-out starts from trained ones); after a step also
   ``action_valid``. Subclasses may add keys (``task_type``, ``score``...).
 * The same seed and the same actions give identical observations, rewards and infos, in any process.
 * ``snapshot()`` / ``restore(snapshot)`` on the unwrapped environment fork an episode at any step:
@@ -33,6 +35,7 @@ counting, the horizon, ``info`` and forking.
 from __future__ import annotations
 
 import copy
+import hashlib
 import string
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -40,7 +43,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium import spaces
 
-__all__ = ["TextEnv", "TextSpace", "Snapshot", "INVALID_ACTION_OBSERVATION", "MAX_ACTION_CHARS"]
+__all__ = ["TextEnv", "TextSpace", "Snapshot", "INVALID_ACTION_OBSERVATION", "MAX_ACTION_CHARS", "held_out",
+           "layout_hash"]
 
 #: Longer action strings are rejected without being parsed, so a runaway generation costs nothing.
 MAX_ACTION_CHARS = 4096
@@ -48,6 +52,19 @@ MAX_ACTION_CHARS = 4096
 INVALID_ACTION_OBSERVATION = (
     "Nothing happens. That action was not understood: choose one of the admissible actions."
 )
+
+
+def layout_hash(layout_key: str) -> str:
+    """The ``info["layout"]`` of a layout key: 16 hex digits of its BLAKE2b digest (stable across
+    processes and platforms, unlike ``hash``)."""
+    return hashlib.blake2b(layout_key.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def held_out(layout: str, share: float) -> bool:
+    """Whether ``layout`` (an ``info["layout"]``) falls in the ``share`` of layouts kept for
+    evaluation: its hash read as a fraction of 2**64 is below ``share``. A fixed split of the layout
+    space, so evaluation and training agree on it without seeing each other's seeds."""
+    return int(layout, 16) / 2.0**64 < share
 
 
 class TextSpace(spaces.Text):
@@ -105,6 +122,8 @@ class TextEnv(gym.Env[str, str]):
         self._admissible_cache: list[str] | None = None
         #: The admissible action the last step applied (None after an invalid one, reset or restore).
         self._last_action: str | None = None
+        #: ``info["layout"]`` of the episode: the hash of its start's :meth:`_layout_key`.
+        self._start_layout = ""
 
     # ----------------------------------------------------------------- world (subclass hooks)
     def _new_episode(self, options: dict[str, Any] | None) -> str:
@@ -127,6 +146,13 @@ class TextEnv(gym.Env[str, str]):
 
     def _won(self) -> bool:
         raise NotImplementedError
+
+    def _layout_key(self) -> str:
+        """A canonical string of how the episode starts, called right after :meth:`_new_episode`. The
+        default is the task and the first state key: an environment whose agent sees only part of
+        the world overrides it with the whole start (BabyAI: the full grid), else two layouts that look
+        alike at first count as one, which overstates, never hides, an overlap."""
+        return f"{self._task()}\n{self._state_key()}"
 
     def _extra_info(self) -> dict[str, Any]:
         """Environment-specific ``info`` keys (e.g. ``task_type``)."""
@@ -174,6 +200,7 @@ class TextEnv(gym.Env[str, str]):
         self._admissible_cache = None
         self._last_action = None
         self._observation = self._new_episode(options)
+        self._start_layout = layout_hash(self._layout_key())
         return self._observation, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -230,6 +257,7 @@ class TextEnv(gym.Env[str, str]):
             "state_key": self._state_key(),
             "won": bool(self._won()),
             "step": self._steps,
+            "layout": self._start_layout,
         }
         info.update(self._extra_info())
         return info
@@ -255,6 +283,7 @@ class TextEnv(gym.Env[str, str]):
                 self._done,
                 self._observation,
                 copy.deepcopy(self.np_random.bit_generator.state),
+                self._start_layout,
             ),
         )
 
@@ -270,7 +299,7 @@ class TextEnv(gym.Env[str, str]):
             raise ValueError(
                 f"this snapshot was taken on a {snapshot.env_class}, not a {type(self).__qualname__}"
             )
-        world, steps, done, observation, rng_state = snapshot.state
+        world, steps, done, observation, rng_state, self._start_layout = snapshot.state
         self._set_state(world)
         self._steps, self._done, self._observation = steps, done, observation
         self.np_random.bit_generator.state = copy.deepcopy(rng_state)

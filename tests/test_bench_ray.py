@@ -33,13 +33,16 @@ CONFIG = {
     "baselines": ["random", {"name": "expert", "resources": {"cpus": 0.5}}],
 }
 #: Fields that say when and how long, not what: they differ between any two runs.
-_TIMING = ("wall_time_s", "created_at")
+_TIMING = ("wall_time_s", "cpu_time_s", "created_at")
 
 
 def _records(folder):
     out = {}
     for path in sorted(folder.glob("*.json")):
         record = json.loads(path.read_text())
+        # Where a run wrote its files is part of its resolved config, not of what it did.
+        (record["provenance"]["config"].get("run") or {}).pop("out_dir", None)
+        record["provenance"]["config"].pop("out_dir", None)
         out[path.name] = {k: v for k, v in record.items() if k not in _TIMING}
     return out
 

@@ -47,6 +47,8 @@ from leaderboard.aggregate import Column, LeaderboardError, build_leaderboard, m
 from leaderboard.curves import Curve, mean_curve
 from leaderboard.records import write_record
 from leaderboard.render import (
+    comparisons_csv,
+    comparisons_markdown,
     improvement_csv,
     improvement_markdown,
     to_csv,
@@ -63,9 +65,11 @@ from leaderboard.reported import (
     ReportedValue,
     load_reported,
 )
+from leaderboard.inference import t_quantile
 from leaderboard.stats import Estimate
 
 SE3 = 10 / math.sqrt(3)  # SE of (a-10, a, a+10)
+T2 = 4.302653  # Student's t, 97.5 % quantile, 2 degrees of freedom
 
 
 @pytest.fixture
@@ -93,10 +97,11 @@ def test_aggregation_numbers_ranks_and_best_marks(results):
         Column("A", "All"),
         Column("B", "success"),
     ]
+    # random has a single seed: no test can separate it, so it shares grpo's and ptgpo's rank.
     assert [(r.method, r.rank, r.section) for r in board.rows] == [
         ("grpo", 1, "measured"),
         ("ptgpo", 1, "measured"),
-        ("random", 3, "measured"),
+        ("random", 1, "measured"),
         ("zero-shot", 4, "measured"),
         ("expert", None, "reference"),
     ]
@@ -104,25 +109,29 @@ def test_aggregation_numbers_ranks_and_best_marks(results):
 
     row, c = cells(board, "grpo")
     assert (c["A", "All"].mean, c["A", "All"].se, c["A", "All"].n) == pytest.approx((60, SE3, 3))
-    assert (c["A", "All"].low, c["A", "All"].high) == pytest.approx((50, 70))
-    assert c["A", "All"].over == "seeds"
+    assert (c["A", "All"].low, c["A", "All"].high) == pytest.approx((60 - T2 * SE3, 60 + T2 * SE3))
+    assert c["A", "All"].over == "t"
     assert (c["A", "Pick"].mean, c["A", "Pick"].se) == pytest.approx((50, SE3))
     assert (c["B", "success"].mean, c["B", "success"].se) == pytest.approx((40, 10))
-    assert (c["B", "success"].low, c["B", "success"].high) == pytest.approx((30, 60))
+    # 40 - 43.0 is clipped to 0: a success rate cannot be negative.
+    assert (c["B", "success"].low, c["B", "success"].high) == pytest.approx((0, 40 + T2 * 10))
     assert row.mean_success == pytest.approx(50) and row.envs_covered == 2 and not row.best_mean_success
     ms = row.mean_success_estimate
-    assert ms.over == "seeds" and ms.point == pytest.approx(50) and 40 <= ms.low < 50 < ms.high <= 65
+    # Squared SEs 100/3 (A) and 100 (B); Welch-Satterthwaite df = (400/3)^2 / ((100/3)^2/2 + 100^2/2).
+    half = t_quantile(0.975, (400 / 3) ** 2 / ((100 / 3) ** 2 / 2 + 100**2 / 2)) * math.sqrt(400 / 3) / 2
+    assert ms.over == "t" and (ms.point, ms.low, ms.high) == pytest.approx((50, 50 - half, 50 + half))
     assert row.iqm.point == pytest.approx(54) and row.iqm.over == "seeds"
     assert best(c) == [False, False, False, False]
 
     row, c = cells(board, "ptgpo")
     assert (c["A", "All"].mean, c["A", "All"].se, c["A", "All"].n) == pytest.approx((70, 10, 2))
-    assert (c["A", "Pick"].low, c["A", "Pick"].high) == pytest.approx((70, 90))
+    assert (c["A", "Pick"].low, c["A", "Pick"].high) == pytest.approx((0, 100))  # n = 2: t = 12.7
     assert (c["A", "Look"].mean, c["A", "Look"].se) == pytest.approx((60, 10))
     assert (c["B", "success"].mean, c["B", "success"].se) == pytest.approx((30, 10))
     assert row.mean_success == pytest.approx(50) and not row.best_mean_success
-    assert row.iqm.point == pytest.approx(57.5) and not row.best_iqm
-    assert best(c) == [True, False, False, False]
+    assert row.iqm.point == pytest.approx(57.5)
+    # Pick 80 against grpo's 50: Welch's p is about 0.08 with two and three seeds, so nothing is bold.
+    assert best(c) == [False, False, False, False]
 
     row, c = cells(board, "random")
     assert (c["A", "Look"].mean, c["A", "Look"].se, c["A", "Look"].n) == (0.0, None, 1)
@@ -180,19 +189,32 @@ def test_a_dominating_method_improves_on_the_others_with_probability_one(tmp_pat
     assert weak_over_strong.estimate.point == 0.0
     strong = board.rows[0]
     assert (strong.method, strong.rank, board.rows[1].rank) == ("strong", 1, 2)
-    assert strong.cells[Column("B", "success")].best and strong.best_mean_success and strong.best_iqm
+    assert strong.cells[Column("B", "success")].best and strong.best_mean_success
+    [comparison] = [c for c in board.comparisons if c.column is None]
+    assert (comparison.better, comparison.worse, comparison.separated) == ("strong", "weak", True)
+    assert comparison.difference == pytest.approx(70.0) and comparison.p_holm == comparison.p < 1e-6
+    markdown = comparisons_markdown(board)
+    assert "## mean success" in markdown and "## B · success" in markdown
+    assert re.search(r"\| strong \| weak \| 70\.0 \[6\d\.\d, 7\d\.\d\] \| [0-9.e-]+ \| [0-9.e-]+ \| yes \|", markdown)
+    rows = list(csv.DictReader(io.StringIO(comparisons_csv(board))))
+    assert [(r["scope"], r["better"], r["separated"]) for r in rows] == [("mean success", "strong", "1"),
+                                                                        ("B · success", "strong", "1")]
+    assert "| 1 | strong | rl | **81.5 [" in to_markdown(board)
 
 
-def test_ties_are_never_bold_and_overlapping_intervals_share_a_rank(tmp_path):
-    # a and b: the same seeds, a tie; c: below both but its interval reaches theirs; d: below all.
+def test_ties_are_never_bold_and_methods_not_separated_share_a_rank(tmp_path):
+    # a and b: the same seeds, a tie; c: below both, not separated from them; d: below all, separated
+    # from a and b after Holm's correction over the six pairs (0.022) but not from c (0.052).
     values = {"a": [0.5, 0.6, 0.7], "b": [0.5, 0.6, 0.7], "c": [0.3, 0.4, 0.5], "d": [0.0, 0.05, 0.1]}
     for method, seeds in values.items():
         for seed, success in enumerate(seeds):
             write_record(tmp_path, record(method, "B", seed, success))
     board = build_leaderboard(tmp_path)
-    assert [(row.method, row.rank) for row in board.rows] == [("a", 1), ("b", 1), ("c", 1), ("d", 4)]
+    assert [(row.method, row.rank) for row in board.rows] == [("a", 1), ("b", 1), ("c", 1), ("d", 3)]
     assert not any(cell.best for row in board.rows for cell in row.cells.values())
-    assert not any(row.best_mean_success or row.best_iqm for row in board.rows)
+    assert not any(row.best_mean_success for row in board.rows)
+    holm_p = {(c.better, c.worse): c.p_holm for c in board.comparisons if c.column is None}
+    assert holm_p["a", "d"] == pytest.approx(0.02196, abs=1e-4) and holm_p["c", "d"] == pytest.approx(0.0518, abs=1e-3)
     markdown = to_markdown(board)
     assert "**" not in markdown.split("| Rank |")[1]
     assert "share a rank" in markdown and "never bold" in markdown
@@ -299,8 +321,9 @@ def test_shipped_reported_yaml_matches_the_spec():
     section = None
     for line in spec.read_text(encoding="utf-8").splitlines():
         if line.startswith("## "):
-            section = "gigpo" if "GiGPO" in line else "hgpo"
-        if not line.startswith("| ") or line.startswith("| model"):
+            # Later sections (the 2026 numbers) are not reported.yaml's gigpo and hgpo sources.
+            section = "gigpo" if "GiGPO paper" in line else "hgpo" if "HGPO paper" in line else None
+        if section is None or not line.startswith("| ") or line.startswith("| model"):
             continue
         cols = [c.strip() for c in line.strip("|").split("|")]
         if section == "gigpo":
@@ -340,7 +363,8 @@ def test_csv_parses_and_carries_the_numbers(results):
     assert float(by_key["grpo", "A", "All"]["se"]) == pytest.approx(SE3, rel=1e-5)
     assert by_key["grpo", "A", "All"]["n"] == "3" and by_key["grpo", "A", "All"]["budget"] == "100"
     interval = [float(by_key["grpo", "A", "All"][k]) for k in ("ci_low", "ci_high")]
-    assert interval == pytest.approx([50, 70]) and by_key["grpo", "A", "All"]["ci_over"] == "seeds"
+    assert interval == pytest.approx([60 - T2 * SE3, 60 + T2 * SE3], rel=1e-5)
+    assert by_key["grpo", "A", "All"]["ci_over"] == "t"
     single = by_key["random", "B", "success"]
     assert (
         single["se"] == single["budget"] == single["ci_low"] == single["ci_high"] == single["ci_over"] == ""
@@ -350,8 +374,8 @@ def test_csv_parses_and_carries_the_numbers(results):
         by_key["random", "", "iqm"]["ci_over"] == "tasks"
         and by_key["random", "", "mean_success"]["ci_low"] == ""
     )
-    best = sorted((r["method"], r["env_label"], r["metric"]) for r in rows if r["best"] == "1")
-    assert best == [("ptgpo", "A", "Pick")]
+    # No cell of the fixture is separated from every other after correction (see the aggregation test).
+    assert not [r for r in rows if r["best"] == "1"]
     assert (
         by_key["expert", "A", "All"]["section"] == "reference" and by_key["expert", "A", "All"]["rank"] == ""
     )
@@ -362,12 +386,20 @@ def _tex_width(line: str) -> int:
     return len(re.split(r"(?<!\\)&", line)) + spans
 
 
+def _mark_pick_best(board):
+    """Mark ptgpo's A·Pick best, as a separating test would, to see how each format shows it."""
+    row = next(r for r in board.rows if r.method == "ptgpo")
+    row.cells[Column("A", "Pick")].best = True
+    return board
+
+
 def test_latex_is_booktabs_with_consistent_columns_and_escaping(results):
     write_record(results, record("sb3_ppo & co%", "B", 0, 0.1, "baseline"))
     measured_on(results, ("alfworld", "ptgpo/ALFWorld-v0"))
-    board = build_leaderboard(results, load_reported(DEFAULT_REPORTED))
+    board = _mark_pick_best(build_leaderboard(results, load_reported(DEFAULT_REPORTED)))
     tex = to_latex(board)
-    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 2
+    # Measured, compute, the mean-success comparisons, reported.
+    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 4
     for block in re.findall(r"\\begin\{tabular\}\{(\w+)\}(.*?)\\end\{tabular\}", tex, re.S):
         spec, body = block
         lines = [line for line in body.strip().splitlines()]
@@ -375,8 +407,9 @@ def test_latex_is_booktabs_with_consistent_columns_and_escaping(results):
         rows = [line for line in lines if line.endswith(r"\\")]
         assert len(rows) >= 3 and {_tex_width(line) for line in rows} == {len(spec)}
     assert r"sb3\_ppo \& co\%" in tex
-    assert r"\textbf{80.0} [70.0, 90.0] {\scriptsize(2)}" in tex  # ptgpo, A·Pick: best
-    assert r"60.0 [50.0, 70.0] {\scriptsize(3)}" in tex  # grpo, A·All
+    assert r"\textbf{80.0} [0.0, 100.0] {\scriptsize(2)}" in tex  # ptgpo, A·Pick: best
+    assert r"60.0 [35.2, 84.8] {\scriptsize(3)}" in tex  # grpo, A·All
+    assert r"grpo & ptgpo & 0.0 [" in tex  # a comparison: the same mean success
     assert r"8.3 [0.0, 20.0]\dag{}" in tex  # random's IQM, resampled over tasks
     assert "90.16" in tex  # reported numbers keep the paper's precision
 
@@ -402,11 +435,16 @@ class _Tables(HTMLParser):
 def test_html_is_standalone_with_sortable_tables(results):
     measured_on(results, ("alfworld", "ptgpo/ALFWorld-v0"))
     papers = load_reported(DEFAULT_REPORTED)
-    board = build_leaderboard(results, papers)
+    board = _mark_pick_best(build_leaderboard(results, papers))
     page = to_html(board)
     parser = _Tables()
     parser.feed(page)
-    measured, improvement, reported, failed = parser.tables
+    measured, compute, *comparisons, improvement, reported, failed = parser.tables
+    # Method, then decisions, episodes, trained tokens and CPU s of each of the three environments
+    # (the expert's alfworld record included).
+    assert compute["rows"] == 1 + 5 and set(compute["widths"]) == {1 + 3 * 4}
+    # Mean success and each of the four columns; 6 pairs of the 4 ranked methods in mean success.
+    assert len(comparisons) == 5 and comparisons[0]["rows"] == 1 + 6 and set(comparisons[0]["widths"]) == {6}
     assert measured["rows"] == 1 + 5 and set(measured["widths"]) == {5 + 4 + 1}  # + the expert's alfworld
     assert improvement["rows"] == 1 + 4 and set(improvement["widths"]) == {1 + 4}
     # The papers' numbers on the environment measured only: method, model, source, protocol; ALFWorld's
@@ -417,7 +455,7 @@ def test_html_is_standalone_with_sortable_tables(results):
     assert failed["rows"] == 1 + 1
     assert {t["class"] for t in parser.tables} == {"sortable"}
     assert parser.links == [] and "<script>" in page and "http" not in page
-    assert '<td data-value="80"><span class="best">80.0</span><span class="ci"> [70.0, 90.0]</span>' in page
+    assert '<td data-value="80"><span class="best">80.0</span><span class="ci"> [0.0, 100.0]</span>' in page
     assert "share a rank" in page and "P(X &gt; Y)" in page
 
     # Plots are named by file, in the page's own folder: the folder stays self-contained.
@@ -427,19 +465,19 @@ def test_html_is_standalone_with_sortable_tables(results):
 
 
 def test_markdown_shows_intervals_seed_counts_and_only_separated_bests(results):
-    markdown = to_markdown(build_leaderboard(results))
+    markdown = to_markdown(_mark_pick_best(build_leaderboard(results)))
     table = [line for line in markdown.splitlines() if line.startswith("| ")]
     assert table[0].startswith(
         "| Rank | Method | Kind | Mean success | IQM | A · Pick | A · Look | A · All | B |"
     )
     assert re.match(
-        r"\| 1 \| grpo \| rl \| 50\.0 \[4\d\.\d, \d\d\.\d\] \| 54\.0 \[\d\d\.\d, \d\d\.\d\] \| "
-        r"50\.0 \[40\.0, 60\.0\] \(n=3\) \| 70\.0 \[60\.0, 80\.0\] \(n=3\) \| 60\.0 \[50\.0, 70\.0\] \(n=3\) \| "
-        r"40\.0 \[30\.0, 60\.0\] \(n=3\) \|$",
+        r"\| 1 \| grpo \| rl \| 50\.0 \[32\.3, 67\.7\] \| 54\.0 \[\d\d\.\d, \d\d\.\d\] \| "
+        r"50\.0 \[25\.2, 74\.8\] \(n=3\) \| 70\.0 \[45\.2, 94\.8\] \(n=3\) \| 60\.0 \[35\.2, 84\.8\] \(n=3\) \| "
+        r"40\.0 \[0\.0, 83\.0\] \(n=3\) \|$",
         table[1],
     ), table[1]
-    assert "| **80.0 [70.0, 90.0]** (n=2) |" in table[2]
-    assert "| 3 | random | baseline | 7.5 | 8.3 [0.0, 20.0]† | 20.0 (n=1) |" in markdown
+    assert "| **80.0 [0.0, 100.0]** (n=2) |" in table[2]
+    assert "| 1 | random | baseline | 7.5 | 8.3 [0.0, 20.0]† | 20.0 (n=1) |" in markdown
     assert "| 4 | zero-shot | baseline | 90.0 (1/2 envs) | 90.0 | – | – | – | 90.0 (n=1) |" in markdown
     assert "| ref | expert |" in markdown
     assert "CUDA out of memory \\| at step 3" in markdown.split("## Failed runs")[1]
@@ -447,24 +485,26 @@ def test_markdown_shows_intervals_seed_counts_and_only_separated_bests(results):
     for rule in (
         "95 % confidence interval",
         "single seed has no interval",
-        "marked †, the tasks resampled",
+        "marked †, of the tasks",
+        "Student t over seeds",
+        "Holm-corrected",
         "share a rank",
-        "entirely above",
+        "separate it from every other",
         "never bold",
     ):
         assert rule in legend, rule
 
 
 def test_mean_curve_interpolates_onto_the_shared_range():
-    first = Curve(decisions=[0.0, 10.0], success=[0.0, 1.0])
-    second = Curve(decisions=[5.0, 15.0], success=[0.0, 1.0])
+    first = Curve(x=[0.0, 10.0], success=[0.0, 1.0])
+    second = Curve(x=[5.0, 15.0], success=[0.0, 1.0])
     curve = mean_curve([first, second], points=6)
-    assert list(curve.decisions) == [5, 6, 7, 8, 9, 10]
+    assert list(curve.x) == [5, 6, 7, 8, 9, 10]
     # At 5: 0.5 and 0.0; at 10: 1.0 and 0.5. SE of two values = |a - b| / 2.
     assert curve.mean[0] == pytest.approx(0.25) and curve.mean[-1] == pytest.approx(0.75)
     assert curve.se[0] == pytest.approx(0.25) and curve.se[-1] == pytest.approx(0.25)
     with pytest.raises(ValueError, match="share no range"):
-        mean_curve([first, Curve(decisions=[20.0, 30.0], success=[0.0, 1.0])])
+        mean_curve([first, Curve(x=[20.0, 30.0], success=[0.0, 1.0])])
 
 
 def test_all_formats_are_written_and_png_curves_are_valid(results):
@@ -477,6 +517,8 @@ def test_all_formats_are_written_and_png_curves_are_valid(results):
     out = results / "board"
     written = write_outputs(board, out)
     assert sorted(p.name for p in written) == [
+        "comparisons.csv",
+        "comparisons.md",
         "curves-A.png",
         "improvement.csv",
         "improvement.md",
@@ -508,6 +550,8 @@ def test_cli_writes_requested_formats_and_refuses_mixed_budgets(results, capsys)
         == 0
     )
     assert sorted(p.name for p in out.iterdir()) == [
+        "comparisons.csv",
+        "comparisons.md",
         "improvement.csv",
         "improvement.md",
         "leaderboard.csv",
@@ -587,3 +631,35 @@ def test_an_environment_of_one_task_type_gets_one_success_column(tmp_path):
     board = build_leaderboard(tmp_path)
     assert board.columns == [Column("A", "success")]
     assert board.rows[0].values[Column("A", "success")] == [25.0, 75.0]  # shown in %
+
+
+def test_the_audit_marks_overlap_counts_compute_and_flags_mixed_commits(tmp_path):
+    for seed in range(2):
+        write_record(tmp_path, record("grpo", "B", seed, 0.5 + 0.1 * seed, eval_overlap=0.0, decisions=100,
+                                      episodes=10 + 2 * seed, trained_tokens=1000, cpu_time_s=20.0 + seed,
+                                      provenance={"commit": "a" * 40, "dirty": False}))
+        write_record(tmp_path, record("ptgpo", "B", seed, 0.6 + 0.1 * seed, eval_overlap=0.5 + 0.2 * seed,
+                                      decisions=100, provenance={"commit": "b" * 40, "dirty": seed == 1}))
+    board = build_leaderboard(tmp_path)
+    grpo, ptgpo = (cells(board, method)[1]["B", "success"] for method in ("grpo", "ptgpo"))
+    assert (grpo.overlap, grpo.overlap_mark) == (0.0, False)
+    assert ptgpo.overlap == pytest.approx(0.6) and ptgpo.overlap_mark
+    assert board.overlap_notes == ["§ B: not held out: a share of the evaluation episodes started in a layout the "
+                                   "run had trained on (ptgpo 60 %); such a cell measures memory as well as skill."]
+    assert board.commits == {"a" * 12: 2, "b" * 12: 1, "b" * 12 + "+dirty": 1}
+    assert "written by 3 commits" in board.commit_note
+    row = next(r for r in board.rows if r.method == "grpo")
+    assert row.compute["B"] == {"decisions": 100.0, "episodes": 11.0, "trained_tokens": 1000.0, "cpu_time_s": 20.5}
+    assert next(r for r in board.rows if r.method == "ptgpo").compute["B"]["episodes"] is None
+
+    markdown = to_markdown(board)
+    assert "(n=2) |" in markdown and "§ (n=2)" in markdown and board.commit_note in markdown
+    assert "| grpo | 100 | 11 | 1,000 | 20.5 |" in markdown
+    table = {(r["method"], r["metric"]): r for r in csv.DictReader(io.StringIO(to_csv(board)))}
+    assert table["ptgpo", "success"]["overlap_mark"] == "1" and table["ptgpo", "success"]["eval_overlap"] == "0.6"
+    assert table["grpo", "success"]["cpu_time_s"] == "20.5" and table["ptgpo", "success"]["episodes"] == ""
+    assert r"\S{}" in to_latex(board) and 'title="not held out' in to_html(board)
+    single = tmp_path / "single"
+    single.mkdir()
+    write_record(single, record("grpo", "B", 0, 0.5, provenance={"commit": "a" * 40, "dirty": False}))
+    assert build_leaderboard(single).commit_note is None  # one commit: nothing to say

@@ -71,7 +71,7 @@ def test_torn_and_garbage_lines_name_the_file_and_line_and_the_rest_is_kept(tmp_
     ]
     path.write_bytes(b"\n".join(lines))
     curve, problems = read_curve(path)
-    assert list(curve.decisions) == [0, 30] and list(curve.success) == [0.0, 0.75]
+    assert list(curve.x) == [0, 30] and list(curve.success) == [0.0, 0.75]
     assert [(p.path, p.line, p.kind) for p in problems] == [
         (path, n, "curve") for n in (2, 3, 4, 5, 6, 7, 8, 10)
     ]
@@ -128,3 +128,20 @@ def test_heat_map_digits_contrast_with_their_cells(tmp_path, monkeypatch):
         value = float(text.get_text())
         assert text.get_color() == ("white" if abs(value - 0.5) > 0.3 else "black")
     assert {text.get_color() for text in texts} == {"white", "black"} or len(texts) < 3
+
+
+def test_curves_with_the_runs_seconds_are_also_plotted_against_time(tmp_path):
+    # grpo's rows carry the run's seconds (as the trainer writes them); the baseline's do not.
+    (tmp_path / "grpo.jsonl").write_text("".join(
+        json.dumps({"decisions": d, "success": s, "wall_time_s": t}) + "\n"
+        for d, s, t in ((0, 0.0, 1.5), (50, 0.5, 20.0), (100, 1.0, 41.0))))
+    (tmp_path / "sb3.jsonl").write_text(ROWS)
+    write_record(tmp_path, record("grpo", "B", 0, 0.5, curve_path="grpo.jsonl"))
+    write_record(tmp_path, record("sb3_ppo", "B", 0, 0.2, "baseline", curve_path="sb3.jsonl"))
+    board = build_leaderboard(tmp_path)
+    assert [p.name for p in plot_learning_curves(board, tmp_path / "out")] == ["curves-B.png", "curves-B-seconds.png"]
+    assert board.problems == []  # a curve without seconds is left out of the time plot, not a problem
+    curve, problems = read_curve(tmp_path / "grpo.jsonl", "wall_time_s")
+    assert list(curve.x) == [1.5, 20.0, 41.0] and list(curve.success) == [0.0, 0.5, 1.0] and problems == []
+    curve, problems = read_curve(tmp_path / "sb3.jsonl", "wall_time_s")
+    assert curve is None and "row needs 'wall_time_s'" in problems[0].message

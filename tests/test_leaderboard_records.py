@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -85,6 +86,12 @@ def test_cell_name_is_file_safe_and_distinguishes_cells():
         ({"method": ""}, "method"),
         ({"final_return": float("nan")}, "final_return"),
         ({"score": float("inf")}, "score"),
+        ({"eval_overlap": 1.5}, "eval_overlap"),
+        ({"eval_layouts": -1}, "eval_layouts"),
+        ({"episodes": -2}, "episodes"),
+        ({"trained_tokens": 1.5}, "trained_tokens"),
+        ({"cpu_time_s": -1.0}, "cpu_time_s"),
+        ({"provenance": "abc123"}, "provenance"),
     ],
 )
 def test_invalid_fields_are_named(overrides, field):
@@ -193,3 +200,14 @@ def test_an_ok_record_without_final_success_is_a_problem_and_not_counted(tmp_pat
     with pytest.raises(RecordError, match="final_success"):
         make(final_success=None)
     assert make(status="failed", error="OOM", final_success=None).final_success is None
+
+
+def test_records_written_before_provenance_and_held_out_fields_still_read():
+    # The default benchmark's committed records predate these fields: they read, with None.
+    results = Path(__file__).resolve().parents[1] / "docs" / "results" / "babyai-cpu"
+    records, problems = read_records(results)
+    assert len(records) == 60 and problems == []
+    assert all(r.provenance is None and r.eval_overlap is None and r.cpu_time_s is None for r in records)
+    record = make(episodes=40, trained_tokens=9000, cpu_time_s=12.5, eval_layouts=7, eval_overlap=0.25,
+                  provenance={"commit": "abc", "dirty": False})
+    assert ResultRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record

@@ -6,18 +6,13 @@ import numpy as np
 import pytest
 
 from leaderboard.stats import (
-    Estimate,
     generator,
     improvement_probability,
     iqm,
     iqm_estimate,
-    mean_of_means_estimate,
     performance_profile,
     resampling_weights,
-    separated_best,
-    separation_ranks,
     weighted_iqm,
-    weighted_mean_of_means,
 )
 
 rliable_metrics = pytest.importorskip("rliable.metrics")
@@ -36,44 +31,19 @@ def numpy_iqm(values) -> float:
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (1, 3), (2, 1), (3, 4), (5, 10), (7, 3)])
-def test_iqm_and_mean_equal_numpy_and_rliable(shape):
+def test_iqm_equals_numpy_and_rliable(shape):
     scores = np.random.default_rng(sum(shape)).integers(0, 101, shape).astype(float)
     assert iqm(scores) == pytest.approx(numpy_iqm(scores))
     assert iqm(scores) == pytest.approx(rliable_metrics.aggregate_iqm(scores))
-    estimate = mean_of_means_estimate(columns(scores), key=("t",), tasks=True)
-    assert estimate.point == pytest.approx(rliable_metrics.aggregate_mean(scores))
-    assert estimate.point == pytest.approx(scores.mean(axis=0).mean())
 
 
 def test_weighted_formulas_equal_the_expanded_resample():
     rng = np.random.default_rng(0)
     values = rng.integers(0, 101, 12).astype(float)
-    stratum, sizes = np.repeat([0, 1, 2], [3, 5, 4]), np.array([3, 5, 4])
     weights = rng.integers(0, 4, (50, 12)).astype(float)
-    weights[:, [0, 3, 8]] += 1  # every stratum drawn at least once
-    for w, iqm_value, mean_value in zip(
-        weights,
-        weighted_iqm(values, weights),
-        weighted_mean_of_means(values, stratum, sizes, weights),
-        strict=True,
-    ):
-        expanded = np.repeat(values, w.astype(int))
-        assert iqm_value == pytest.approx(numpy_iqm(expanded))
-        # Each stratum's draws, averaged per draw of the stratum: (sum of its drawn values / n_m)
-        # weighted by how often it was drawn (sum of its weights / n_m).
-        drawn = [w[stratum == m] @ values[stratum == m] / sizes[m] for m in range(3)]
-        times = [w[stratum == m].sum() / sizes[m] for m in range(3)]
-        assert mean_value == pytest.approx(sum(drawn) / sum(times))
-
-
-def test_seed_bootstrap_interval_of_a_cell_matches_a_direct_numpy_bootstrap():
-    values = np.array([10.0, 30.0, 35.0, 60.0, 90.0])
-    ours = mean_of_means_estimate([values], key=("cell",), tasks=False, reps=20_000)
-    rng = np.random.default_rng(123)
-    means = values[rng.integers(0, 5, (20_000, 5))].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    assert ours.over == "seeds" and ours.point == pytest.approx(45.0)
-    assert ours.low == pytest.approx(low, abs=1.0) and ours.high == pytest.approx(high, abs=1.0)
+    weights[:, 0] += 1  # something drawn
+    for w, iqm_value in zip(weights, weighted_iqm(values, weights), strict=True):
+        assert iqm_value == pytest.approx(numpy_iqm(np.repeat(values, w.astype(int))))
 
 
 def test_stratified_intervals_match_rliable():
@@ -83,16 +53,14 @@ def test_stratified_intervals_match_rliable():
     # rliable loops in Python over its resamples: 2,000 keep this test to seconds.
     points, intervals = library.get_interval_estimates(
         {"m": scores},
-        lambda x: np.array([rliable_metrics.aggregate_iqm(x), rliable_metrics.aggregate_mean(x)]),
+        lambda x: np.array([rliable_metrics.aggregate_iqm(x)]),
         reps=2_000,
     )
-    iqm_ours = iqm_estimate(columns(scores), key=("iqm",), reps=20_000)
-    mean_ours = mean_of_means_estimate(columns(scores), key=("mean",), tasks=True, reps=20_000)
-    for ours, index in ((iqm_ours, 0), (mean_ours, 1)):
-        assert ours.over == "seeds" and ours.point == pytest.approx(points["m"][index])
-        # Monte-Carlo error of rliable's 2.5 % / 97.5 % percentiles at 2,000 resamples: ~0.25 point.
-        assert ours.low == pytest.approx(intervals["m"][0, index], abs=1.0)
-        assert ours.high == pytest.approx(intervals["m"][1, index], abs=1.0)
+    ours = iqm_estimate(columns(scores), key=("iqm",), reps=20_000)
+    assert ours.over == "seeds" and ours.point == pytest.approx(points["m"][0])
+    # Monte-Carlo error of rliable's 2.5 % / 97.5 % percentiles at 2,000 resamples: ~0.25 point.
+    assert ours.low == pytest.approx(intervals["m"][0, 0], abs=1.0)
+    assert ours.high == pytest.approx(intervals["m"][1, 0], abs=1.0)
 
 
 def test_probability_of_improvement_matches_rliable_and_a_dominating_method_is_one():
@@ -137,9 +105,6 @@ def test_a_single_seed_resamples_tasks_where_there_are_tasks_and_otherwise_has_n
     assert (estimate.low, estimate.high) == pytest.approx(tuple(direct), abs=1.0)
 
     assert not iqm_estimate([[42.0]], key=("x",)).has_interval
-    assert mean_of_means_estimate([[42.0]], key=("x",), tasks=False) == Estimate(42.0)
-    # Environments are not tasks: one seed per environment gives no interval for the mean over them.
-    assert not mean_of_means_estimate([[10.0], [90.0]], key=("x",), tasks=False).has_interval
     # One task with a single seed among tasks with more: the tasks are resampled.
     assert iqm_estimate([[10.0, 20.0], [30.0]], key=("x",)).over == "tasks"
     improvement = improvement_probability([[1.0], [5.0]], [[2.0], [2.0]], key=("x",))
@@ -167,28 +132,3 @@ def test_performance_profile_is_the_fraction_of_scores_above_each_level():
     assert point == pytest.approx(library.score_distributions(scores, thresholds))
     assert (low <= point + 1e-12).all() and (point <= high + 1e-12).all()
     assert performance_profile([[50.0]], thresholds, key=("one",))[1] is None
-
-
-def test_ranks_are_shared_where_intervals_overlap():
-    a, b = Estimate(60, 50, 70, "seeds"), Estimate(55, 45, 65, "seeds")
-    c, d = Estimate(30, 20, 40, "seeds"), Estimate(10, 5, 12, "seeds")
-    assert separation_ranks([a, b, c, d]) == [1, 1, 3, 4]
-    # b overlaps both a and c; c is below a only: rank = 1 + the number separated above.
-    c2 = Estimate(40, 30, 48, "seeds")
-    assert separation_ranks([a, b, c2]) == [1, 1, 2]
-    # Without intervals a method counts as its value: equal values tie, others do not.
-    assert separation_ranks([Estimate(5), Estimate(5), Estimate(3)]) == [1, 1, 3]
-    # A higher tier (more environments covered) always ranks first; nothing measured ranks last.
-    assert separation_ranks([a, Estimate(1), None], tiers=[1, 2, 2]) == [3, 1, 2]
-
-
-def test_only_a_separated_best_is_marked_never_a_tie():
-    top, runner_up = Estimate(80, 71, 90, "seeds"), Estimate(60, 50, 70, "seeds")
-    assert separated_best([runner_up, top]) == 1
-    assert separated_best([runner_up, Estimate(80, 69, 90, "seeds")]) is None  # overlap
-    assert separated_best([Estimate(50, 50, 50, "seeds"), Estimate(50, 50, 50, "seeds")]) is None  # tie
-    assert separated_best([Estimate(80), Estimate(60)]) is None  # the best has no interval
-    assert separated_best([top, Estimate(60)]) == 0  # a runner-up without one counts as its value
-    assert separated_best([top]) is None  # nothing to be separated from
-    # Separated from the runner-up but not from a wide third interval: not the best.
-    assert separated_best([top, runner_up, Estimate(40, 0, 80, "seeds")]) is None

@@ -36,6 +36,9 @@ Config schema (YAML; unknown keys are errors)::
         budget: 20000            # optional: this environment's matched budget (default: the top one)
         iterations: 100          # optional: this environment's iteration budget (default: the top one)
         eval_seeds: {start: 1000000, count: 50}   # or an explicit list [3, 5, 8]
+        held_out: 0.25           # optional: the share of start layouts kept for evaluation: the eval
+                                 # seeds are the first `count` from `start` whose layout falls there
+                                 # (of a list: those that do), and training redraws seeds that do
     methods:                     # RL cells: TrainConfig = policy + these (+ env, seed, budget)
       - name: gigpo              # method name in records (defaults to algo)
         algo: gigpo              # estimator name
@@ -66,7 +69,11 @@ many iterations of ``tasks_per_iteration`` × ``group_size`` episodes (the liter
 recipe's own ``iterations`` applies only through it, since each cell's stopping is the bench's), its
 record says ``budget_unit: iterations``, and the leaderboard checks the iterations trained instead.
 Records also carry the ``protocol`` the cell ran under (the policy section's recipe, and what the
-evaluation environment reported of its pages and scoring). Random, expert and zero-shot do not train: their
+evaluation environment reported of its pages and scoring), their ``provenance`` (commit, library
+versions, processor, threads, the full resolved config), the compute spent (training episodes,
+trained tokens, CPU seconds) and ``eval_overlap``, the share of evaluation episodes that started in a
+layout the run trained on (``held_out`` makes it 0; a baseline that trains nothing has 0, SB3 PPO is
+not measured). Random, expert and zero-shot do not train: their
 records have ``budget: null`` and ``decisions: 0``. Every cell evaluates on the same ``eval_seeds``
 (the LLM policies with the policy section's protocol: greedy, or sampled at ``eval_temperature``;
 random plays uniformly, SB3 PPO greedily); ``final_success`` is the last evaluation and

@@ -60,6 +60,8 @@ class EnvironmentEntry:
     max_steps: int | None = None
     budget: int | None = None
     iterations: int | None = None
+    #: The share of start layouts kept for evaluation (``held_out``), or None.
+    held_out: float | None = None
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:
@@ -188,6 +190,9 @@ class BenchConfig:
         for entry in [data, *data["environments"]]:
             if entry["iterations"] is None:
                 del entry["iterations"]
+        for entry in data["environments"]:
+            if entry["held_out"] is None:
+                del entry["held_out"]
         return data
 
 
@@ -284,12 +289,17 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
 
     entry = check_mapping(where, entry)
     unknown_keys(where, entry, ("label", "id", "kwargs", "eval_kwargs", "max_steps", "train_seeds", "eval_seeds", "budget",
-                        "iterations"))
+                        "iterations", "held_out"))
     env_id = check_string(f"{where}.id", entry.get("id"))
     if env_id not in ptgpo_envs.env_ids():
         raise BenchError(f"{where}.id: unknown environment {env_id!r}; registered: {', '.join(ptgpo_envs.env_ids())}")
     train = _seed_range(entry.get("train_seeds"), f"{where}.train_seeds")
-    evaluation = _seed_set(entry.get("eval_seeds"), f"{where}.eval_seeds")
+    share = entry.get("held_out")
+    if share is not None:
+        share = check_number(f"{where}.held_out", share, 0.0, 1.0, exclusive_low=True)
+        evaluation = _held_out_seeds(entry, share, where, max_eval)
+    else:
+        evaluation = _seed_set(entry.get("eval_seeds"), f"{where}.eval_seeds")
     # Seeds index tasks, so held-out evaluation needs seeds outside the training range (even with
     # eval_kwargs: an environment may map seeds of every split onto the same task list).
     overlap = [seed for seed in evaluation if train[0] <= seed < train[1]]
@@ -322,7 +332,42 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
         max_steps=max_steps,
         budget=budget,
         iterations=iterations,
+        held_out=share,
     )
+
+
+def _held_out_seeds(entry: dict[str, Any], share: float, where: str, max_eval: int | None) -> list[int]:
+    """The evaluation seeds of an environment with ``held_out``: of ``eval_seeds`` (a list), those whose
+    start layout falls in the held-out share; of a range ``{start, count}``, the first ``count`` from
+    ``start`` that do. Training redraws the seeds that do, so no evaluation layout is trained on."""
+    from ptgpo_algos.evaluation import make_env
+    from ptgpo_envs import held_out
+
+    seeds = entry.get("eval_seeds")
+    kwargs = {**check_mapping(f"{where}.kwargs", entry.get("kwargs") or {}),
+              **check_mapping(f"{where}.eval_kwargs", entry.get("eval_kwargs") or {})}
+    max_steps = entry.get("max_steps")
+    env = make_env(entry["id"], kwargs, None if max_steps is None else check_int(f"{where}.max_steps", max_steps, 1))
+    try:
+        def kept(seed: int) -> bool:
+            return held_out(env.reset(seed=seed)[1]["layout"], share)
+
+        if not isinstance(seeds, dict):
+            return [seed for seed in _int_list(seeds, f"{where}.eval_seeds") if kept(seed)][:max_eval]
+        start, stop = _seed_range(seeds, f"{where}.eval_seeds")
+        count = stop - start if max_eval is None else min(stop - start, max_eval)
+        found, seed = [], start
+        # A share of p needs about count / p seeds; far more means the share holds almost no layout.
+        while len(found) < count:
+            if seed - start > 100 * count / share:
+                raise BenchError(f"{where}.held_out: only {len(found)} of the seeds {start}..{seed} start in the "
+                                 f"held-out share {share} of layouts; raise the share")
+            if kept(seed):
+                found.append(seed)
+            seed += 1
+        return found
+    finally:
+        env.close()
 
 
 def _method(entry: Any, where: str) -> MethodEntry:

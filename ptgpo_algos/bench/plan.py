@@ -72,6 +72,8 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
                 })
                 if env.eval_kwargs is not None:
                     spec["eval_env_kwargs"] = env.eval_kwargs
+                if env.held_out is not None:
+                    spec["held_out"] = env.held_out
                 cells.append(Cell(cell_name(env.label, method.name, seed), "rl", method.name, env, seed, rl_budget,
                                   spec, config.cell_resources(method), unit, recipe))
         for baseline in config.baselines:

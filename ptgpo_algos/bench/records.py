@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import traceback
@@ -10,7 +11,8 @@ from typing import Any
 
 from leaderboard.records import PROTOCOL_KEYS, ResultRecord, record_path, write_record
 from ptgpo_algos.bench.plan import Cell
-from ptgpo_algos.files import folder_lock
+from ptgpo_algos.files import FileFormatError, folder_lock, read_jsonl
+from ptgpo_algos.provenance import provenance
 
 __all__ = ["run_cell"]
 
@@ -19,7 +21,7 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike) -> ResultRecord:
     """Run one cell in this process and write its record (ok or failed); return the record."""
     out_dir = Path(out_dir)
     run_dir = out_dir / "runs" / cell.name
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), time.process_time()
     try:
         with folder_lock(run_dir, "benchmark cell"):
             outcome = _run_rl(cell, run_dir) if cell.kind == "rl" else _run_baseline(cell, run_dir)
@@ -28,9 +30,11 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike) -> ResultRecord:
         traceback.print_exc()
         outcome, status = {}, "failed"
         error = traceback.format_exception_only(type(exc), exc)[-1].strip() or type(exc).__name__
+    wall_time_s, cpu_time_s = round(time.monotonic() - start, 3), round(time.process_time() - cpu_start, 3)
     curve = outcome.pop("curve_path", None)
     if curve is not None:
         curve = os.path.relpath(curve, out_dir)
+    resolved = outcome.pop("resolved_config", None)
     record = ResultRecord(
         method=cell.method,
         method_kind=cell.kind,
@@ -42,20 +46,26 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike) -> ResultRecord:
         budget_unit=cell.budget_unit,
         status=status,
         error=error,
-        wall_time_s=round(time.monotonic() - start, 3),
+        wall_time_s=wall_time_s,
+        cpu_time_s=cpu_time_s,
         curve_path=curve,
         # Evaluation seeds can be thousands; eval_episodes and config.yaml say which were used.
         config=_jsonable({k: v for k, v in cell.spec.items() if k != "eval_seeds"}),
+        provenance=provenance(_jsonable(resolved)),
         **outcome,
     )
     write_record(record_path(out_dir, cell.name), record)
     return record
 
 
-def _eval_fields(final: dict[str, Any], best: float | None) -> dict[str, Any]:
-    """Record fields from an ``EvalResult.summary()``; environment scores in [0, 1] become ×100."""
+def _eval_fields(final: dict[str, Any], best: float | None, overlap: float | None) -> dict[str, Any]:
+    """Record fields from an ``EvalResult.summary()`` and the measured ``overlap`` with training;
+    environment scores in [0, 1] become ×100."""
     score = final.get("score")
+    layouts = final.get("layouts") or []
     return {
+        "eval_layouts": len(set(layouts)) if layouts and None not in layouts else None,
+        "eval_overlap": overlap,
         "final_success": float(final["success"]),
         "best_success": None if best is None else float(max(best, final["success"])),
         "eval_episodes": int(final["episodes"]),
@@ -72,17 +82,30 @@ def _run_rl(cell: Cell, run_dir: Path) -> dict[str, Any]:
     config = TrainConfig.from_dict({**cell.spec, "out_dir": str(run_dir), "resume": True})
     summary = run_training(config, progress=False)
     return {
-        **_eval_fields(summary.final_eval, summary.best_success),
+        **_eval_fields(summary.final_eval, summary.best_success, summary.final_eval.get("overlap")),
+        **_training_counts(summary.metrics_path),
         "decisions": int(summary.decisions),
         "tokens": int(summary.tokens or 0),
         "iterations": int(summary.iterations),
         "curve_path": str(summary.curve_path) if summary.curve_path else None,
         "protocol": _protocol(summary.recipe, summary.final_eval),
+        "resolved_config": config.to_dict(),
     }
 
 
+def _training_counts(metrics_path: Path) -> dict[str, int | None]:
+    """Training episodes and trained tokens, summed over the run's metrics rows (one per iteration;
+    a resume trims them to its checkpoint, so each iteration counts once)."""
+    try:
+        rows = read_jsonl(metrics_path)
+    except (OSError, FileFormatError):
+        return {"episodes": None, "trained_tokens": None}
+    return {"episodes": int(sum(row.get("episodes", 0) for row in rows)),
+            "trained_tokens": int(sum(row.get("train_tokens", 0) for row in rows))}
+
+
 def _run_baseline(cell: Cell, run_dir: Path) -> dict[str, Any]:
-    from baselines.registry import BaselineRun, run_baseline
+    from baselines.registry import BASELINES, BaselineRun, run_baseline
 
     job = BaselineRun(
         env_id=cell.env.id,
@@ -98,8 +121,11 @@ def _run_baseline(cell: Cell, run_dir: Path) -> dict[str, Any]:
         options=cell.spec["options"],
     )
     outcome = run_baseline(cell.spec["baseline"], job)
+    # A baseline that does not train has seen no layout; one that does is not instrumented (None).
+    trains = BASELINES.get(cell.spec["baseline"]).trains
     return {
-        **_eval_fields(outcome.final_eval, outcome.best_success),
+        **_eval_fields(outcome.final_eval, outcome.best_success, None if trains else 0.0),
+        "resolved_config": {**dataclasses.asdict(job), "baseline": cell.spec["baseline"]},
         "decisions": int(outcome.decisions),
         "tokens": int(outcome.tokens or 0),
         "curve_path": outcome.curve_path,

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ptgpo train: {lines[0]}" + (f" ... {lines[-1]}" if len(lines) > 1 else ""), file=sys.stderr)
         return 2
     print(json.dumps({
-        "final_eval": {k: v for k, v in summary.final_eval.items() if k not in ("success_by_type", "environment")},
+        "final_eval": {k: v for k, v in summary.final_eval.items() if k not in ("success_by_type", "environment", "layouts")},
         "best_success": summary.best_success,
         "iterations": summary.iterations,
         "protocol": summary.protocol,

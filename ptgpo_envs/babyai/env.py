@@ -90,6 +90,12 @@ class BabyAIEnv(TextEnv):
     def _state_key(self) -> str:
         return "\n".join(self._view)
 
+    def _layout_key(self) -> str:
+        # The whole grid, not the agent's view: two starts that look alike may differ out of sight.
+        grid = self._minigrid.grid
+        start = (grid.width, grid.height, tuple(self._minigrid.agent_pos), int(self._minigrid.agent_dir))
+        return f"{self._minigrid.mission}\n{start}\n{grid.encode().tobytes().hex()}"
+
     def _task(self) -> str:
         return self._minigrid.mission
 
