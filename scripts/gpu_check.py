@@ -216,7 +216,8 @@ def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
     from scale_rehearsal import random_samples
 
     name = f"update_{model}"
-    spec = merge_overrides(update_spec(out, model, device), {"max_prompt_tokens": prompt_tokens})
+    spec = merge_overrides(update_spec(out, model, device), {"max_prompt_tokens": prompt_tokens,
+                                                             "max_new_tokens": response_tokens})
     optim = TrainConfig.from_dict(spec).optim
     total = total_device_memory(device) if device.startswith("cuda") else 141 * GIB
     checkpointing = run_shape(TrainConfig.from_dict(spec), device, total).gradient_checkpointing  # as planned

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,11 @@ def test_gpu_check_phases_run_on_a_one_layer_model_on_the_cpu(tmp_path, monkeypa
     folder = Path(built["path"])
     assert built["layers"] == 1 and (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
     assert json.loads((folder / "config.json").read_text())["hidden_size"] == 3584
+    # The phases below at a narrower width (gpu_check.sh --dry-run runs them at 7B's): they read the
+    # architecture from the built folder.
+    monkeypatch.setattr(sys.modules["scale_rehearsal"], "architecture", _narrow(sys.modules["scale_rehearsal"].architecture))
+    assert module.main(["build", str(out), "qwen2.5-7b", "--layers", "1", "--vocab", "8192", "--device", "cpu"]) == 0
+    assert json.loads((folder / "config.json").read_text())["hidden_size"] == 256
     assert module.main(["update", str(out), "qwen2.5-7b", "--device", "cpu", "--samples", "8",
                         "--prompt-tokens", "16", "--response-tokens", "8"]) == 0
     update = json.loads((out / "update_qwen2.5-7b.json").read_text())
@@ -151,6 +157,15 @@ def test_gpu_check_phases_run_on_a_one_layer_model_on_the_cpu(tmp_path, monkeypa
     assert "adapter_config.json" in iteration["final_model_files"]
     assert "model.safetensors" not in iteration["final_model_files"]
     assert not (out / "run_transformers_qwen2.5-7b").exists()  # its tens of GB are removed
+
+
+def _narrow(architecture):
+    def narrow(*args, **kwargs):
+        config = architecture(*args, **kwargs)
+        config.hidden_size, config.intermediate_size = 256, 512
+        config.num_attention_heads, config.num_key_value_heads = 4, 2
+        return config
+    return narrow
 
 
 def test_gpu_check_refuses_a_phase_without_its_model(capsys):
