@@ -33,6 +33,7 @@ wall times; a run stopped by ``time_limit_s`` is, by nature, not reproducible). 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -452,6 +453,8 @@ class Trainer:
         from ptgpo_algos.memory import DiskDoesNotFit, model_shape, plan_disk, run_shape
 
         plan = plan_disk(model_shape(self.config), run_shape(self.config, self.device, 0))
+        if not self.config.run.keep_final_model:
+            plan = dataclasses.replace(plan, final_model_bytes=0)
         folder = self.config.run_dir
         existing = next(p for p in (folder, *folder.parents) if p.exists())
         held = (folder / "checkpoint.pt").stat().st_size if (folder / "checkpoint.pt").exists() else 0
@@ -521,8 +524,9 @@ class Trainer:
             self.checkpoint()
         for callback in self.callbacks:
             callback.on_train_end(self)
-        with atomic_folder(self.config.run_dir / "final_model") as folder:
-            self.policy.save_pretrained(folder)
+        if self.config.run.keep_final_model:
+            with atomic_folder(self.config.run_dir / "final_model") as folder:
+                self.policy.save_pretrained(folder)
         if not self.config.run.keep_checkpoint:
             (self.config.run_dir / "checkpoint.pt").unlink(missing_ok=True)
         state.wall_time_s = self.elapsed()
@@ -637,8 +641,8 @@ def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, 
         return build_policy(exported_config(config, str(final)), device), config, str(final)
     path = run_dir / "checkpoint.pt"
     if not path.is_file():
-        raise ValueError(f"{str(run_dir)!r} holds no final_model/ and no checkpoint.pt yet: the run has not "
-                         "reached its first checkpoint")
+        raise ValueError(f"{str(run_dir)!r} holds no final_model/ and no checkpoint.pt: the run has not reached its "
+                         "first checkpoint, or it finished with run.keep_final_model and run.keep_checkpoint off")
     checkpoint = load_checkpoint(path, device)
     policy = build_policy(config, device)
     _restore_checkpoint_weights(policy, checkpoint, path)

@@ -290,6 +290,7 @@ def iteration_spec(out: Path, model: str, backend: str = "transformers", device:
         max_steps=ITERATION_STEPS, max_new_tokens=response_tokens, min_new_tokens=response_tokens, iterations=1,
         tasks_per_iteration=tasks,
         eval_every=1, eval_seeds=[10**6], eval_batch_size=1, checkpoint_every=1, device=device,
+        keep_final_model=True,  # measured here, whatever the recipe keeps
         rollout_backend=backend, out_dir=str(out / f"run_{backend}_{model}"),
         # The CPU test's two cores hold neither the recipe's environment workers beside the model nor
         # full prompts through a 7B-wide layer: prompts are cut to their last 96 tokens there.

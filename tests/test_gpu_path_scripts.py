@@ -68,6 +68,11 @@ def test_gpu_check_runs_the_recipe_at_the_issues_shapes(tmp_path, model):
         assert bool(config.policy.lora) == (model == "qwen2.5-7b") and config.optim.micro_batch_size == 8
         # LoRA trains at 10x full fine-tuning's rate.
         assert config.optim.lr == (1e-5 if model == "qwen2.5-7b" else 1e-6)
+        # The check measures the final model's size; the cell drops its checkpoint as the recipe's would.
+        assert config.run.keep_final_model and not config.run.keep_checkpoint
+    cell = TrainConfig.from_dict({**module.recipe(model), "model": str(ROOT / "configs" / "models" / model)})
+    # 42 fully fine-tuned 1.5B final models would not fit a 64 GiB disk; LoRA adapters do.
+    assert cell.run.keep_final_model == (model == "qwen2.5-7b") and not cell.run.keep_checkpoint
     cpu = TrainConfig.from_dict(module.iteration_spec(tmp_path, model, device="cpu", tasks=1, response_tokens=8))
     assert cpu.env_workers.backend == "in-process" and cpu.policy.max_new_tokens == 8
     update = TrainConfig.from_dict(module.update_spec(tmp_path, model, "cuda"))

@@ -141,3 +141,14 @@ def test_the_sync_check_is_held_to_four_times_the_floor_measured_before_the_firs
     rows = [__import__("json").loads(line) for line in summary.metrics_path.read_text().splitlines()]
     assert [r["sync_mean_logprob_diff"] for r in rows] == [0.05, 0.07]
     assert all(r["sync_floor"] == 0.02 and r["sync_tolerance"] == pytest.approx(0.08) for r in rows)
+
+
+def test_a_run_without_its_final_model_plans_no_disk_for_it_and_says_why_evaluate_finds_nothing(tmp_path):
+    from ptgpo_algos.trainer import load_trained_policy
+
+    run_training(TrainConfig.from_dict(_spec(tmp_path, keep_checkpoint=False, keep_final_model=False)), progress=False)
+    run = tmp_path / "run"
+    assert (run / "metrics.jsonl").exists() and not (run / "final_model").exists()
+    assert not (run / "checkpoint.pt").exists()
+    with pytest.raises(ValueError, match="finished with run.keep_final_model and run.keep_checkpoint off"):
+        load_trained_policy(run)
