@@ -54,7 +54,7 @@ def _fake_build(out: Path, model: str) -> None:
 
 @pytest.mark.parametrize("model", ["qwen2.5-1.5b", "qwen2.5-7b"])
 def test_gpu_check_runs_the_recipe_at_the_issues_shapes(tmp_path, model):
-    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.config import TrainConfig, merge_overrides
 
     module = _script("gpu_check")
     _fake_build(tmp_path, model)
@@ -70,7 +70,7 @@ def test_gpu_check_runs_the_recipe_at_the_issues_shapes(tmp_path, model):
         assert config.optim.lr == (1e-5 if model == "qwen2.5-7b" else 1e-6)
         # The check measures the final model's size; the cell drops its checkpoint as the recipe's would.
         assert config.run.keep_final_model and not config.run.keep_checkpoint
-    cell = TrainConfig.from_dict({**module.recipe(model), "model": str(ROOT / "configs" / "models" / model)})
+    cell = TrainConfig.from_dict(merge_overrides(module.recipe(model), {"model": str(ROOT / "configs" / "models" / model)}))
     # 42 fully fine-tuned 1.5B final models would not fit a 64 GiB disk; LoRA adapters do.
     assert cell.run.keep_final_model == (model == "qwen2.5-7b") and not cell.run.keep_checkpoint
     cpu = TrainConfig.from_dict(module.iteration_spec(tmp_path, model, device="cpu", tasks=1, response_tokens=8))
