@@ -367,7 +367,7 @@ def test_unknown_estimator_lists_the_valid_names():
         ("hgpo", {"K": 1.5}, r"K=1.5.*integer >= 0"),
         ("hgpo", {"include_episode": "yes"}, r"include_episode='yes'.*True or False"),
         ("ptgpo", {"coverage_beta": float("inf")}, r"coverage_beta=inf"),
-        ("ptgpo", {"lam": "1"}, r"lam='1'"),
+        ("ptgpo", {"lam": "one"}, r"lam='one'"),  # a string that spells a number ('1') is that number
         ("g2po", {"coverage_beta": 0.1}, r"'coverage_beta'.*valid keys: gamma, invalid_penalty, norm, omega"),
         ("g2po", {"success_reward": 0.0}, r"success_reward=0.0.*> 0"),
         ("planpo", {"progress": 1.5}, r"progress=1.5.*\[0, 1\]"),

@@ -198,7 +198,7 @@ def test_plan_reports_bad_input_naming_the_flag(tmp_path, capsys):
 
     config = ROOT / "configs" / "bench" / "alfworld_qwen2.5-1.5b.yaml"
     assert main(["plan", str(config), "--gpu-memory", "0", "--set", f"model={MODELS / 'qwen2.5-1.5b'}"]) == 2
-    assert "--gpu-memory must be a positive number" in capsys.readouterr().err
+    assert "--gpu-memory must be a number of GiB in (0, 1048576]" in capsys.readouterr().err
     assert main(["plan", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
     assert main(["plan", str(config), "--gpu-memory", "139", "--set", f"model={tmp_path}"]) == 2
