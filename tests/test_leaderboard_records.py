@@ -202,12 +202,19 @@ def test_an_ok_record_without_final_success_is_a_problem_and_not_counted(tmp_pat
     assert make(status="failed", error="OOM", final_success=None).final_success is None
 
 
-def test_records_written_before_provenance_and_held_out_fields_still_read():
-    # The default benchmark's committed records predate these fields: they read, with None.
+def test_records_written_before_provenance_and_held_out_fields_still_read(tmp_path):
+    # The default benchmark's committed records carry them; one without them (as written before) reads, with None.
     results = Path(__file__).resolve().parents[1] / "docs" / "results" / "babyai-cpu"
     records, problems = read_records(results)
     assert len(records) == 60 and problems == []
-    assert all(r.provenance is None and r.eval_overlap is None and r.cpu_time_s is None for r in records)
+    assert all(r.provenance and r.provenance["commit"] for r in records)
+    assert all(r.eval_overlap == 0 for r in records if r.env_label == "doorkey" and r.method != "sb3_ppo")
+    old = json.loads((results / "doorkey__ptgpo__seed0.json").read_text())
+    for key in ("episodes", "trained_tokens", "cpu_time_s", "eval_layouts", "eval_overlap", "provenance"):
+        old.pop(key)
+    (tmp_path / "doorkey__ptgpo__seed0.json").write_text(json.dumps(old))
+    (before,), problems = read_records(tmp_path)
+    assert problems == [] and before.provenance is None and before.eval_overlap is None and before.cpu_time_s is None
     record = make(episodes=40, trained_tokens=9000, cpu_time_s=12.5, eval_layouts=7, eval_overlap=0.25,
                   provenance={"commit": "abc", "dirty": False})
     assert ResultRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
