@@ -232,8 +232,11 @@ def test_plan_refuses_a_gpu_memory_beyond_any_gpu(capsys, value):
 
 # =========================================================================== 5. messages, not tracebacks
 def test_ray_addresses_where_no_cluster_answers_are_named_quickly(tmp_path, capsys):
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
     import time
+
+    # A command runs in a fresh process; an earlier test of this worker may have left Ray connected.
+    ray.shutdown()
 
     start = time.monotonic()
     code, err = _cli("bench", _bench_yaml(tmp_path), "--out", tmp_path / "out", "--ray", "127.0.0.1:1",
