@@ -57,27 +57,32 @@ def test_tables_render_with_intervals_and_bold_only_where_separated(page):
         " head: [...t.tHead.rows[0].cells].map(c => c.textContent.trim()),"
         " rows: [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent.trim())) }))"
     )
-    measured, improvement, failed = tables
+    measured, compute, *comparisons, improvement, failed = tables
     assert measured["head"][:5] == ["Rank", "Method", "Kind", "Mean success", "IQM"]
     assert measured["head"][5:] == ["A · Pick", "A · Look", "A · All", "B"]
     grpo = measured["rows"][0]
     assert grpo[:3] == ["1", "grpo", "rl"]
+    # Student-t intervals over the seeds, clipped to [0, 100].
     assert grpo[5:] == [
-        "50.0 [40.0, 60.0] (n=3)",
-        "70.0 [60.0, 80.0] (n=3)",
-        "60.0 [50.0, 70.0] (n=3)",
-        "40.0 [30.0, 60.0] (n=3)",
+        "50.0 [25.2, 74.8] (n=3)",
+        "70.0 [45.2, 94.8] (n=3)",
+        "60.0 [35.2, 84.8] (n=3)",
+        "40.0 [0.0, 83.0] (n=3)",
     ]
     assert [row[1] for row in measured["rows"]] == ["grpo", "ptgpo", "random", "zero-shot", "expert"]
+    assert compute["head"][0] == "Method" and [row[0] for row in compute["rows"]][:2] == ["grpo", "ptgpo"]
+    # Mean success and each of the four columns: every family's pairs with their corrected p.
+    assert len(comparisons) == 5 and all(t["head"][-2:] == ["Holm p", "Separated"] for t in comparisons)
     assert improvement["head"] == ["X \\ Y", "grpo", "ptgpo", "random", "zero-shot"]
     assert failed["rows"][0][:2] == ["B__gigpo__seed0.json", "gigpo"]
-    # The one separated best (ptgpo, A·Pick) is drawn bold, and nothing else is.
+    # Two or three seeds separate nothing after correction here, so nothing is drawn bold.
+    assert not any(row[-1] == "yes" for t in comparisons for row in t["rows"])
     bold = page.evaluate(
         "[...document.querySelectorAll('td')].filter(td => [...td.querySelectorAll('*')].concat([td])"
         ".some(e => Number(getComputedStyle(e).fontWeight) >= 700 && e.textContent.trim()))"
         ".map(td => td.textContent.trim())"
     )
-    assert bold == ["80.0 [70.0, 90.0] (n=2)"]
+    assert bold == []
 
 
 def test_clicking_a_header_sorts_rows_numbers_by_value_and_empty_cells_last(page):
