@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${WHEELHOUSE_VENV:-.venv-wheelhouse}
+case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac  # the install check below runs from another folder
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rm -rf "$venv"
