@@ -34,8 +34,9 @@ from typing import Any
 
 from ptgpo_algos.policy.precision import DTYPE_BYTES, Precision, precision_for
 
-__all__ = ["ACTIVATION_BYTES", "DiskDoesNotFit", "DiskPlan", "GpuDoesNotFit", "MemoryItem", "MemoryPlan", "ModelShape", "RunShape",
-           "model_shape", "plan_disk", "plan_for_config", "plan_memory", "run_shape", "total_device_memory"]
+__all__ = ["ACTIVATION_BYTES", "DiskDoesNotFit", "DiskPlan", "GpuDoesNotFit", "MemoryItem", "MemoryPlan", "ModelShape",
+           "RunShape", "disk_plan_for_config", "model_shape", "plan_disk", "plan_for_config", "plan_memory",
+           "run_shape", "total_device_memory"]
 
 GIB = 2**30
 #: Bytes a decoder layer keeps for the backward per token: coefficients of (H, I, KV, r) by how it
@@ -391,6 +392,12 @@ def run_shape(config, device: str, total_bytes: int) -> RunShape:
 def plan_for_config(config, device: str, total_bytes: int) -> MemoryPlan:
     """:func:`plan_memory` for a training config."""
     return plan_memory(model_shape(config), run_shape(config, device, total_bytes))
+
+
+def disk_plan_for_config(config, device: str) -> DiskPlan:
+    """:func:`plan_disk` for a training config: nothing for ``final_model/`` when the run does not keep it."""
+    plan = plan_disk(model_shape(config), run_shape(config, device, 0))
+    return plan if config.run.keep_final_model else dataclasses.replace(plan, final_model_bytes=0)
 
 
 def total_device_memory(device: str) -> int:

@@ -33,7 +33,6 @@ wall times; a run stopped by ``time_limit_s`` is, by nature, not reproducible). 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import shutil
@@ -450,11 +449,9 @@ class Trainer:
     def check_disk(self) -> None:
         """Refuse a run whose checkpoints and final model cannot fit the free disk of its folder (unless
         ``run.memory_check`` is off): found before the model is built, not hours later at a checkpoint."""
-        from ptgpo_algos.memory import DiskDoesNotFit, model_shape, plan_disk, run_shape
+        from ptgpo_algos.memory import DiskDoesNotFit, disk_plan_for_config
 
-        plan = plan_disk(model_shape(self.config), run_shape(self.config, self.device, 0))
-        if not self.config.run.keep_final_model:
-            plan = dataclasses.replace(plan, final_model_bytes=0)
+        plan = disk_plan_for_config(self.config, self.device)
         folder = self.config.run_dir
         existing = next(p for p in (folder, *folder.parents) if p.exists())
         held = (folder / "checkpoint.pt").stat().st_size if (folder / "checkpoint.pt").exists() else 0

@@ -20,6 +20,7 @@ import inspect
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from ptgpo_algos.policy.base import SYNC_TOKENS
 from ptgpo_envs.plugins import Registry
 
 if TYPE_CHECKING:
@@ -122,8 +123,8 @@ class WeightSyncError(RuntimeError):
     """The rollout engine does not act like the trained model after a weight sync."""
 
 
-#: Prompts a sync check samples from and tokens per prompt (one engine decode, one trainer forward pass).
-SYNC_PROMPTS, SYNC_TOKENS = 4, 32
+#: Prompts a sync check samples from (:data:`~ptgpo_algos.policy.base.SYNC_TOKENS` tokens each).
+SYNC_PROMPTS = 4
 #: A sync check fails when the mean |log-probability difference| exceeds this multiple of its noise
 #: floor, measured before the run's first update in this process, when engine and trainer hold the same
 #: weights: the two compute paths' own disagreement (bf16 kernels: ~1e-2; float32: ~1e-6).

@@ -39,6 +39,7 @@ from ptgpo_algos.data import Context, Decision
 __all__ = [
     "ACTION_MODES",
     "SCORE_MODES",
+    "SYNC_TOKENS",
     "ScoredBatch",
     "SyncReport",
     "RolloutPolicy",
@@ -60,6 +61,10 @@ def check_sampling_settings(mode: str, score: str, temperature: float) -> None:
         raise ValueError(f"score must be one of {SCORE_MODES}, got {score!r}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+
+
+#: Tokens a sync check samples per prompt (one engine decode, one trainer forward pass).
+SYNC_TOKENS = 32
 
 
 @dataclass

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ptgpo_algos.data import Context, Decision
-from ptgpo_algos.policy.base import ScoredBatch, SyncReport, call_temperature, check_sampling_settings
+from ptgpo_algos.policy.base import SYNC_TOKENS, ScoredBatch, SyncReport, call_temperature, check_sampling_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.precision import Precision, precision_for
 from ptgpo_algos.policy.prompts import PromptBuilder
@@ -164,9 +164,8 @@ def _device_generator(generator: torch.Generator | None, device: torch.device) -
 
 
 def _sample(logp: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``logp`` (``(rows, vocabulary)`` log-probabilities), on ``logp``'s device."""
-    if generator is not None and generator.device != logp.device:
-        return torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(-1).to(logp.device)
+    """One token per row of ``logp`` (``(rows, vocabulary)`` log-probabilities), on ``logp``'s device
+    (``generator`` from :func:`_device_generator`)."""
     return torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
 
 
@@ -483,7 +482,7 @@ class CausalLMPolicy:
                                          position_ids=position[:, None], use_cache=True)
         return list(zip(sampled, logprobs))
 
-    def verify_sync(self, reference: Any, prompts: Sequence[Sequence[int]], max_tokens: int = 32) -> SyncReport:
+    def verify_sync(self, reference: Any, prompts: Sequence[Sequence[int]], max_tokens: int = SYNC_TOKENS) -> SyncReport:
         """The sync check's statistic between this policy's generation path and ``reference``'s scoring
         (:meth:`response_logprobs`): with the same weights on both sides, the noise floor of the two
         compute paths (cached decoding against one full forward pass) at the policy's precision."""

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ptgpo_algos.data import Context, Decision
-from ptgpo_algos.policy.base import SyncReport, call_temperature, check_sampling_settings
+from ptgpo_algos.policy.base import SYNC_TOKENS, SyncReport, call_temperature, check_sampling_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
 from ptgpo_algos.policy.templates import PromptTemplate
@@ -328,7 +328,7 @@ class VLLMPolicy:
             result.append((tokens, [completion.logprobs[k][t].logprob for k, t in enumerate(tokens)]))
         return result
 
-    def verify_sync(self, reference: Any, prompts: Sequence[Sequence[int]], max_tokens: int = 32) -> SyncReport:
+    def verify_sync(self, reference: Any, prompts: Sequence[Sequence[int]], max_tokens: int = SYNC_TOKENS) -> SyncReport:
         """Sample ``max_tokens`` tokens per prompt with the engine and have ``reference`` (the trainer's
         policy: ``response_logprobs``) score the same tokens; no second decode."""
         return SyncReport.compare(self.sample_tokens(prompts, max_tokens), reference, prompts)
