@@ -193,16 +193,6 @@ def _reset_peak(device: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def _load(spec: dict, device: str, checkpointing: bool):
-    from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.policy import load_policy
-
-    policy_spec = TrainConfig.from_dict(spec).policy
-    return load_policy(policy_spec.model, mode="generate", device=device, dtype=policy_spec.dtype,
-                       lora=policy_spec.lora, gradient_checkpointing=checkpointing,
-                       logprob_chunk=policy_spec.logprob_chunk, max_new_tokens=RESPONSE_TOKENS)
-
-
 def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
            response_tokens: int = RESPONSE_TOKENS) -> None:
     """The update phase (see the module docstring); its JSON grows after each of its three parts."""
@@ -210,6 +200,7 @@ def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
     import torch
 
     from ptgpo_algos.config import TrainConfig, merge_overrides
+    from ptgpo_algos.policy import load_policy
     from ptgpo_algos.memory import run_shape, total_device_memory
     from ptgpo_algos.policy.backends import SYNC_PROMPTS, SYNC_TOKENS
     from ptgpo_algos.update import ppo_update, recompute_old_logprobs, reference_logprobs
@@ -218,11 +209,14 @@ def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
     name = f"update_{model}"
     spec = merge_overrides(update_spec(out, model, device), {"max_prompt_tokens": prompt_tokens,
                                                              "max_new_tokens": response_tokens})
-    optim = TrainConfig.from_dict(spec).optim
+    config = TrainConfig.from_dict(spec)
+    optim, policy_spec = config.optim, config.policy
     total = total_device_memory(device) if device.startswith("cuda") else 141 * GIB
-    checkpointing = run_shape(TrainConfig.from_dict(spec), device, total).gradient_checkpointing  # as planned
+    checkpointing = run_shape(config, device, total).gradient_checkpointing  # as the planner assumes
     start = time.perf_counter()
-    policy = _load(spec, device, checkpointing)
+    policy = load_policy(policy_spec.model, mode="generate", device=device, dtype=policy_spec.dtype,
+                         lora=policy_spec.lora, gradient_checkpointing=checkpointing,
+                         logprob_chunk=policy_spec.logprob_chunk, max_new_tokens=RESPONSE_TOKENS)
     vocab = policy.model.get_input_embeddings().weight.shape[0]
     result = {"planned": planned(spec, device, total), "samples": samples, "prompt_tokens": prompt_tokens,
               "load_seconds": time.perf_counter() - start, "lr": optim.lr, "lora": bool(policy.has_adapters)}
