@@ -347,3 +347,24 @@ def test_records_say_which_recipe_and_environment_texts_they_were_measured_under
     assert rl.status == "ok" and (rl.budget, rl.budget_unit, rl.iterations) == (1, "iterations", 1)
     assert rl.protocol == expected and random.protocol == expected
     assert (random.budget, random.budget_unit) == (None, "decisions")
+
+
+def test_a_method_or_baseline_may_run_its_own_seeds(tmp_path):
+    config = BenchConfig.from_dict(_config(
+        seeds=[0, 1, 2],
+        methods=[{"name": "main", "algo": "grpo"}, {"name": "secondary", "algo": "rloo", "seeds": [0, 1]}],
+        baselines=["random", {"name": "expert", "seeds": [5]}],
+    ))
+    names = [cell.name for cell in plan_cells(config)]
+    assert names == ["easy__main__seed0", "easy__main__seed1", "easy__main__seed2",
+                     "easy__secondary__seed0", "easy__secondary__seed1",
+                     "easy__random__seed0", "easy__random__seed1", "easy__random__seed2", "easy__expert__seed5"]
+    # The saved config keeps a method's own seeds, and a config without them saves none.
+    assert config.to_dict()["methods"][1]["seeds"] == [0, 1]
+    assert "seeds" not in BenchConfig.from_dict(_config()).to_dict()["baselines"][0]
+    with pytest.raises(BenchError, match=r"methods\[0\]\.seeds: expected distinct seeds"):
+        BenchConfig.from_dict(_config(methods=[{"name": "m", "algo": "grpo", "seeds": [1, 1]}]))
+    # A quick run is a smoke run of the whole grid on its own seeds.
+    quick = BenchConfig.from_dict({**_config(methods=[{"name": "m", "algo": "grpo", "seeds": [3, 4]}]),
+                                   "quick": {"seeds": [0]}}, quick=True)
+    assert [cell.seed for cell in plan_cells(quick)] == [0, 0, 0]

@@ -47,6 +47,8 @@ Config schema (YAML; unknown keys are errors)::
         train: {}                # optional: other TrainConfig fields for this method only
         objectives: []           # optional: auxiliary objectives beside the estimator, e.g.
                                  # [{name: isdpo, weight: 1.0}] (ptgpo_algos.objectives)
+        seeds: [0, 1]            # optional: this method's own seeds instead of the top-level ones
+                                 # (baselines take it too; --quick's seeds replace it)
     baselines:                   # baseline cells (see baselines.registry for names)
       - name: random
       - name: sb3_ppo

@@ -80,6 +80,8 @@ class MethodEntry:
     rollout: str
     train: dict[str, Any]
     resources: dict[str, float] | None = None  # overrides of the top-level resources, key by key
+    #: The method's own seeds (a subset of the config's or others), else the config's ``seeds``.
+    seeds: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class BaselineEntry:
     name: str
     options: dict[str, Any]
     resources: dict[str, float] | None = None
+    seeds: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,11 @@ class BenchConfig:
     iterations: int | None = None
     #: The config's short version (``--quick``): a smoke run, which its tables say they are.
     smoke_run: bool = False
+
+    def cell_seeds(self, entry: MethodEntry | BaselineEntry) -> list[int]:
+        """The seeds ``entry`` runs: its own when it gives them (e.g. fewer for secondary methods), else
+        the config's."""
+        return entry.seeds if entry.seeds is not None else self.seeds
 
     def cell_resources(self, entry: MethodEntry | BaselineEntry) -> dict[str, float]:
         """What one cell of ``entry`` asks of a Ray cluster: ``cpus`` and ``gpus``."""
@@ -144,9 +152,7 @@ class BenchConfig:
 
         name = _folder_name(check_string("name", data.get("name")))
         budget = check_int("budget", data.get("budget"), 1)
-        seeds = _int_list(data.get("seeds"), "seeds", high=MAX_SEED)
-        if len(set(seeds)) != len(seeds):
-            raise BenchError(f"seeds: expected distinct seeds, got {seeds!r}")
+        seeds = _seeds(data.get("seeds"), "seeds")
         workers = data.get("workers")
         if workers is not None:
             workers = check_int("workers", workers, 1)
@@ -173,6 +179,10 @@ class BenchConfig:
         baselines = [
             _baseline(entry, f"baselines[{i}]") for i, entry in enumerate(check_list("baselines", data.get("baselines", []) or []))
         ]
+        if quick and "seeds" in quick_section:
+            # A quick run's seeds are every method's: it is a smoke run of the whole grid.
+            methods = [dataclasses.replace(m, seeds=None) for m in methods]
+            baselines = [dataclasses.replace(b, seeds=None) for b in baselines]
         if not methods and not baselines:
             raise BenchError("methods, baselines: expected at least one method or baseline between them, got none")
         _unique([e.label for e in environments], "environments[].label")
@@ -193,6 +203,9 @@ class BenchConfig:
         for entry in data["environments"]:
             if entry["held_out"] is None:
                 del entry["held_out"]
+        for entry in data["methods"] + data["baselines"]:
+            if entry["seeds"] is None:
+                del entry["seeds"]
         return data
 
 
@@ -203,6 +216,18 @@ def _iterations_once(policy: dict[str, Any], methods: list[MethodEntry]) -> None
         if "run.iterations" in paths:
             raise BenchError(f"{where} sets iterations, and so does the bench's iteration budget (iterations); "
                              "keep the top-level iterations, which every RL cell runs")
+
+
+def _seeds(value: Any, where: str) -> list[int]:
+    """A non-empty list of distinct run seeds."""
+    seeds = _int_list(value, where, high=MAX_SEED)
+    if len(set(seeds)) != len(seeds):
+        raise BenchError(f"{where}: expected distinct seeds, got {seeds!r}")
+    return seeds
+
+
+def _own_seeds(entry: dict[str, Any], where: str) -> list[int] | None:
+    return _seeds(entry["seeds"], f"{where}.seeds") if "seeds" in entry else None
 
 
 def _int_list(value: Any, where: str, high: int | None = None) -> list[int]:
@@ -372,7 +397,7 @@ def _held_out_seeds(entry: dict[str, Any], share: float, where: str, max_eval: i
 
 def _method(entry: Any, where: str) -> MethodEntry:
     entry = check_mapping(where, entry)
-    unknown_keys(where, entry, ("name", "algo", "algo_config", "rollout", "train", "resources", "objectives"))
+    unknown_keys(where, entry, ("name", "algo", "algo_config", "rollout", "train", "resources", "objectives", "seeds"))
     algo = check_string(f"{where}.algo", entry.get("algo"))
     rollout = check_choice(f"{where}.rollout", entry.get("rollout", "linear"), ROLLOUT_STRATEGIES)
     train = _not_per_cell(dict(check_mapping(f"{where}.train", entry.get("train", {}) or {})), f"{where}.train")
@@ -385,6 +410,7 @@ def _method(entry: Any, where: str) -> MethodEntry:
         rollout=rollout,
         train=train,
         resources=_resources(entry["resources"], f"{where}.resources") if "resources" in entry else None,
+        seeds=_own_seeds(entry, where),
     )
 
 
@@ -404,12 +430,13 @@ def _baseline(entry: Any, where: str) -> BaselineEntry:
     if isinstance(entry, str):
         entry = {"name": entry}
     entry = check_mapping(where, entry)
-    unknown_keys(where, entry, ("name", "options", "resources"))
+    unknown_keys(where, entry, ("name", "options", "resources", "seeds"))
     name = check_string(f"{where}.name", entry.get("name"))
     if name not in BASELINES:
         raise BenchError(f"{where}.name: unknown baseline {name!r}; available: {', '.join(BASELINES)}")
     resources = _resources(entry["resources"], f"{where}.resources") if "resources" in entry else None
-    return BaselineEntry(name, dict(check_mapping(f"{where}.options", entry.get("options", {}) or {})), resources)
+    return BaselineEntry(name, dict(check_mapping(f"{where}.options", entry.get("options", {}) or {})), resources,
+                         _own_seeds(entry, where))
 
 
 def default_config_text() -> str:

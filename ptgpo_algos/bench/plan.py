@@ -53,7 +53,7 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
         unit, rl_budget = ("iterations", iterations) if iterations is not None else ("decisions", env_budget)
         stop = {} if iterations is not None else {"total_decisions": env_budget}
         for method in config.methods:
-            for seed in config.seeds:
+            for seed in config.cell_seeds(method):
                 # A finished cell's checkpoint (18.5 GB for a fully trained 1.5B model) is removed unless
                 # the policy section keeps it: a benchmark's disk holds final models, not optimiser states.
                 spec = merge_overrides(merge_overrides({"iterations": iterations or _UNCAPPED_ITERATIONS,
@@ -82,7 +82,7 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
             if kind.uses_policy:
                 spec["policy"] = config.policy
             budget = env_budget if kind.trains else None
-            for seed in config.seeds:
+            for seed in config.cell_seeds(baseline):
                 cells.append(Cell(cell_name(env.label, baseline.name, seed), "baseline", baseline.name, env, seed,
                                   budget, spec, config.cell_resources(baseline), recipe=recipe))
     return cells
