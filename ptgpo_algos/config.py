@@ -150,6 +150,8 @@ class AlgorithmConfig:
     config: dict[str, Any] = _field(help="the estimator's keys (gamma, norm, omega...)", flat="algo_config",
                                     factory=dict)
     loss: str = _field("ppo-clip", "policy loss, by name", flat="loss")
+    loss_config: dict[str, Any] = _field(help="the policy loss's own keys (clip_ratio and clip_ratio_c are optim's)",
+                                         factory=dict)
     loss_agg: str = _field("token-mean", "token-mean (every action unit counts once) or trajectory-mean "
                            "(every trajectory counts once)", flat="loss_agg")
     placebo: bool = _field(False, "a negative control: the estimator's advantages randomly permuted over the "
@@ -173,10 +175,32 @@ class AlgorithmConfig:
         # The keys given, as their rules convert them (a YAML "1e-3" is a number).
         object.__setattr__(self, "config", {key: checked[key] for key in config})
         object.__setattr__(self, "loss", check_registered("algorithm.loss", self.loss, LOSSES))
+        object.__setattr__(self, "loss_config", _loss_config(self.loss, self.loss_config))
         check_bool("algorithm.placebo (placebo)", self.placebo)
         check_choice("algorithm.loss_agg (loss_agg)", self.loss_agg, LOSS_AGGREGATIONS)
         object.__setattr__(self, "objectives", validate_objectives("algorithm.objectives (objectives)",
                                                                    self.objectives))
+
+
+def _loss_config(loss: str, given: Any) -> dict[str, Any]:
+    """The policy loss's own keys as given, each converted by its rule (a YAML "1e-3" is a number)."""
+    from ptgpo_algos.losses import COMMON_LOSS_KEYS, get_loss
+
+    where = "algorithm.loss_config"
+    config = check_mapping(where, given)
+    common = sorted(set(config) & set(COMMON_LOSS_KEYS))
+    if common:
+        raise ValueError(f"{where}: {', '.join(common)} is the optim section's (optim.{common[0]}), for every loss; "
+                         "set it there")
+    try:
+        spec = get_loss(loss)
+    except ValueError as error:  # a function registered without following the loss protocol
+        raise ValueError(f"algorithm.loss: {error}") from None
+    try:
+        checked = spec.keywords({key: None for key in COMMON_LOSS_KEYS}, config)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+    return {key: checked[key] for key in config}
 
 
 @dataclass(frozen=True)

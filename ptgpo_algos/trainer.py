@@ -5,9 +5,9 @@ a method a subclass can replace::
 
     batch, stats = self.collect()                 # group rollouts of this iteration's tasks
     advantages, diagnostics = self.estimate(batch)   # the configured estimator, by name
-    update = self.update(batch, advantages)       # pi_old and the reference scored without gradients
-                                                  # (old_logprobs, reference_logprobs), then PPO epochs
-                                                  # (ptgpo_algos.update); components after it
+    update = self.update(batch, advantages)       # pi_old and the reference scored without gradients,
+                                                  # then PPO epochs (ptgpo_algos.updater.Updater);
+                                                  # components after it
     update |= self.sync(samples)                  # a separate rollout engine gets the new weights
     self.end_iteration(row)                       # log, evaluate, checkpoint
 
@@ -69,7 +69,9 @@ from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weight
 from ptgpo_algos.rollout import RolloutStats
 from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
 from ptgpo_envs import TextEnv, check_env_kwargs, held_out
-from ptgpo_algos.update import flatten_batch, ppo_update, recompute_old_logprobs, reference_logprobs, trained_samples
+from ptgpo_algos.policy.precision import precision_for
+from ptgpo_algos.update import flatten_batch
+from ptgpo_algos.updater import Updater, old_logprobs_mode
 
 __all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evaluate_policy", "evaluation_agent",
            "load_trained_policy", "run_training"]
@@ -213,6 +215,7 @@ class Trainer:
         self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
         self.optimizer = torch.optim.AdamW(list(self.policy.parameters()), lr=config.optim.lr,
                                            weight_decay=config.optim.weight_decay)
+        self.updater = self.build_updater()
         self.logger = JsonlLogger(out_dir)
         self.callbacks: list[Callback] = [self.logger]
         if config.run.tensorboard:
@@ -240,6 +243,17 @@ class Trainer:
         atomic_write_text(out_dir / "config.json", json.dumps({**config.to_dict(), "machine": kernel_record()},
                                                               indent=1))
         self.started = time.perf_counter() - self.state.wall_time_s
+
+    def build_updater(self) -> Updater:
+        """The update, with pi_old decided once (``optim.old_logprobs``, :func:`old_logprobs_mode`): the
+        rollouts come from elsewhere when a separate engine or a lagged collector plays them, and the
+        trainer's own scores are float32 when its precision has no autocast."""
+        config = self.config
+        elsewhere = self.rollout_policy is not self.policy or config.rollouts.asynchronous
+        float32_scores = precision_for(self.device, config.policy.dtype).autocast is None
+        mode = old_logprobs_mode(config.optim.old_logprobs, elsewhere=elsewhere, float32_scores=float32_scores)
+        return Updater(self.policy, self.optimizer, config.optim, config.algorithm, rng=self.state.rng,
+                       reference=self.reference, old_logprobs=mode, report_drift=elsewhere)
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
         path = self.config.run_dir / "checkpoint.pt"
@@ -356,64 +370,19 @@ class Trainer:
         return float(min(1.0, max(fractions)))
 
     def update(self, batch: Batch, advantages) -> tuple[list, dict[str, Any]]:
-        """The PPO update on the batch's distinct steps, then each callback's ``after_update``.
-
-        Before it, without gradients: the auxiliary objectives' routing and items
-        (:mod:`ptgpo_algos.objectives`), pi_old (:meth:`old_logprobs`) and the KL reference's
-        log-probabilities (:meth:`reference_logprobs`) of the steps it trains.
-        """
-        config, optim = self.config, self.config.optim
-        auxiliary, objective_stats = None, {}
+        """The update on the batch's distinct steps (:class:`~ptgpo_algos.updater.Updater`), then each
+        callback's ``after_update``; before it, the auxiliary objectives route the advantages and
+        prepare their items (:mod:`ptgpo_algos.objectives`)."""
+        auxiliary, stats = None, {}
         if self.objectives:
-            advantages, auxiliary, objective_stats = self.objectives.prepare(
-                batch, advantages, self.policy, self.state.rng, optim.micro_batch_size)
-        samples = flatten_batch(batch, advantages, config.algorithm.loss_agg, config.policy.mode)
-        trained = trained_samples(samples, entropy_coef=optim.entropy_coef, kl=self.reference is not None)
-        drift = self.old_logprobs(trained)
-        self.reference_logprobs(trained)
-        update = ppo_update(
-            self.policy, self.optimizer, samples, clip_ratio=optim.clip_ratio, entropy_coef=optim.entropy_coef,
-            kl_coef=optim.kl_coef, max_grad_norm=optim.max_grad_norm, epochs=optim.epochs,
-            minibatch_size=optim.minibatch_size, rng=self.state.rng, loss=config.algorithm.loss,
-            clip_ratio_c=optim.clip_ratio_c, micro_batch_size=optim.micro_batch_size, tis_cap=optim.tis_cap,
-            activation_offload=optim.activation_offload, auxiliary=auxiliary,
-        )
-        update.update(drift)
-        update.update(objective_stats)
+            advantages, auxiliary, stats = self.objectives.prepare(
+                batch, advantages, self.policy, self.state.rng, self.config.optim.micro_batch_size)
+        samples = flatten_batch(batch, advantages, self.config.algorithm.loss_agg, self.config.policy.mode)
+        prepared = self.updater.prepare(samples)
+        stats = {**self.updater.run(samples, auxiliary), **prepared, **stats}
         for callback in self.callbacks:
-            update.update(callback.after_update(self, batch))
-        return samples, update
-
-    @property
-    def scoring_batch_size(self) -> int:
-        """Steps per forward pass without gradients: the micro-batch, else the mini-batch."""
-        optim = self.config.optim
-        return optim.micro_batch_size or optim.minibatch_size
-
-    def old_logprobs(self, samples: list) -> dict[str, Any]:
-        """pi_old of the PPO ratio (``optim.old_logprobs``). ``recompute``, as verl does: the trainer
-        scores the steps with its current weights, without gradients; the metrics get
-        ``old_logprob_drift``, the mean |difference| from the rollout's log-probabilities, where those
-        came from elsewhere (a separate engine, a lagged collector). ``rollout``: the rollout's own.
-        ``auto`` recomputes unless the rollouts are the trainer's own float32 scores under these very
-        weights (the transformers backend, synchronous, on a CPU), which a recomputation would only
-        reproduce to rounding."""
-        optim = self.config.optim
-        elsewhere = self.rollout_policy is not self.policy or self.config.rollouts.asynchronous
-        mode = optim.old_logprobs
-        if mode == "auto":
-            own = not elsewhere and getattr(self.policy, "autocast_dtype", None) is None
-            mode = "rollout" if own else "recompute"
-        if mode != "recompute" or not samples:
-            return {}
-        stats = recompute_old_logprobs(self.policy, samples, self.scoring_batch_size)
-        return stats if elsewhere else {}
-
-    def reference_logprobs(self, samples: list) -> None:
-        """The KL term's reference log-probabilities of the steps, before the update (no gradients), so
-        that the reference's forward never runs while the policy's graph is alive."""
-        if self.reference is not None and samples:
-            reference_logprobs(self.reference, samples, self.scoring_batch_size)
+            stats.update(callback.after_update(self, batch))
+        return samples, stats
 
     def calibrate_sync(self, batch) -> None:
         """Measure the sync check's noise floor once per process, before its first update, when the

@@ -341,7 +341,9 @@ def test_mcgpo_pair_loss_numbers_and_direction():
 
 # ----------------------------------------------------------------------------- in the trainer
 def test_objectives_add_their_loss_to_every_ppo_step():
-    from ptgpo_algos.update import TrainingSample, ppo_update
+    from ptgpo_algos.config import OptimConfig
+    from ptgpo_algos.update import TrainingSample
+    from ptgpo_algos.updater import ppo_update
 
     policy = TablePolicy()
     calls = []
@@ -355,8 +357,8 @@ def test_objectives_add_their_loss_to_every_ppo_step():
 
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
     before = policy.probs("t")[0]
-    stats = ppo_update(policy, optimizer, [sample], clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=10.0,
-                       epochs=2, minibatch_size=4, rng=np.random.default_rng(0), auxiliary=auxiliary)
+    optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=10.0, epochs=2, minibatch_size=4)
+    stats = ppo_update(policy, optimizer, [sample], optim, rng=np.random.default_rng(0), auxiliary=auxiliary)
     # No RL unit (zero advantage), yet each epoch's one mini-batch steps with the auxiliary term.
     assert calls == [(0, 1), (0, 1)] and stats["updates"] == 2 and policy.probs("t")[0] > before
 

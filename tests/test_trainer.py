@@ -99,8 +99,8 @@ def test_trajectory_mean_weighs_every_trajectory_once():
     loss, _ = policy_loss(torch.zeros(n, 1), torch.zeros(n, 1), torch.tensor([s.advantage for s in samples]),
                           torch.ones(n, 1), torch.tensor([s.weight for s in samples]))
     assert math.isclose(float(loss), -((0.5 + 1.0) / 2 + (0.3 - 1.0) / 2 + 2.0) / 3, rel_tol=1e-6)
-    with pytest.raises(ValueError, match="loss_agg: 'sum' is not valid"):
-        flatten_batch([group], advantages, loss_agg="sum")
+    with pytest.raises(ValueError, match="algorithm.loss_agg .*'sum'"):
+        TrainConfig.from_dict({"algorithm": {"loss_agg": "sum"}})
 
 
 
@@ -469,15 +469,15 @@ def test_async_rollouts_lag_one_update_and_resume_reproduces_the_run(tmp_path, m
     sync = _rows(run_training(_small(tmp_path / "sync"), progress=False).metrics_path)
     assert [r["policy_lag"] for r in sync] == [0, 0, 0, 0]
 
-    import ptgpo_algos.trainer as trainer
+    from ptgpo_algos.updater import Updater
 
-    real = trainer.ppo_update
+    real = Updater.run
     # (Rollouts run in the worker here: the run is killed in iteration 4's update.)
-    monkeypatch.setattr(trainer, "ppo_update", _dies_on_call(real, 4))
+    monkeypatch.setattr(Updater, "run", _dies_on_call(real, 4))
     with pytest.raises(KeyboardInterrupt):
         run_training(_small(tmp_path / "cut", async_rollouts=True), progress=False)
     assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 3
-    monkeypatch.setattr(trainer, "ppo_update", real)
+    monkeypatch.setattr(Updater, "run", real)
     resumed = run_training(_small(tmp_path / "cut", async_rollouts=True, resume=True), progress=False)
     assert _rows(resumed.metrics_path) == rows
     assert _rows(resumed.curve_path) == _rows(whole.curve_path)
