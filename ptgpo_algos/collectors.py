@@ -31,8 +31,8 @@ import torch
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.objectives import needs_expert
-from ptgpo_algos.patr import PatrConfig, collect_patr_rollouts
-from ptgpo_algos.rollout import RolloutStats, collect_rollouts
+from ptgpo_algos.rollout import RolloutStats
+from ptgpo_algos.strategies import collect_with
 
 if TYPE_CHECKING:
     from ptgpo_algos.trainer import Trainer
@@ -43,21 +43,12 @@ __all__ = ["AsyncCollector", "RolloutRequest", "RolloutWorker", "SyncCollector",
 
 def collect_iteration(config: TrainConfig, policy, tasks: list[Task], *, rng, generator,
                       max_decisions: int | None = None) -> tuple[Batch, RolloutStats]:
-    """One iteration's rollouts of ``tasks`` as ``config`` says (group size, linear, tree or PATR,
-    branching), spending at most ``max_decisions`` (what is left of a matched budget)."""
-    rollouts, workers = config.rollouts, config.env_workers
-    if rollouts.strategy == "patr":
-        return collect_patr_rollouts(
-            policy, tasks, PatrConfig.from_mapping(rollouts.patr), rng=rng, generator=generator,
-            env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
-            max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives),
-        )
-    return collect_rollouts(
-        policy, tasks, group_size=rollouts.group_size, mode=rollouts.strategy,
-        initial_rollouts=rollouts.initial_rollouts, branch=rollouts.branch, rng=rng, generator=generator,
-        env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
-        max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives),
-    )
+    """One iteration's rollouts of ``tasks`` by the configured strategy (:mod:`ptgpo_algos.strategies`),
+    spending at most ``max_decisions`` (what is left of a matched budget)."""
+    workers = config.env_workers
+    return collect_with(config.rollouts.strategy, policy, tasks, config.rollouts, rng=rng, generator=generator,
+                        env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
+                        max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives))
 
 
 def remaining_budget(config: TrainConfig, spent: int) -> int | None:

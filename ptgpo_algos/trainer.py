@@ -15,7 +15,8 @@ Collection runs here or, with ``rollouts.asynchronous``, in a second process
 (:mod:`ptgpo_algos.collectors`) while the update runs: those rollouts play the weights from
 before the previous update (``policy_lag`` 1 in the metrics, 0 otherwise), and the checkpoint keeps
 the request in flight so that a resumed run replays it. Everything else joins through callbacks
-(:mod:`ptgpo_algos.callbacks`): the logs, the progress bar, TensorBoard, hindsight relabelling.
+(:mod:`ptgpo_algos.callbacks`): the logs, the progress bar, TensorBoard. Auxiliary signals are objectives
+(:mod:`ptgpo_algos.objectives`): hindsight relabelling is one.
 
 What changes during a run and must survive a resume is in plain sight: :class:`TrainState` (counters,
 random generators, the last evaluation), the policy's weights, the optimiser, and the callbacks' and
@@ -44,16 +45,16 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+import ptgpo_envs
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
 from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, TensorBoardLogger
 from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
-from ptgpo_algos.evaluation import evaluate, make_env, overlap
+from ptgpo_algos.evaluation import evaluate, overlap
 from ptgpo_algos.files import FileFormatError, atomic_folder, atomic_write_text, folder_lock, read_jsonl
-from ptgpo_algos.hindsight import Hindsight
-from ptgpo_algos.objectives import Objectives, needs_expert
+from ptgpo_algos.objectives import ObjectiveInputs, Objectives, objective_needs
 from ptgpo_algos.policy.agent import PolicyAgent
 from ptgpo_algos.policy.backends import (
     SYNC_TOKENS,
@@ -68,13 +69,14 @@ from ptgpo_algos.policy.backends import (
 from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
 from ptgpo_algos.rollout import RolloutStats
 from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
-from ptgpo_envs import TextEnv, check_env_kwargs, held_out
+from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
+from ptgpo_envs import check_env_kwargs, held_out, make_env
 from ptgpo_algos.policy.precision import precision_for
 from ptgpo_algos.update import flatten_batch
 from ptgpo_algos.updater import Updater, old_logprobs_mode
 
 __all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evaluate_policy", "evaluation_agent",
-           "load_trained_policy", "run_training"]
+           "load_trained_policy", "run_needs", "run_training"]
 
 
 @dataclass
@@ -220,11 +222,7 @@ class Trainer:
         self.callbacks: list[Callback] = [self.logger]
         if config.run.tensorboard:
             self.callbacks.append(TensorBoardLogger(out_dir))
-        if config.hindsight is not None:
-            self.callbacks.append(Hindsight(config.hindsight))
         self.objectives = Objectives.from_config(config.algorithm.objectives)
-        if self.objectives:
-            self.callbacks.append(self.objectives)
         if self.progress:
             self.callbacks.append(ProgressBar())
         self.callbacks += self.extra_callbacks
@@ -264,6 +262,7 @@ class Trainer:
             for callback in self.callbacks:
                 if callback.state_key is not None:
                     callback.load_state_dict(checkpoint.get(callback.state_key))
+            self.objectives.load_state_dict(_objective_state(checkpoint))
             self.collector.load_state_dict(checkpoint.get("pending_rollout"))
         except (TypeError, KeyError, ValueError) as error:
             raise CheckpointError(f"{path}: a component's saved state does not fit this run ({type(error).__name__}: "
@@ -370,9 +369,9 @@ class Trainer:
         return float(min(1.0, max(fractions)))
 
     def update(self, batch: Batch, advantages) -> tuple[list, dict[str, Any]]:
-        """The update on the batch's distinct steps (:class:`~ptgpo_algos.updater.Updater`), then each
-        callback's ``after_update``; before it, the auxiliary objectives route the advantages and
-        prepare their items (:mod:`ptgpo_algos.objectives`)."""
+        """The update on the batch's distinct steps (:class:`~ptgpo_algos.updater.Updater`), then the
+        objectives' and each callback's ``after_update``; before it, the auxiliary objectives route the
+        advantages and prepare their items (:mod:`ptgpo_algos.objectives`)."""
         auxiliary, stats = None, {}
         if self.objectives:
             advantages, auxiliary, stats = self.objectives.prepare(
@@ -380,6 +379,9 @@ class Trainer:
         samples = flatten_batch(batch, advantages, self.config.algorithm.loss_agg, self.config.policy.mode)
         prepared = self.updater.prepare(samples)
         stats = {**self.updater.run(samples, auxiliary), **prepared, **stats}
+        if self.objectives:
+            inputs = ObjectiveInputs(batch, advantages, self.policy, self.state.rng)
+            stats.update(self.objectives.after_update(inputs, self.updater.train_step))
         for callback in self.callbacks:
             stats.update(callback.after_update(self, batch))
         return samples, stats
@@ -472,6 +474,7 @@ class Trainer:
             "train_layouts": None if state.train_layouts is None else sorted(state.train_layouts),
             "config": self.config.to_dict(),
             "pending_rollout": self.collector.state_dict(),
+            "objectives": self.objectives.state_dict(),
         }
         for callback in self.callbacks:
             if callback.state_key is not None:
@@ -512,42 +515,35 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
 
 # ---------------------------------------------------------------------------------------- helpers
 def check_environment(config: TrainConfig) -> None:
-    """What the run needs of its environment, checked by building it once (before any model or file):
-    the keywords, and the optional parts of the contract the config uses (``achieved_tasks()`` for
-    hindsight, ``snapshot()``/``restore()`` for tree and PATR rollouts, ``progress()`` for PATR's
-    progress scorer, ``expert_action()`` for objectives that show a teacher the expert's plan)."""
-    from ptgpo_algos.evaluation import make_env
-
+    """What the run needs of its environment, checked before any model or file: the keywords, then
+    the environment built once against what its components need (:func:`run_needs`,
+    :func:`ptgpo_envs.check_environment`)."""
     env = config.env
     check_env_kwargs(env.id, env.kwargs, "env.kwargs (env_kwargs)")
     if env.eval_kwargs:
         check_env_kwargs(env.id, env.evaluation_kwargs, "env.eval_kwargs (eval_env_kwargs)")
     made = make_env(env.id, env.kwargs, env.max_steps)
     try:
-        unwrapped = made.unwrapped
-        # ptgpo's own environments honour the contract (tests/test_env_contract.py); another package's
-        # is played once: a reset costs seconds on engines such as ALFWorld, so only where needed.
-        if not isinstance(unwrapped, TextEnv) or config.hindsight is not None:
-            observation, info = made.reset(seed=env.train_seeds[0])
-            missing = [key for key in ("task", "admissible_actions", "state_key", "won") if key not in info]
-            if not isinstance(observation, str) or missing:
-                raise ValueError(f"env.id (env_id): {env.id} is not a text environment of ptgpo's contract (its "
-                                 f"reset gave a {type(observation).__name__} observation; info lacks {missing})")
-        strategy = config.rollouts.strategy
-        if strategy in ("tree", "patr") and not (hasattr(unwrapped, "snapshot") and hasattr(unwrapped, "restore")):
-            raise ValueError(f"rollouts.strategy (rollout): {strategy} rollouts fork episodes, and {env.id} has no "
-                             "snapshot()/restore(); use linear rollouts")
-        if strategy == "patr":
-            _check_progress(config, made)
-        expert = getattr(type(unwrapped), "expert_action", TextEnv.expert_action)
-        if needs_expert(config.algorithm.objectives) and expert is TextEnv.expert_action:
-            raise ValueError(f"algorithm.objectives (objectives): isdpo's teacher sees the expert's next actions, "
-                             f"and {env.id} has no expert (expert_action()); leave isdpo out")
-        if config.hindsight is not None and getattr(unwrapped, "achieved_tasks", lambda: None)() is None:
-            raise ValueError(f"hindsight: {env.id} does not report which tasks its steps complete "
-                             "(achieved_tasks()), so nothing can be relabelled; leave hindsight unset")
+        ptgpo_envs.check_environment(made, run_needs(config), seed=env.train_seeds[0], name=env.id)
     finally:
         made.close()
+
+
+def run_needs(config: TrainConfig) -> dict[str, str]:
+    """What the configured components need of the run (feature -> who): the rollout strategy's and
+    the objectives' (:data:`ptgpo_envs.FEATURES`)."""
+    needs = dict(ROLLOUT_STRATEGIES.get(config.rollouts.strategy).needs(config.rollouts))
+    for need, name in objective_needs(config.algorithm.objectives).items():
+        needs.setdefault(need, f"algorithm.objectives (objectives): {name}")
+    return needs
+
+
+def _objective_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The objectives' saved state; a checkpoint of an older run kept hindsight's buffer on its own."""
+    state = dict(checkpoint.get("objectives") or {})
+    if "hindsight_buffer" in checkpoint:
+        state.setdefault("hindsight", checkpoint["hindsight_buffer"])
+    return state
 
 
 def permuted(advantages: list, rng: np.random.Generator) -> list:
@@ -556,17 +552,6 @@ def permuted(advantages: list, rng: np.random.Generator) -> list:
     flat = [a for group in advantages for trajectory in group for a in trajectory]
     shuffled = iter(np.asarray(flat, dtype=float)[rng.permutation(len(flat))].tolist())
     return [[[next(shuffled) for _ in trajectory] for trajectory in group] for group in advantages]
-
-
-def _check_progress(config: TrainConfig, made) -> None:
-    """PATR's ``progress`` scorer (as ``scorer`` or ``judge``) needs an environment that reports it."""
-    patr = config.rollouts.patr
-    if "progress" not in (patr["scorer"], patr["judge"]):
-        return
-    made.reset(seed=config.env.train_seeds[0])
-    if getattr(made.unwrapped, "progress", lambda: None)() is None:
-        raise ValueError(f"rollouts.patr.scorer: the progress scorer reads the environment's progress(), which "
-                         f"{config.env.id} does not report (with these kwargs); use scorer: value or auto")
 
 
 def evaluation_agent(policy, config: TrainConfig, name: str = "policy") -> PolicyAgent:

@@ -143,6 +143,13 @@ class Updater:
         return accumulate_gradients(self.policy, chunk, self.loss, total_units, self.optim.micro_batch_size,
                                     activation_offload=self.optim.activation_offload)
 
+    def train_step(self, loss: torch.Tensor) -> float:
+        """One optimiser step on ``loss`` alone (an objective that trains in steps of its own); the
+        gradient norm before clipping."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        return self.optimizer_step()
+
     def optimizer_step(self) -> float:
         """Clip the gradient to ``optim.max_grad_norm``, take the optimiser's step; the norm before clipping."""
         grad_norm = torch.nn.utils.clip_grad_norm_(list(self.policy.parameters()), self.optim.max_grad_norm)

@@ -189,7 +189,7 @@ def test_isdpo_distillation_raises_the_teacher_preferred_action():
     assert policy.probs("t")[1] > before + 0.05
     # The EMA teacher moves tau_ema of the way to the policy.
     teacher_row = objective.teacher.model.logits[policy.rows["t"]].clone()
-    objective.after_update(policy)
+    objective.after_update(ObjectiveInputs(batch, [[[0.0], [0.0]]], policy, np.random.default_rng(0)), None)
     expected = 0.5 * teacher_row + 0.5 * policy.model.logits[policy.rows["t"]].detach()
     assert torch.allclose(objective.teacher.model.logits[policy.rows["t"]], expected)
 
@@ -483,7 +483,7 @@ def test_bench_objectives_are_checked_with_the_method_named(method, message):
 
 
 def test_isdpo_refuses_lora_before_any_work():
-    with pytest.raises(ValueError, match="isdpo's EMA teacher is a full copy"):
+    with pytest.raises(ValueError, match="isdpo needs a full copy of the model's weights"):
         TrainConfig.from_dict({"objectives": ["isdpo"], "policy.lora": {"r": 8}})
 
 

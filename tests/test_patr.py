@@ -168,7 +168,7 @@ def test_the_progress_scorer_needs_an_environment_that_reports_progress(tmp_path
 
     config = _config(tmp_path, env_id="ptgpo/BabyAI-v0", env_kwargs={"level": "GoToLocal"}, max_steps=None,
                      patr={"scorer": "progress"})
-    with pytest.raises(ValueError, match="progress scorer reads the environment's progress"):
+    with pytest.raises(ValueError, match=r"rollouts.patr.scorer: PATR's progress scorer .* needs its progress\(\)"):
         check_environment(config)
     check_environment(config.replace(**{"rollouts.patr.scorer": "auto"}))
     check_environment(config.replace(**{"env.kwargs.level": "MultiRoom-N2-S4"}))
@@ -200,13 +200,13 @@ def test_every_seed_estimator_trains_over_patr_rollouts_from_the_command_line(al
 
 def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, monkeypatch):
     # PATR's tie-breaking draws from the run's generator, which the checkpoint keeps.
-    import ptgpo_algos.collectors as collectors
+    from ptgpo_algos import strategies
     from ptgpo_algos.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     small = dict(total_decisions=None, iterations=4, checkpoint_every=2)
     whole = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "whole")), progress=False)
-    real = collectors.collect_patr_rollouts
+    real = strategies.collect_patr_rollouts
     calls = []
 
     def dies_on_the_fourth(*args, **kwargs):
@@ -215,10 +215,10 @@ def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
             raise KeyboardInterrupt("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(collectors, "collect_patr_rollouts", dies_on_the_fourth)
+    monkeypatch.setattr(strategies, "collect_patr_rollouts", dies_on_the_fourth)
     with pytest.raises(KeyboardInterrupt):
         run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut")), progress=False)
-    monkeypatch.setattr(collectors, "collect_patr_rollouts", real)
+    monkeypatch.setattr(strategies, "collect_patr_rollouts", real)
     resumed = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut"), resume=True), progress=False)
 
     def rows(path):

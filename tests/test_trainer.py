@@ -204,9 +204,9 @@ def test_sections_dotted_keys_and_flat_names_are_one_config(tmp_path):
     merged = TrainConfig.from_dict({"env_id": "ptgpo/Household-v0", "env_kwargs": {"difficulty": "easy"},
                                     "env.kwargs.task_type": "pick"})
     assert merged.env.kwargs == {"difficulty": "easy", "task_type": "pick"}
-    # hindsight: {} turns it on with its defaults, null turns it off.
-    assert TrainConfig.from_dict({"hindsight": {}}).hindsight.buffer_size == 4096
-    assert TrainConfig.from_dict({"hindsight": None}).hindsight is None
+    # An old config's hindsight: {} is the hindsight objective with its defaults, null turns it off.
+    assert TrainConfig.from_dict({"hindsight": {}}).algorithm.objectives[0]["buffer_size"] == 4096
+    assert TrainConfig.from_dict({"hindsight": None}).algorithm.objectives == []
 
 
 def test_the_cli_flags_come_from_the_config_fields(capsys):
@@ -282,17 +282,17 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch)
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     whole = run_training(_small(tmp_path / "whole"), progress=False)
 
-    import ptgpo_algos.collectors as collectors
+    from ptgpo_algos import strategies
 
-    real = collectors.collect_rollouts
-    monkeypatch.setattr(collectors, "collect_rollouts", _dies_on_call(real, 4))
+    real = strategies.collect_rollouts
+    monkeypatch.setattr(strategies, "collect_rollouts", _dies_on_call(real, 4))
     with pytest.raises(KeyboardInterrupt):
         run_training(_small(tmp_path / "cut", checkpoint_every=2), progress=False)
     # Iteration 3 was logged but not checkpointed: the resumed run must redo it identically.
     assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 3
     with pytest.raises(ValueError, match="already holds a run"):
         run_training(_small(tmp_path / "cut"), progress=False)
-    monkeypatch.setattr(collectors, "collect_rollouts", real)
+    monkeypatch.setattr(strategies, "collect_rollouts", real)
     resumed = run_training(_small(tmp_path / "cut", resume=True), progress=False)
     assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
     assert _rows(resumed.curve_path) == _rows(whole.curve_path)
