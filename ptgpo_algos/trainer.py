@@ -47,7 +47,7 @@ import torch
 
 import ptgpo_envs
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
-from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, TensorBoardLogger
+from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, RunView, TensorBoardLogger
 from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
@@ -196,7 +196,7 @@ class Trainer:
             self.setup(checkpoint)
             try:
                 for callback in self.callbacks:
-                    callback.on_train_start(self)
+                    callback.on_train_start(self.view)
                 if checkpoint is None:
                     self.evaluate()
                 self.collector.start()
@@ -212,6 +212,7 @@ class Trainer:
         """Build the policies, the optimiser, the state, the collector and the callbacks; restore a checkpoint."""
         config, out_dir = self.config, self.config.run_dir
         self.state = TrainState.seeded(config.run.seed)
+        self.view = RunView(config, self.state)
         self.policy = build_policy(config, self.device)
         self.rollout_policy = build_rollout_policy(config, self.policy, self.device)
         self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
@@ -383,7 +384,7 @@ class Trainer:
             inputs = ObjectiveInputs(batch, advantages, self.policy, self.state.rng)
             stats.update(self.objectives.after_update(inputs, self.updater.train_step))
         for callback in self.callbacks:
-            stats.update(callback.after_update(self, batch))
+            stats.update(callback.after_update(self.view, batch))
         return samples, stats
 
     def calibrate_sync(self, batch) -> None:
@@ -433,7 +434,7 @@ class Trainer:
     def end_iteration(self, row: dict[str, Any]) -> None:
         """Hand the row to the callbacks, then evaluate and checkpoint when due (and at the end)."""
         for callback in self.callbacks:
-            callback.on_iteration_end(self, row)
+            callback.on_iteration_end(self.view, row)
         finished = self.budget_spent()
         if row["iteration"] % self.config.evaluation.every == 0 or finished:
             self.evaluate(final=finished)
@@ -458,7 +459,7 @@ class Trainer:
             "wall_time_s": self.elapsed(),
         }
         for callback in self.callbacks:
-            callback.on_evaluation(self, row)
+            callback.on_evaluation(self.view, row)
         return summary
 
     def checkpoint(self) -> None:
@@ -492,7 +493,7 @@ class Trainer:
             self.evaluate(final=True)
             self.checkpoint()
         for callback in self.callbacks:
-            callback.on_train_end(self)
+            callback.on_train_end(self.view)
         if self.config.run.keep_final_model:
             with atomic_folder(self.config.run_dir / "final_model") as folder:
                 self.policy.save_pretrained(folder)

@@ -527,3 +527,17 @@ def test_curve_evaluations_play_the_first_seeds_and_the_last_plays_all(tmp_path,
     monkeypatch.setattr(trainer, "evaluate", spy)
     summary = run_training(_small(tmp_path / "run", eval_seeds=6, eval_curve_episodes=2), progress=False)
     assert played == [2, 2, 6] and summary.final_eval["episodes"] == 6
+
+
+def test_callbacks_observe_a_read_only_view_of_the_run():
+    from ptgpo_algos.callbacks import RunView
+    from ptgpo_algos.trainer import TrainState
+
+    config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0"})
+    state = TrainState.seeded(0)
+    view = RunView(config, state)
+    state.iteration = 4
+    assert view.config is config and view.state.iteration == 4  # a view: it follows the run
+    with pytest.raises(AttributeError, match="a callback observes the run's state"):
+        view.state.iteration = 5
+    assert state.iteration == 4
