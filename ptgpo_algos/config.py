@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from ptgpo_algos.patr import PatrConfig
 from ptgpo_algos.validation import (
     check_bool,
     check_choice,
@@ -298,17 +299,16 @@ class RolloutsConfig:
     initial_rollouts: int | None = _field(None, "tree: independent rollouts before branching (default: half "
                                           "the group)", flat="initial_rollouts")
     branch: str = _field("uniform", "tree: where to branch (uniform, entropy, novel)", flat="branch")
-    patr: dict[str, Any] = _field(help="patr: PATR's settings (ptgpo_algos.patr.PatrConfig: initial_branches, "
+    patr: PatrConfig = _field(help="patr: PATR's settings (ptgpo_algos.patr.PatrConfig: initial_branches, "
                                   "children, top_k, every, alpha, repeat_limit, max_leaves, pruned_reward, scorer, "
                                   "judge, lam); its groups are its leaves, so group_size and initial_rollouts do "
-                                  "not apply", flat="patr", factory=dict)
+                                  "not apply", flat="patr", factory=PatrConfig)
     tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flat="tasks_per_iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
                                 flag="async-rollouts")
 
     def __post_init__(self) -> None:
-        from ptgpo_algos.patr import PatrConfig
         from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
         from ptgpo_algos.rollout import BRANCH_STRATEGIES
         from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
@@ -326,8 +326,8 @@ class RolloutsConfig:
         if self.initial_rollouts is not None:
             check_int("rollouts.initial_rollouts (initial_rollouts)", self.initial_rollouts, 1, self.group_size)
         check_choice("rollouts.branch (branch)", self.branch, BRANCH_STRATEGIES)
-        PatrConfig.from_mapping(self.patr)
-        object.__setattr__(self, "patr", dict(self.patr))
+        if not isinstance(self.patr, PatrConfig):
+            object.__setattr__(self, "patr", PatrConfig.from_mapping(self.patr))
         check_int("rollouts.tasks_per_iteration (tasks_per_iteration)", self.tasks_per_iteration, 1,
                   MAX_EPISODES_PER_ITERATION // self.group_size,
                   hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
@@ -566,11 +566,7 @@ class TrainConfig:
         tiny = self.policy.is_tiny
         strategy = self.rollouts.strategy or ("tree" if self.algorithm.name == "ptgpo" else "linear")
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
-        patr = self.rollouts.patr
-        if strategy == "patr":
-            from ptgpo_algos.patr import PatrConfig
-
-            patr = PatrConfig.from_mapping(patr).resolved(self.env.id).as_dict()
+        patr = self.rollouts.patr.resolved(self.env.id) if strategy == "patr" else self.rollouts.patr
         object.__setattr__(self, "rollouts", dataclasses.replace(self.rollouts, strategy=strategy,
                                                                  initial_rollouts=initial, patr=patr))
         object.__setattr__(self, "optim", self.optim.resolved(tiny))

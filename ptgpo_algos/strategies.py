@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ptgpo_algos.data import Batch, Task
-from ptgpo_algos.patr import PatrConfig, collect_patr_rollouts
+from ptgpo_algos.patr import collect_patr_rollouts
 from ptgpo_algos.rollout import RolloutStats, collect_rollouts
 from ptgpo_envs.plugins import Registry
 
@@ -62,7 +62,7 @@ def _groups(mode: str) -> Collect:
 
 
 def _patr(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
-    return collect_patr_rollouts(policy, tasks, PatrConfig.from_mapping(rollouts.patr), **common)
+    return collect_patr_rollouts(policy, tasks, rollouts.patr, **common)
 
 
 def _forks(name: str) -> Callable[[Any], dict[str, str]]:
@@ -71,7 +71,7 @@ def _forks(name: str) -> Callable[[Any], dict[str, str]]:
 
 def _patr_needs(rollouts: Any) -> dict[str, str]:
     needs = _forks("patr")(rollouts)
-    if "progress" in (rollouts.patr.get("scorer"), rollouts.patr.get("judge")):
+    if "progress" in (rollouts.patr.scorer, rollouts.patr.judge):
         needs["progress"] = "rollouts.patr.scorer: PATR's progress scorer (use scorer: value or auto)"
     return needs
 

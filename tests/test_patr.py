@@ -93,16 +93,19 @@ def test_scorers_read_progress_or_the_group_value_and_a_judge_is_blended_in():
 def test_patr_is_a_rollout_strategy_with_the_papers_defaults_and_k_by_environment():
     config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "algo": "grpo", "rollout": "patr"})
     assert config.rollouts.strategy == "patr"
-    assert config.rollouts.patr == {"initial_branches": 4, "children": 2, "top_k": 2, "every": 5, "alpha": 0.5,
-                                    "repeat_limit": 6, "max_leaves": 10, "pruned_reward": 0.0, "scorer": "auto",
-                                    "judge": None, "lam": 0.5}
+    assert config.rollouts.patr == PatrConfig(every=5)  # a typed section, resolved once
+    assert config.to_dict()["rollouts"]["patr"] == {
+        "initial_branches": 4, "children": 2, "top_k": 2, "every": 5, "alpha": 0.5, "repeat_limit": 6,
+        "max_leaves": 10, "pruned_reward": 0.0, "scorer": "auto", "judge": None, "lam": 0.5}
     shop = TrainConfig.from_dict({"env_id": "ptgpo/WebShop-v0", "rollout": "patr", "patr": {"alpha": 0.25}})
-    assert (shop.rollouts.patr["every"], shop.rollouts.patr["alpha"]) == (3, 0.25)
+    assert (shop.rollouts.patr.every, shop.rollouts.patr.alpha) == (3, 0.25)
     given = TrainConfig.from_dict({"rollout": "patr", "rollouts.patr.every": 7})
-    assert given.rollouts.patr["every"] == 7
-    # The saved form reads back as the same config; other strategies leave the section as given.
+    assert given.rollouts.patr.every == 7
+    # The saved form reads back as the same config; other strategies leave K unresolved, and an older
+    # config.json's empty section reads as the defaults.
     assert TrainConfig.from_dict(config.to_dict()) == config
-    assert TrainConfig.from_dict({"algo": "grpo"}).rollouts.patr == {}
+    grpo = TrainConfig.from_dict({"algo": "grpo"})
+    assert grpo.rollouts.patr == PatrConfig() and TrainConfig.from_dict({"algo": "grpo", "patr": {}}) == grpo
 
 
 @pytest.mark.parametrize(
@@ -133,7 +136,7 @@ def test_the_cli_takes_rollout_patr(tmp_path):
     args = build_parser().parse_args(["train", "--env", "ptgpo/Sokoban-v0", "--algo", "planpo", "--rollout", "patr",
                                       "--set", "rollouts.patr.top_k=1"])
     config = build_config(args)
-    assert (config.algorithm.name, config.rollouts.strategy, config.rollouts.patr["top_k"]) == ("planpo", "patr", 1)
+    assert (config.algorithm.name, config.rollouts.strategy, config.rollouts.patr.top_k) == ("planpo", "patr", 1)
 
 
 # ----------------------------------------------------------------------------- training
