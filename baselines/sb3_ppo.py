@@ -32,7 +32,8 @@ from gymnasium import spaces
 from baselines.registry import BaselineOutcome, BaselineRun
 from baselines.text_features import SlotFeaturizer
 from ptgpo_algos.files import atomic_write_text
-from ptgpo_algos.evaluation import EpisodeView, evaluate, make_env
+from ptgpo_algos.evaluation import EpisodeView, evaluate
+from ptgpo_envs import make_env
 
 __all__ = ["SlotActionEnv", "SB3Agent", "slot_action", "run", "DEFAULT_PPO_KWARGS"]
 

@@ -1,10 +1,11 @@
-"""What the trainer tells the outside world, and how components join an iteration: callbacks.
+"""What the trainer tells the outside world: callbacks, observers of the run.
 
-A :class:`Callback` is called at fixed points of :class:`~ptgpo_algos.trainer.Trainer.train`:
-``on_train_start`` (after the run's state is built or restored), ``after_update`` (after the PPO
-update of an iteration, with its batch: a component may train further and return figures for the
-iteration's metrics row), ``on_iteration_end`` (the row), ``on_evaluation`` (the curve row), and
-``on_train_end``. A callback with state that must survive a resume returns it from ``state_dict``
+A :class:`Callback` is called at fixed points of :class:`~ptgpo_algos.trainer.Trainer.train` with a
+:class:`RunView` (the config and a read-only view of the run's state, not the trainer itself):
+``on_train_start`` (after the run's state is built or restored), ``after_update`` (after the update of
+an iteration, with its batch: figures returned join the iteration's metrics row), ``on_iteration_end``
+(the row), ``on_evaluation`` (the curve row), and ``on_train_end``. A component that trains is an
+objective (:mod:`ptgpo_algos.objectives`), not a callback. A callback with state that must survive a resume returns it from ``state_dict``
 (plain data and tensors only) and takes it back in ``load_state_dict``.
 
 The run's logs are callbacks too: :class:`JsonlLogger` (``metrics.jsonl``, ``curve.jsonl``),
@@ -18,10 +19,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.data import Batch
-    from ptgpo_algos.trainer import Trainer
 
-__all__ = ["Callback", "JsonlLogger", "ProgressBar", "TensorBoardLogger"]
+__all__ = ["Callback", "JsonlLogger", "ProgressBar", "ReadOnly", "RunView", "TensorBoardLogger"]
+
+
+class ReadOnly:
+    """Reads ``target``'s attributes; refuses to set them (a callback observes the run's state)."""
+
+    def __init__(self, target: Any):
+        object.__setattr__(self, "_target", target)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_target"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{name}: a callback observes the run's state and cannot set it")
+
+
+class RunView:
+    """What a callback sees of the run: its ``config`` and ``state`` (counters, the last evaluation;
+    :class:`~ptgpo_algos.trainer.TrainState`), read-only."""
+
+    def __init__(self, config: TrainConfig, state: Any):
+        self.config = config
+        self.state = ReadOnly(state)
 
 
 class Callback:
@@ -30,20 +53,20 @@ class Callback:
     #: The key of this callback's state in the checkpoint (None: it has none).
     state_key: str | None = None
 
-    def on_train_start(self, trainer: Trainer) -> None:
+    def on_train_start(self, run: RunView) -> None:
         """After the run's state is built or restored, before the first iteration."""
 
-    def after_update(self, trainer: Trainer, batch: Batch) -> dict[str, Any]:
+    def after_update(self, run: RunView, batch: Batch) -> dict[str, Any]:
         """After an iteration's PPO update, with its batch; figures returned join the metrics row."""
         return {}
 
-    def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
+    def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
         """At the end of an iteration, with its metrics row (``metrics.jsonl``)."""
 
-    def on_evaluation(self, trainer: Trainer, row: dict[str, Any]) -> None:
+    def on_evaluation(self, run: RunView, row: dict[str, Any]) -> None:
         """After a held-out evaluation, with its row (``curve.jsonl``)."""
 
-    def on_train_end(self, trainer: Trainer) -> None:
+    def on_train_end(self, run: RunView) -> None:
         """When the run stops, whatever stopped it."""
 
     def state_dict(self) -> Any:
@@ -67,11 +90,11 @@ class JsonlLogger(Callback):
         self.metrics_path = out_dir / "metrics.jsonl"
         self.curve_path = out_dir / "curve.jsonl"
 
-    def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
+    def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
         """Append the row to ``metrics.jsonl``."""
         _append_jsonl(self.metrics_path, row)
 
-    def on_evaluation(self, trainer: Trainer, row: dict[str, Any]) -> None:
+    def on_evaluation(self, run: RunView, row: dict[str, Any]) -> None:
         """Append the row to ``curve.jsonl``."""
         _append_jsonl(self.curve_path, row)
 
@@ -84,11 +107,11 @@ class TensorBoardLogger(Callback):
 
         self.writer = SummaryWriter(str(out_dir / "tensorboard"))
 
-    def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
+    def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
         """Write the row's numbers as ``train/`` scalars."""
         self._scalars("train", row)
 
-    def on_evaluation(self, trainer: Trainer, row: dict[str, Any]) -> None:
+    def on_evaluation(self, run: RunView, row: dict[str, Any]) -> None:
         """Write the row's numbers as ``eval/`` scalars."""
         self._scalars("eval", row)
 
@@ -98,7 +121,7 @@ class TensorBoardLogger(Callback):
                 self.writer.add_scalar(f"{prefix}/{key}", value, row["iteration"])
         self.writer.flush()
 
-    def on_train_end(self, trainer: Trainer) -> None:
+    def on_train_end(self, run: RunView) -> None:
         """Close the writer."""
         self.writer.close()
 
@@ -110,28 +133,28 @@ class ProgressBar(Callback):
     def __init__(self) -> None:
         self.bar = None
 
-    def on_train_start(self, trainer: Trainer) -> None:
+    def on_train_start(self, run: RunView) -> None:
         """Open the bar, in decisions when the run has a decision budget, else in iterations."""
         from ptgpo_envs.progress import progress_bar
 
-        run, state = trainer.config.run, trainer.state
-        desc = f"{trainer.config.algorithm.name} {trainer.config.env.id}"
-        if run.total_decisions is not None:
-            self.bar = progress_bar(total=run.total_decisions, initial=min(state.decisions, run.total_decisions),
+        budget, state = run.config.run, run.state
+        desc = f"{run.config.algorithm.name} {run.config.env.id}"
+        if budget.total_decisions is not None:
+            self.bar = progress_bar(total=budget.total_decisions, initial=min(state.decisions, budget.total_decisions),
                                     unit="decision", desc=desc)
         else:
-            self.bar = progress_bar(total=run.iterations, initial=state.iteration, unit="it", desc=desc)
+            self.bar = progress_bar(total=budget.iterations, initial=state.iteration, unit="it", desc=desc)
 
-    def on_iteration_end(self, trainer: Trainer, row: dict[str, Any]) -> None:
+    def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
         """Advance the bar."""
-        run, state = trainer.config.run, trainer.state
-        if run.total_decisions is not None:
-            self.bar.update(max(0, min(state.decisions, run.total_decisions) - self.bar.n))
+        budget, state = run.config.run, run.state
+        if budget.total_decisions is not None:
+            self.bar.update(max(0, min(state.decisions, budget.total_decisions) - self.bar.n))
         else:
             self.bar.update(1)
         self.bar.set_postfix(success=f"{state.last_eval.get('success', 0.0):.2f}",
                              rollout=f"{row['rollout_success']:.2f}", decisions=state.decisions)
 
-    def on_train_end(self, trainer: Trainer) -> None:
+    def on_train_end(self, run: RunView) -> None:
         """Close the bar."""
         self.bar.close()

@@ -23,7 +23,7 @@ import multiprocessing
 import signal
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -31,33 +31,39 @@ import torch
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.objectives import needs_expert
-from ptgpo_algos.patr import PatrConfig, collect_patr_rollouts
-from ptgpo_algos.rollout import RolloutStats, collect_rollouts
+from ptgpo_algos.rollout import RolloutStats
+from ptgpo_algos.strategies import collect_with
 
-if TYPE_CHECKING:
-    from ptgpo_algos.trainer import Trainer
-
-__all__ = ["AsyncCollector", "RolloutRequest", "RolloutWorker", "SyncCollector", "collect_iteration",
+__all__ = ["AsyncCollector", "CollectingRun", "RolloutRequest", "RolloutWorker", "SyncCollector", "collect_iteration",
            "restore_weights", "snapshot_weights", "split_threads"]
 
 
 def collect_iteration(config: TrainConfig, policy, tasks: list[Task], *, rng, generator,
                       max_decisions: int | None = None) -> tuple[Batch, RolloutStats]:
-    """One iteration's rollouts of ``tasks`` as ``config`` says (group size, linear, tree or PATR,
-    branching), spending at most ``max_decisions`` (what is left of a matched budget)."""
-    rollouts, workers = config.rollouts, config.env_workers
-    if rollouts.strategy == "patr":
-        return collect_patr_rollouts(
-            policy, tasks, PatrConfig.from_mapping(rollouts.patr), rng=rng, generator=generator,
-            env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
-            max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives),
-        )
-    return collect_rollouts(
-        policy, tasks, group_size=rollouts.group_size, mode=rollouts.strategy,
-        initial_rollouts=rollouts.initial_rollouts, branch=rollouts.branch, rng=rng, generator=generator,
-        env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
-        max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives),
-    )
+    """One iteration's rollouts of ``tasks`` by the configured strategy (:mod:`ptgpo_algos.strategies`),
+    spending at most ``max_decisions`` (what is left of a matched budget)."""
+    workers = config.env_workers
+    return collect_with(config.rollouts.strategy, policy, tasks, config.rollouts, rng=rng, generator=generator,
+                        env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
+                        max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives))
+
+
+class CollectingRun(Protocol):
+    """What a collector reads of the run it collects for (the trainer is one): the config, the device,
+    the state (its generators and counters), the trainable and acting policies, the next tasks and
+    whether the budget is spent."""
+
+    config: TrainConfig
+    device: str
+    state: Any
+    policy: Any
+    rollout_policy: Any
+
+    def next_tasks(self) -> list[Task]:
+        """This iteration's tasks."""
+
+    def budget_spent(self) -> bool:
+        """Whether the run's budget is spent."""
 
 
 def remaining_budget(config: TrainConfig, spent: int) -> int | None:
@@ -69,7 +75,7 @@ def remaining_budget(config: TrainConfig, spent: int) -> int | None:
 class SyncCollector:
     """Rollouts collected in the trainer's process, with the current weights (no policy lag)."""
 
-    def __init__(self, trainer: Trainer):
+    def __init__(self, trainer: CollectingRun):
         self.trainer = trainer
 
     def start(self) -> None:
@@ -118,7 +124,7 @@ class RolloutRequest:
 class AsyncCollector:
     """Rollouts of the next iteration collected in a :class:`RolloutWorker` during this one's update."""
 
-    def __init__(self, trainer: Trainer):
+    def __init__(self, trainer: CollectingRun):
         self.trainer = trainer
         self.threads = torch.get_num_threads()
         trainer_threads, worker_threads = split_threads(self.threads)

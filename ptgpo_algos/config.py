@@ -11,12 +11,13 @@ one style (:mod:`ptgpo_algos.validation`)::
     optim        the update: learning rate, PPO passes and mini-batches, KL, entropy, clipping
     evaluation   held-out evaluation: how often, which seeds, at which temperature
     run          when to stop, checkpoints, logs, the seed and the output folder
-    hindsight    hindsight relabelling (None: off)
     env_workers  where environments step: in this process, or in worker processes
 
 ``TrainConfig.from_dict`` (and ``from_yaml``) take the sections as mappings, dotted keys
 (``"optim.lr": 1e-3``) and flat field names (``learning_rate: 1e-3``), which map onto the sections
-(:data:`FLAT_KEYS`), so a flat config file and a run folder's saved ``config.json`` load alike.
+(:data:`FLAT_KEYS`), so a flat config file and a run folder's saved ``config.json`` load alike. An
+older config's ``hindsight`` section is read as the ``hindsight`` objective
+(``algorithm.objectives``), with the same keys.
 Defaults that depend on other fields are resolved once, when the config is built: the tiny model
 trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL, evaluated sampled at 0.4; a
 pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01, evaluated greedily;
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from ptgpo_algos.patr import PatrConfig
 from ptgpo_algos.validation import (
     check_bool,
     check_choice,
@@ -53,7 +55,7 @@ from ptgpo_algos.validation import (
 
 __all__ = [
     "EVAL_SEED_BASE", "FLAT_KEYS", "MAX_SEED", "RESUMABLE_FIELDS", "SECTIONS", "AlgorithmConfig", "CliField",
-    "EnvConfig", "EnvWorkersConfig", "EvaluationConfig", "HindsightConfig", "OptimConfig", "PolicyConfig",
+    "EnvConfig", "EnvWorkersConfig", "EvaluationConfig", "OptimConfig", "PolicyConfig",
     "RolloutsConfig", "RunConfig", "TrainConfig", "cli_fields", "default_evaluation_temperature", "key_paths",
     "merge_overrides",
 ]
@@ -109,18 +111,10 @@ class EnvConfig:
                                     "layout falls there is redrawn (none: train on every layout)", flat="held_out")
 
     def __post_init__(self) -> None:
-        import gymnasium as gym
+        from ptgpo_envs import check_env_id
 
-        import ptgpo_envs
-
-        ptgpo_envs.load_plugins()
         check_string("env.id", self.id)
-        if self.id not in gym.registry:
-            import difflib
-
-            close = difflib.get_close_matches(self.id, list(gym.registry), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f"; ptgpo's: {', '.join(ptgpo_envs.env_ids())}"
-            raise ValueError(f"env.id (env_id): unknown environment {self.id!r}{hint}")
+        check_env_id(self.id, "env.id (env_id)")
         object.__setattr__(self, "kwargs", check_mapping("env.kwargs (env_kwargs)", self.kwargs))
         object.__setattr__(self, "eval_kwargs", check_mapping("env.eval_kwargs (eval_env_kwargs)", self.eval_kwargs))
         if self.max_steps is not None:
@@ -150,6 +144,8 @@ class AlgorithmConfig:
     config: dict[str, Any] = _field(help="the estimator's keys (gamma, norm, omega...)", flat="algo_config",
                                     factory=dict)
     loss: str = _field("ppo-clip", "policy loss, by name", flat="loss")
+    loss_config: dict[str, Any] = _field(help="the policy loss's own keys (clip_ratio and clip_ratio_c are optim's)",
+                                         factory=dict)
     loss_agg: str = _field("token-mean", "token-mean (every action unit counts once) or trajectory-mean "
                            "(every trajectory counts once)", flat="loss_agg")
     placebo: bool = _field(False, "a negative control: the estimator's advantages randomly permuted over the "
@@ -173,10 +169,32 @@ class AlgorithmConfig:
         # The keys given, as their rules convert them (a YAML "1e-3" is a number).
         object.__setattr__(self, "config", {key: checked[key] for key in config})
         object.__setattr__(self, "loss", check_registered("algorithm.loss", self.loss, LOSSES))
+        object.__setattr__(self, "loss_config", _loss_config(self.loss, self.loss_config))
         check_bool("algorithm.placebo (placebo)", self.placebo)
         check_choice("algorithm.loss_agg (loss_agg)", self.loss_agg, LOSS_AGGREGATIONS)
         object.__setattr__(self, "objectives", validate_objectives("algorithm.objectives (objectives)",
                                                                    self.objectives))
+
+
+def _loss_config(loss: str, given: Any) -> dict[str, Any]:
+    """The policy loss's own keys as given, each converted by its rule (a YAML "1e-3" is a number)."""
+    from ptgpo_algos.losses import COMMON_LOSS_KEYS, get_loss
+
+    where = "algorithm.loss_config"
+    config = check_mapping(where, given)
+    common = sorted(set(config) & set(COMMON_LOSS_KEYS))
+    if common:
+        raise ValueError(f"{where}: {', '.join(common)} is the optim section's (optim.{common[0]}), for every loss; "
+                         "set it there")
+    try:
+        spec = get_loss(loss)
+    except ValueError as error:  # a function registered without following the loss protocol
+        raise ValueError(f"algorithm.loss: {error}") from None
+    try:
+        checked = spec.keywords({key: None for key in COMMON_LOSS_KEYS}, config)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+    return {key: checked[key] for key in config}
 
 
 @dataclass(frozen=True)
@@ -281,19 +299,19 @@ class RolloutsConfig:
     initial_rollouts: int | None = _field(None, "tree: independent rollouts before branching (default: half "
                                           "the group)", flat="initial_rollouts")
     branch: str = _field("uniform", "tree: where to branch (uniform, entropy, novel)", flat="branch")
-    patr: dict[str, Any] = _field(help="patr: PATR's settings (ptgpo_algos.patr.PatrConfig: initial_branches, "
+    patr: PatrConfig = _field(help="patr: PATR's settings (ptgpo_algos.patr.PatrConfig: initial_branches, "
                                   "children, top_k, every, alpha, repeat_limit, max_leaves, pruned_reward, scorer, "
                                   "judge, lam); its groups are its leaves, so group_size and initial_rollouts do "
-                                  "not apply", flat="patr", factory=dict)
+                                  "not apply", flat="patr", factory=PatrConfig)
     tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flat="tasks_per_iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
                                 flag="async-rollouts")
 
     def __post_init__(self) -> None:
-        from ptgpo_algos.patr import ROLLOUT_STRATEGIES, PatrConfig
         from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
         from ptgpo_algos.rollout import BRANCH_STRATEGIES
+        from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 
         check_registered("rollouts.backend (rollout_backend)", self.backend, ROLLOUT_BACKENDS)
         object.__setattr__(self, "vllm", check_mapping("rollouts.vllm (vllm)", self.vllm))
@@ -302,14 +320,14 @@ class RolloutsConfig:
         check_int("rollouts.sync_bucket_mib (sync_bucket_mib)", self.sync_bucket_mib, 1, 4095,
                   hint="vLLM refuses a message of 4 GiB or more")
         if self.strategy is not None:
-            check_choice("rollouts.strategy (rollout)", self.strategy, ROLLOUT_STRATEGIES)
+            check_choice("rollouts.strategy (rollout)", self.strategy, tuple(ROLLOUT_STRATEGIES))
         check_int("rollouts.group_size (group_size)", self.group_size, 2, MAX_EPISODES_PER_ITERATION,
                   hint="group methods compare at least two rollouts of a task")
         if self.initial_rollouts is not None:
             check_int("rollouts.initial_rollouts (initial_rollouts)", self.initial_rollouts, 1, self.group_size)
         check_choice("rollouts.branch (branch)", self.branch, BRANCH_STRATEGIES)
-        PatrConfig.from_mapping(self.patr)
-        object.__setattr__(self, "patr", dict(self.patr))
+        if not isinstance(self.patr, PatrConfig):
+            object.__setattr__(self, "patr", PatrConfig.from_mapping(self.patr))
         check_int("rollouts.tasks_per_iteration (tasks_per_iteration)", self.tasks_per_iteration, 1,
                   MAX_EPISODES_PER_ITERATION // self.group_size,
                   hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
@@ -475,24 +493,6 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class HindsightConfig:
-    """Hindsight relabelling (:mod:`ptgpo_algos.hindsight`): ``updates`` cross-entropy steps on
-    ``batch_size`` relabelled decisions from a buffer of the last ``buffer_size``, each relabelled
-    from the last ``window`` steps up to a completed task of the wanted ``types`` (same or any)."""
-
-    updates: int = _field(1, "cross-entropy steps after each PPO update")
-    batch_size: int = _field(256, "relabelled decisions per step")
-    window: int = _field(4, "steps up to a completion that are relabelled")
-    buffer_size: int = _field(4096, "relabelled decisions kept")
-    types: str = _field("same", "relabel into tasks of the rollout's own type (same) or any type")
-
-    def __post_init__(self) -> None:
-        for name, low in (("updates", 0), ("batch_size", 1), ("window", 1), ("buffer_size", 1)):
-            check_int(f"hindsight.{name}", getattr(self, name), low)
-        check_choice("hindsight.types", self.types, ("same", "any"))
-
-
-@dataclass(frozen=True)
 class EnvWorkersConfig:
     """Where environments step: ``in-process`` (fast environments), ``processes`` (slow engines such as
     ALFWorld, ``num_workers`` worker processes; default one per CPU core) or ``ray`` (``num_workers``
@@ -523,13 +523,14 @@ class EnvWorkersConfig:
         return {"address": self.address, "num_cpus": self.num_cpus} if self.backend == "ray" else {}
 
 
-#: Section name -> class; ``hindsight`` may be None (off).
+#: Section name -> class.
 SECTIONS: dict[str, type] = {
     "env": EnvConfig, "algorithm": AlgorithmConfig, "policy": PolicyConfig, "rollouts": RolloutsConfig,
-    "optim": OptimConfig, "evaluation": EvaluationConfig, "run": RunConfig, "hindsight": HindsightConfig,
-    "env_workers": EnvWorkersConfig,
+    "optim": OptimConfig, "evaluation": EvaluationConfig, "run": RunConfig, "env_workers": EnvWorkersConfig,
 }
-#: Flat field names (``learning_rate``) -> their place in the sections (``hindsight`` is a section itself).
+#: A section of older configs, read as the objective of the same name (null: off).
+LEGACY_HINDSIGHT = "hindsight"
+#: Flat field names (``learning_rate``) -> their place in the sections.
 FLAT_KEYS: dict[str, str] = {
     f.metadata["flat"]: f"{section}.{f.name}"
     for section, cls in SECTIONS.items() for f in dataclasses.fields(cls) if f.metadata.get("flat")
@@ -555,31 +556,31 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     run: RunConfig = field(default_factory=RunConfig)
-    hindsight: HindsightConfig | None = None
     env_workers: EnvWorkersConfig = field(default_factory=EnvWorkersConfig)
 
     def __post_init__(self) -> None:
         for name, cls in SECTIONS.items():
             value = getattr(self, name)
-            if not isinstance(value, cls) and not (name == "hindsight" and value is None):
+            if not isinstance(value, cls):
                 raise TypeError(f"TrainConfig.{name} must be a {cls.__name__}, got {type(value).__name__}")
         tiny = self.policy.is_tiny
         strategy = self.rollouts.strategy or ("tree" if self.algorithm.name == "ptgpo" else "linear")
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
-        patr = self.rollouts.patr
-        if strategy == "patr":
-            from ptgpo_algos.patr import PatrConfig
-
-            patr = PatrConfig.from_mapping(patr).resolved(self.env.id).as_dict()
+        patr = self.rollouts.patr.resolved(self.env.id) if strategy == "patr" else self.rollouts.patr
         object.__setattr__(self, "rollouts", dataclasses.replace(self.rollouts, strategy=strategy,
                                                                  initial_rollouts=initial, patr=patr))
         object.__setattr__(self, "optim", self.optim.resolved(tiny))
         if self.evaluation.temperature is None:
             object.__setattr__(self, "evaluation", dataclasses.replace(
                 self.evaluation, temperature=default_evaluation_temperature(tiny)))
-        if self.policy.lora is not None and any(o["name"] == "isdpo" for o in self.algorithm.objectives):
-            raise ValueError("algorithm.objectives (objectives): isdpo's EMA teacher is a full copy of the model, "
-                             "which LoRA training (policy.lora) does not keep; train without lora or leave isdpo out")
+        if self.policy.lora is not None:
+            from ptgpo_algos.objectives import objective_needs
+
+            name = objective_needs(self.algorithm.objectives).get("full_weights")
+            if name is not None:
+                raise ValueError(f"algorithm.objectives (objectives): {name} needs a full copy of the model's weights, "
+                                 "which LoRA training (policy.lora) does not keep; train without lora or leave "
+                                 f"{name} out")
         start, stop = self.env.train_seeds
         overlap = [s for s in self.evaluation.seeds if start <= s < stop]
         if overlap:
@@ -600,7 +601,7 @@ class TrainConfig:
         for path, item in items:
             section, _, rest = path.partition(".")
             if not rest:  # a section on its own: null turns hindsight off, {} takes its defaults
-                if item is None and section == "hindsight":
+                if item is None and section == LEGACY_HINDSIGHT:
                     hindsight_off = True
                 else:
                     values.setdefault(section, {})
@@ -616,8 +617,9 @@ class TrainConfig:
                 raise ValueError(f"{path} is given twice, as {known[name]!r} and {item!r}; keep one")
             else:
                 known[name] = item
-        if hindsight_off and "hindsight" in values:
+        if hindsight_off and LEGACY_HINDSIGHT in values:
             raise ValueError("hindsight is both off (null) and set; keep one")
+        _read_legacy_hindsight(values)
         _apply_recipe(values)
         sections = {}
         for section, given in values.items():
@@ -683,20 +685,32 @@ def key_paths(key: str, value: Any) -> list[tuple[str, Any]]:
     or of a flat name: ``tiny.pretrain_steps``) or a flat name. A section alone is a path of its own."""
     if not isinstance(key, str):
         raise ValueError(f"config keys are strings, got {key!r}")
-    if key in SECTIONS:
-        if value is None and key == "hindsight":
-            return [("hindsight", None)]
+    if key in SECTIONS or key == LEGACY_HINDSIGHT:
+        if value is None and key == LEGACY_HINDSIGHT:
+            return [(LEGACY_HINDSIGHT, None)]
         section = check_mapping(key, value)
         return [(key, {})] + [(f"{key}.{name}", item) for name, item in section.items()]
     if key in FLAT_KEYS:
         return [(FLAT_KEYS[key], value)]
     head, _, rest = key.partition(".")
-    if rest and head in SECTIONS:
+    if rest and (head in SECTIONS or head == LEGACY_HINDSIGHT):
         return [(key, value)]
     if rest and head in FLAT_KEYS:
         return [(f"{FLAT_KEYS[head]}.{rest}", value)]
     unknown_keys("the training config", [key], [*SECTIONS, *FLAT_KEYS], _FLAG_ALIASES)
     return []
+
+
+def _read_legacy_hindsight(values: dict[str, dict[str, Any]]) -> None:
+    """An older config's ``hindsight`` section becomes the ``hindsight`` objective, its keys unchanged,
+    after the objectives the config lists."""
+    given = values.pop(LEGACY_HINDSIGHT, None)
+    if given is None:
+        return
+    algorithm = values.setdefault("algorithm", {})
+    listed = algorithm.get("objectives") or []
+    if isinstance(listed, (list, tuple)):
+        algorithm["objectives"] = [*listed, {"name": "hindsight", **given}]
 
 
 def _apply_recipe(values: dict[str, dict[str, Any]]) -> None:

@@ -13,12 +13,10 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence
 
-import gymnasium as gym
-
 import ptgpo_envs
 from ptgpo_algos.episodes import Episode, EpisodeEngine, EpisodeView, Transition, make_vector_env
 
-__all__ = ["PROTOCOL_INFO", "Agent", "EpisodeView", "EpisodeResult", "EvalResult", "evaluate", "make_env", "overlap"]
+__all__ = ["PROTOCOL_INFO", "Agent", "EpisodeView", "EpisodeResult", "EvalResult", "evaluate", "overlap"]
 
 
 class Agent(Protocol):
@@ -128,20 +126,6 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, max_steps: int | None = None):
-    """Create an environment by id, failing with the list of registered ids when it is unknown.
-
-    ``max_steps`` is the environment's own horizon keyword (no ``TimeLimit`` wrapper: the
-    environment counts its steps itself, so forking keeps the horizon).
-    """
-    if env_id not in gym.registry:
-        raise ValueError(f"unknown environment {env_id!r}; registered: {', '.join(ptgpo_envs.env_ids())}")
-    kwargs = dict(env_kwargs or {})
-    if max_steps is not None:
-        kwargs["max_steps"] = max_steps
-    return gym.make(env_id, **kwargs)
-
-
 @dataclass(eq=False)
 class _Tally:
     reward: float = 0.0
@@ -164,8 +148,7 @@ def evaluate(
     """Play one episode per seed with ``agent``, ``batch_size`` episodes at a time."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if env_id not in gym.registry:
-        raise ValueError(f"unknown environment {env_id!r}; registered: {', '.join(ptgpo_envs.env_ids())}")
+    ptgpo_envs.check_env_id(env_id)
     seeds = list(seeds)
     finished: list[tuple[int, EpisodeResult]] = []
     bar = None

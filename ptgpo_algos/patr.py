@@ -48,16 +48,14 @@ import numpy as np
 
 from ptgpo_algos.data import Batch, Step, Task
 from ptgpo_algos.episodes import Episode, Transition
-from ptgpo_algos.rollout import ROLLOUT_MODES, Collection, Leaf, RolloutStats, play, sent_action, task_vectors
+from ptgpo_algos.rollout import Collection, Leaf, RolloutStats, play, sent_action, task_vectors
 from ptgpo_algos.validation import (check_int, check_mapping, check_number, check_registered, numbers_as_floats,
                                     unknown_keys)
 from ptgpo_envs.plugins import Registry
 
-__all__ = ["DEFAULT_EVERY", "ROLLOUT_STRATEGIES", "SCORERS", "Branch", "PatrConfig", "PatrStats", "collect_patr_rollouts",
+__all__ = ["DEFAULT_EVERY", "SCORERS", "Branch", "PatrConfig", "PatrStats", "collect_patr_rollouts",
            "expansions", "process_scores", "repeats", "score_prunes", "value_scores"]
 
-#: Every rollout strategy: the linear and prefix-tree ones of :mod:`ptgpo_algos.rollout`, and PATR.
-ROLLOUT_STRATEGIES = (*ROLLOUT_MODES, "patr")
 #: K, the turns between checkpoints, by environment where it is not the paper's FrozenLake value, 5.
 #: 5 also suits Household, ALFWorld, Sokoban and BabyAI (solutions of 5-20 turns, horizons of 30-100:
 #: the expansions the 10-leaf cap allows fall within the solving window); WebShop's episodes end

@@ -5,9 +5,9 @@ a method a subclass can replace::
 
     batch, stats = self.collect()                 # group rollouts of this iteration's tasks
     advantages, diagnostics = self.estimate(batch)   # the configured estimator, by name
-    update = self.update(batch, advantages)       # pi_old and the reference scored without gradients
-                                                  # (old_logprobs, reference_logprobs), then PPO epochs
-                                                  # (ptgpo_algos.update); components after it
+    update = self.update(batch, advantages)       # pi_old and the reference scored without gradients,
+                                                  # then PPO epochs (ptgpo_algos.updater.Updater);
+                                                  # components after it
     update |= self.sync(samples)                  # a separate rollout engine gets the new weights
     self.end_iteration(row)                       # log, evaluate, checkpoint
 
@@ -15,7 +15,8 @@ Collection runs here or, with ``rollouts.asynchronous``, in a second process
 (:mod:`ptgpo_algos.collectors`) while the update runs: those rollouts play the weights from
 before the previous update (``policy_lag`` 1 in the metrics, 0 otherwise), and the checkpoint keeps
 the request in flight so that a resumed run replays it. Everything else joins through callbacks
-(:mod:`ptgpo_algos.callbacks`): the logs, the progress bar, TensorBoard, hindsight relabelling.
+(:mod:`ptgpo_algos.callbacks`): the logs, the progress bar, TensorBoard. Auxiliary signals are objectives
+(:mod:`ptgpo_algos.objectives`): hindsight relabelling is one.
 
 What changes during a run and must survive a resume is in plain sight: :class:`TrainState` (counters,
 random generators, the last evaluation), the policy's weights, the optimiser, and the callbacks' and
@@ -44,16 +45,16 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+import ptgpo_envs
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
-from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, TensorBoardLogger
+from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, RunView, TensorBoardLogger
 from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
-from ptgpo_algos.evaluation import evaluate, make_env, overlap
+from ptgpo_algos.evaluation import evaluate, overlap
 from ptgpo_algos.files import FileFormatError, atomic_folder, atomic_write_text, folder_lock, read_jsonl
-from ptgpo_algos.hindsight import Hindsight
-from ptgpo_algos.objectives import Objectives, needs_expert
+from ptgpo_algos.objectives import ObjectiveInputs, Objectives, objective_needs
 from ptgpo_algos.policy.agent import PolicyAgent
 from ptgpo_algos.policy.backends import (
     SYNC_TOKENS,
@@ -68,11 +69,14 @@ from ptgpo_algos.policy.backends import (
 from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
 from ptgpo_algos.rollout import RolloutStats
 from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
-from ptgpo_envs import TextEnv, check_env_kwargs, held_out
-from ptgpo_algos.update import flatten_batch, ppo_update, recompute_old_logprobs, reference_logprobs, trained_samples
+from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
+from ptgpo_envs import check_env_kwargs, held_out, make_env
+from ptgpo_algos.policy.precision import precision_for
+from ptgpo_algos.update import flatten_batch
+from ptgpo_algos.updater import Updater, old_logprobs_mode
 
 __all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evaluate_policy", "evaluation_agent",
-           "load_trained_policy", "run_training"]
+           "load_trained_policy", "run_needs", "run_training"]
 
 
 @dataclass
@@ -192,7 +196,7 @@ class Trainer:
             self.setup(checkpoint)
             try:
                 for callback in self.callbacks:
-                    callback.on_train_start(self)
+                    callback.on_train_start(self.view)
                 if checkpoint is None:
                     self.evaluate()
                 self.collector.start()
@@ -208,20 +212,18 @@ class Trainer:
         """Build the policies, the optimiser, the state, the collector and the callbacks; restore a checkpoint."""
         config, out_dir = self.config, self.config.run_dir
         self.state = TrainState.seeded(config.run.seed)
+        self.view = RunView(config, self.state)
         self.policy = build_policy(config, self.device)
         self.rollout_policy = build_rollout_policy(config, self.policy, self.device)
         self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
         self.optimizer = torch.optim.AdamW(list(self.policy.parameters()), lr=config.optim.lr,
                                            weight_decay=config.optim.weight_decay)
+        self.updater = self.build_updater()
         self.logger = JsonlLogger(out_dir)
         self.callbacks: list[Callback] = [self.logger]
         if config.run.tensorboard:
             self.callbacks.append(TensorBoardLogger(out_dir))
-        if config.hindsight is not None:
-            self.callbacks.append(Hindsight(config.hindsight))
         self.objectives = Objectives.from_config(config.algorithm.objectives)
-        if self.objectives:
-            self.callbacks.append(self.objectives)
         if self.progress:
             self.callbacks.append(ProgressBar())
         self.callbacks += self.extra_callbacks
@@ -241,6 +243,17 @@ class Trainer:
                                                               indent=1))
         self.started = time.perf_counter() - self.state.wall_time_s
 
+    def build_updater(self) -> Updater:
+        """The update, with pi_old decided once (``optim.old_logprobs``, :func:`old_logprobs_mode`): the
+        rollouts come from elsewhere when a separate engine or a lagged collector plays them, and the
+        trainer's own scores are float32 when its precision has no autocast."""
+        config = self.config
+        elsewhere = self.rollout_policy is not self.policy or config.rollouts.asynchronous
+        float32_scores = precision_for(self.device, config.policy.dtype).autocast is None
+        mode = old_logprobs_mode(config.optim.old_logprobs, elsewhere=elsewhere, float32_scores=float32_scores)
+        return Updater(self.policy, self.optimizer, config.optim, config.algorithm, rng=self.state.rng,
+                       reference=self.reference, old_logprobs=mode, report_drift=elsewhere)
+
     def _restore(self, checkpoint: dict[str, Any]) -> None:
         path = self.config.run_dir / "checkpoint.pt"
         _restore_checkpoint_weights(self.policy, checkpoint, path)
@@ -250,6 +263,7 @@ class Trainer:
             for callback in self.callbacks:
                 if callback.state_key is not None:
                     callback.load_state_dict(checkpoint.get(callback.state_key))
+            self.objectives.load_state_dict(_objective_state(checkpoint))
             self.collector.load_state_dict(checkpoint.get("pending_rollout"))
         except (TypeError, KeyError, ValueError) as error:
             raise CheckpointError(f"{path}: a component's saved state does not fit this run ({type(error).__name__}: "
@@ -356,64 +370,22 @@ class Trainer:
         return float(min(1.0, max(fractions)))
 
     def update(self, batch: Batch, advantages) -> tuple[list, dict[str, Any]]:
-        """The PPO update on the batch's distinct steps, then each callback's ``after_update``.
-
-        Before it, without gradients: the auxiliary objectives' routing and items
-        (:mod:`ptgpo_algos.objectives`), pi_old (:meth:`old_logprobs`) and the KL reference's
-        log-probabilities (:meth:`reference_logprobs`) of the steps it trains.
-        """
-        config, optim = self.config, self.config.optim
-        auxiliary, objective_stats = None, {}
+        """The update on the batch's distinct steps (:class:`~ptgpo_algos.updater.Updater`), then the
+        objectives' and each callback's ``after_update``; before it, the auxiliary objectives route the
+        advantages and prepare their items (:mod:`ptgpo_algos.objectives`)."""
+        auxiliary, stats = None, {}
         if self.objectives:
-            advantages, auxiliary, objective_stats = self.objectives.prepare(
-                batch, advantages, self.policy, self.state.rng, optim.micro_batch_size)
-        samples = flatten_batch(batch, advantages, config.algorithm.loss_agg, config.policy.mode)
-        trained = trained_samples(samples, entropy_coef=optim.entropy_coef, kl=self.reference is not None)
-        drift = self.old_logprobs(trained)
-        self.reference_logprobs(trained)
-        update = ppo_update(
-            self.policy, self.optimizer, samples, clip_ratio=optim.clip_ratio, entropy_coef=optim.entropy_coef,
-            kl_coef=optim.kl_coef, max_grad_norm=optim.max_grad_norm, epochs=optim.epochs,
-            minibatch_size=optim.minibatch_size, rng=self.state.rng, loss=config.algorithm.loss,
-            clip_ratio_c=optim.clip_ratio_c, micro_batch_size=optim.micro_batch_size, tis_cap=optim.tis_cap,
-            activation_offload=optim.activation_offload, auxiliary=auxiliary,
-        )
-        update.update(drift)
-        update.update(objective_stats)
+            advantages, auxiliary, stats = self.objectives.prepare(
+                batch, advantages, self.policy, self.state.rng, self.config.optim.micro_batch_size)
+        samples = flatten_batch(batch, advantages, self.config.algorithm.loss_agg, self.config.policy.mode)
+        prepared = self.updater.prepare(samples)
+        stats = {**self.updater.run(samples, auxiliary), **prepared, **stats}
+        if self.objectives:
+            inputs = ObjectiveInputs(batch, advantages, self.policy, self.state.rng)
+            stats.update(self.objectives.after_update(inputs, self.updater.train_step))
         for callback in self.callbacks:
-            update.update(callback.after_update(self, batch))
-        return samples, update
-
-    @property
-    def scoring_batch_size(self) -> int:
-        """Steps per forward pass without gradients: the micro-batch, else the mini-batch."""
-        optim = self.config.optim
-        return optim.micro_batch_size or optim.minibatch_size
-
-    def old_logprobs(self, samples: list) -> dict[str, Any]:
-        """pi_old of the PPO ratio (``optim.old_logprobs``). ``recompute``, as verl does: the trainer
-        scores the steps with its current weights, without gradients; the metrics get
-        ``old_logprob_drift``, the mean |difference| from the rollout's log-probabilities, where those
-        came from elsewhere (a separate engine, a lagged collector). ``rollout``: the rollout's own.
-        ``auto`` recomputes unless the rollouts are the trainer's own float32 scores under these very
-        weights (the transformers backend, synchronous, on a CPU), which a recomputation would only
-        reproduce to rounding."""
-        optim = self.config.optim
-        elsewhere = self.rollout_policy is not self.policy or self.config.rollouts.asynchronous
-        mode = optim.old_logprobs
-        if mode == "auto":
-            own = not elsewhere and getattr(self.policy, "autocast_dtype", None) is None
-            mode = "rollout" if own else "recompute"
-        if mode != "recompute" or not samples:
-            return {}
-        stats = recompute_old_logprobs(self.policy, samples, self.scoring_batch_size)
-        return stats if elsewhere else {}
-
-    def reference_logprobs(self, samples: list) -> None:
-        """The KL term's reference log-probabilities of the steps, before the update (no gradients), so
-        that the reference's forward never runs while the policy's graph is alive."""
-        if self.reference is not None and samples:
-            reference_logprobs(self.reference, samples, self.scoring_batch_size)
+            stats.update(callback.after_update(self.view, batch))
+        return samples, stats
 
     def calibrate_sync(self, batch) -> None:
         """Measure the sync check's noise floor once per process, before its first update, when the
@@ -462,7 +434,7 @@ class Trainer:
     def end_iteration(self, row: dict[str, Any]) -> None:
         """Hand the row to the callbacks, then evaluate and checkpoint when due (and at the end)."""
         for callback in self.callbacks:
-            callback.on_iteration_end(self, row)
+            callback.on_iteration_end(self.view, row)
         finished = self.budget_spent()
         if row["iteration"] % self.config.evaluation.every == 0 or finished:
             self.evaluate(final=finished)
@@ -487,7 +459,7 @@ class Trainer:
             "wall_time_s": self.elapsed(),
         }
         for callback in self.callbacks:
-            callback.on_evaluation(self, row)
+            callback.on_evaluation(self.view, row)
         return summary
 
     def checkpoint(self) -> None:
@@ -503,6 +475,7 @@ class Trainer:
             "train_layouts": None if state.train_layouts is None else sorted(state.train_layouts),
             "config": self.config.to_dict(),
             "pending_rollout": self.collector.state_dict(),
+            "objectives": self.objectives.state_dict(),
         }
         for callback in self.callbacks:
             if callback.state_key is not None:
@@ -520,7 +493,7 @@ class Trainer:
             self.evaluate(final=True)
             self.checkpoint()
         for callback in self.callbacks:
-            callback.on_train_end(self)
+            callback.on_train_end(self.view)
         if self.config.run.keep_final_model:
             with atomic_folder(self.config.run_dir / "final_model") as folder:
                 self.policy.save_pretrained(folder)
@@ -543,42 +516,35 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
 
 # ---------------------------------------------------------------------------------------- helpers
 def check_environment(config: TrainConfig) -> None:
-    """What the run needs of its environment, checked by building it once (before any model or file):
-    the keywords, and the optional parts of the contract the config uses (``achieved_tasks()`` for
-    hindsight, ``snapshot()``/``restore()`` for tree and PATR rollouts, ``progress()`` for PATR's
-    progress scorer, ``expert_action()`` for objectives that show a teacher the expert's plan)."""
-    from ptgpo_algos.evaluation import make_env
-
+    """What the run needs of its environment, checked before any model or file: the keywords, then
+    the environment built once against what its components need (:func:`run_needs`,
+    :func:`ptgpo_envs.check_environment`)."""
     env = config.env
     check_env_kwargs(env.id, env.kwargs, "env.kwargs (env_kwargs)")
     if env.eval_kwargs:
         check_env_kwargs(env.id, env.evaluation_kwargs, "env.eval_kwargs (eval_env_kwargs)")
     made = make_env(env.id, env.kwargs, env.max_steps)
     try:
-        unwrapped = made.unwrapped
-        # ptgpo's own environments honour the contract (tests/test_env_contract.py); another package's
-        # is played once: a reset costs seconds on engines such as ALFWorld, so only where needed.
-        if not isinstance(unwrapped, TextEnv) or config.hindsight is not None:
-            observation, info = made.reset(seed=env.train_seeds[0])
-            missing = [key for key in ("task", "admissible_actions", "state_key", "won") if key not in info]
-            if not isinstance(observation, str) or missing:
-                raise ValueError(f"env.id (env_id): {env.id} is not a text environment of ptgpo's contract (its "
-                                 f"reset gave a {type(observation).__name__} observation; info lacks {missing})")
-        strategy = config.rollouts.strategy
-        if strategy in ("tree", "patr") and not (hasattr(unwrapped, "snapshot") and hasattr(unwrapped, "restore")):
-            raise ValueError(f"rollouts.strategy (rollout): {strategy} rollouts fork episodes, and {env.id} has no "
-                             "snapshot()/restore(); use linear rollouts")
-        if strategy == "patr":
-            _check_progress(config, made)
-        expert = getattr(type(unwrapped), "expert_action", TextEnv.expert_action)
-        if needs_expert(config.algorithm.objectives) and expert is TextEnv.expert_action:
-            raise ValueError(f"algorithm.objectives (objectives): isdpo's teacher sees the expert's next actions, "
-                             f"and {env.id} has no expert (expert_action()); leave isdpo out")
-        if config.hindsight is not None and getattr(unwrapped, "achieved_tasks", lambda: None)() is None:
-            raise ValueError(f"hindsight: {env.id} does not report which tasks its steps complete "
-                             "(achieved_tasks()), so nothing can be relabelled; leave hindsight unset")
+        ptgpo_envs.check_environment(made, run_needs(config), seed=env.train_seeds[0], name=env.id)
     finally:
         made.close()
+
+
+def run_needs(config: TrainConfig) -> dict[str, str]:
+    """What the configured components need of the run (feature -> who): the rollout strategy's and
+    the objectives' (:data:`ptgpo_envs.FEATURES`)."""
+    needs = dict(ROLLOUT_STRATEGIES.get(config.rollouts.strategy).needs(config.rollouts))
+    for need, name in objective_needs(config.algorithm.objectives).items():
+        needs.setdefault(need, f"algorithm.objectives (objectives): {name}")
+    return needs
+
+
+def _objective_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The objectives' saved state; a checkpoint of an older run kept hindsight's buffer on its own."""
+    state = dict(checkpoint.get("objectives") or {})
+    if "hindsight_buffer" in checkpoint:
+        state.setdefault("hindsight", checkpoint["hindsight_buffer"])
+    return state
 
 
 def permuted(advantages: list, rng: np.random.Generator) -> list:
@@ -587,17 +553,6 @@ def permuted(advantages: list, rng: np.random.Generator) -> list:
     flat = [a for group in advantages for trajectory in group for a in trajectory]
     shuffled = iter(np.asarray(flat, dtype=float)[rng.permutation(len(flat))].tolist())
     return [[[next(shuffled) for _ in trajectory] for trajectory in group] for group in advantages]
-
-
-def _check_progress(config: TrainConfig, made) -> None:
-    """PATR's ``progress`` scorer (as ``scorer`` or ``judge``) needs an environment that reports it."""
-    patr = config.rollouts.patr
-    if "progress" not in (patr["scorer"], patr["judge"]):
-        return
-    made.reset(seed=config.env.train_seeds[0])
-    if getattr(made.unwrapped, "progress", lambda: None)() is None:
-        raise ValueError(f"rollouts.patr.scorer: the progress scorer reads the environment's progress(), which "
-                         f"{config.env.id} does not report (with these kwargs); use scorer: value or auto")
 
 
 def evaluation_agent(policy, config: TrainConfig, name: str = "policy") -> PolicyAgent:

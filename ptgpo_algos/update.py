@@ -1,4 +1,6 @@
-"""The policy update: a batch with its advantages becomes training samples, then PPO epochs over mini-batches.
+"""The update's pieces as functions: a batch with its advantages becomes training samples, which are
+scored without gradients, cut into mini-batches and micro-batches, and trained on
+(:class:`ptgpo_algos.updater.Updater` runs them in order).
 
 1. :func:`flatten_batch` makes one sample per *distinct* step: a step shared by ``n`` trajectories of
    a prefix tree is trained once with weight ``n`` and the mean of the advantages it received. For
@@ -10,32 +12,29 @@
    default: a rollout engine's log-probabilities differ from the trainer's by kernels and precision,
    and a lagged collector's by an update), and :func:`reference_logprobs` scores them with the frozen
    reference of the KL term, so that its forward never runs while the policy's graph is alive.
-3. :func:`ppo_update` takes ``epochs`` passes over shuffled mini-batches of about ``minibatch_size``
-   steps; steps with the same prompt share a mini-batch, where the policy computes their context
-   once (the loss is the same as with each computed apart; ``distinct_prompts`` in the metrics
-   counts them). A mini-batch runs forward and backward in micro-batches of ``micro_batch_size``
-   steps whose gradients add up to the mini-batch's (every term is divided by the mini-batch's
-   weighted unit count). The loss is the configured policy loss (:data:`ptgpo_algos.losses.LOSSES`),
-   with optional low-variance KL to a frozen reference and an entropy bonus; AdamW and gradient
-   clipping. pi_old is the recomputed one when present, else the behaviour policy's recorded at
-   rollout time; ``tis_cap`` weighs each unit by the truncated ratio of the two (Yao et al. 2025).
+3. Mini-batches (:func:`minibatches`) never split the steps with the same prompt, whose context the
+   policy then computes once; :func:`accumulate_gradients` runs one forward and backward in
+   micro-batches of ``micro_batch_size`` steps whose gradients add up to the mini-batch's (every term
+   is divided by the mini-batch's weighted unit count). The loss is the update's
+   (:class:`~ptgpo_algos.losses.PolicyLoss`: the configured policy-gradient loss, importance
+   weights, KL and entropy). pi_old is the recomputed one when present, else the behaviour policy's
+   recorded at rollout time; ``tis_cap`` weighs each unit by the truncated ratio of the two (Yao et
+   al. 2025).
 """
-
 from __future__ import annotations
 
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
-import numpy as np
 import torch
 
 from ptgpo_algos.data import Batch, Decision
-from ptgpo_algos.losses import LOSS_AGGREGATIONS, LOSSES
+from ptgpo_algos.losses import PolicyLoss
 
-__all__ = ["TrainingSample", "flatten_batch", "micro_batches", "minibatches", "ppo_update", "recompute_old_logprobs",
-           "reference_logprobs", "same_prompt_groups", "trained_samples"]
+__all__ = ["TrainingSample", "accumulate_gradients", "flatten_batch", "micro_batch_loss", "micro_batches", "minibatches",
+           "recompute_old_logprobs", "reference_logprobs", "same_prompt_groups", "trained_samples", "units"]
 
 
 @dataclass
@@ -61,10 +60,9 @@ def flatten_batch(
     trajectory counts once. ``trajectory-mean``: each trajectory through the step adds ``1 / units of
     that trajectory``, so every trajectory counts once whatever its length (a 7-step success weighs as
     much as a 30-step failure instead of a quarter of it). The loss divides by the summed weights, so
-    both are means.
+    both are means. ``loss_agg`` is one of :data:`~ptgpo_algos.losses.LOSS_AGGREGATIONS`, as
+    ``algorithm.loss_agg`` checks.
     """
-    if loss_agg not in LOSS_AGGREGATIONS:
-        raise ValueError(f"loss_agg: {loss_agg!r} is not valid; choose one of {', '.join(LOSS_AGGREGATIONS)}")
     found: dict[int, list] = {}
     order: list[int] = []
     for group, group_adv in zip(batch, advantages):
@@ -188,72 +186,8 @@ def reference_logprobs(reference, samples: Sequence[TrainingSample], micro_batch
         sample.ref_logprobs = values
 
 
-def ppo_update(
-    policy,
-    optimizer: torch.optim.Optimizer,
-    samples: list[TrainingSample],
-    *,
-    clip_ratio: float,
-    entropy_coef: float,
-    kl_coef: float,
-    max_grad_norm: float,
-    epochs: int,
-    minibatch_size: int,
-    rng: np.random.Generator,
-    loss: str = "ppo-clip",
-    clip_ratio_c: float | None = None,
-    micro_batch_size: int | None = None,
-    tis_cap: float | None = None,
-    activation_offload: bool = False,
-    auxiliary: Callable[[int, int], dict[str, float]] | None = None,
-) -> dict[str, float]:
-    """PPO epochs over shuffled mini-batches; returns the mean of each logged figure and counts.
-
-    The KL term is on when the samples carry reference log-probabilities (:func:`reference_logprobs`).
-    ``auxiliary(index, parts)`` (the auxiliary objectives, :mod:`ptgpo_algos.objectives`) backpropagates
-    its part ``index`` of ``parts`` into the gradient of each mini-batch's step, ``parts`` being the
-    epoch's mini-batches; a mini-batch without RL units then still takes its step.
-    """
-    loss_fn = LOSSES.get(loss)
-    totals: dict[str, float] = {}
-    updates = 0
-    trained_tokens = 0
-    kl = bool(samples) and samples[0].ref_logprobs is not None
-    same_prompt = same_prompt_groups(samples)
-    settings = dict(clip_ratio=clip_ratio, clip_ratio_c=clip_ratio_c, entropy_coef=entropy_coef, kl_coef=kl_coef,
-                    tis_cap=tis_cap, activation_offload=activation_offload)
-    for _ in range(epochs):
-        chunks = list(minibatches(same_prompt, rng.permutation(len(same_prompt)), minibatch_size))
-        for index, chunk in enumerate(chunks):
-            chunk = [samples[i] for i in chunk]
-            total_units = sum(s.weight * units(s.decision, policy.mode) for s in chunk)
-            chunk = trained_samples(chunk, entropy_coef=entropy_coef, kl=kl)
-            if not chunk and auxiliary is None:
-                continue
-            optimizer.zero_grad(set_to_none=True)
-            stats = accumulate_gradients(policy, chunk, loss_fn, total_units, micro_batch_size, **settings) \
-                if chunk else {}
-            if auxiliary is not None:
-                stats.update(auxiliary(index, len(chunks)))
-            grad_norm = torch.nn.utils.clip_grad_norm_(list(policy.parameters()), max_grad_norm)
-            optimizer.step()
-            stats["grad_norm"] = float(grad_norm)
-            for key, figure in stats.items():
-                totals[key] = totals.get(key, 0.0) + figure
-            updates += 1
-            trained_tokens += sum(len(s.decision.prompt_ids) + sum(map(len, s.decision.candidate_ids
-                                                                       or [s.decision.response_ids]))
-                                  for s in chunk)
-    means = {key: value / max(1, updates) for key, value in totals.items()}
-    means["updates"] = updates
-    means["train_tokens"] = trained_tokens
-    means["distinct_prompts"] = len(same_prompt)
-    return means
-
-
-def accumulate_gradients(policy, chunk: list[TrainingSample], loss_fn, total_units: float,
-                         micro_batch_size: int | None, *, activation_offload: bool = False,
-                         **settings: Any) -> dict[str, float]:
+def accumulate_gradients(policy, chunk: list[TrainingSample], loss: PolicyLoss, total_units: float,
+                         micro_batch_size: int | None, *, activation_offload: bool = False) -> dict[str, float]:
     """Forward and backward over ``chunk`` in micro-batches; the gradients add up to the whole chunk's.
 
     Each micro-batch's loss is divided by the whole mini-batch's weighted unit count
@@ -270,7 +204,7 @@ def accumulate_gradients(policy, chunk: list[TrainingSample], loss_fn, total_uni
         offload = torch.autograd.graph.save_on_cpu(pin_memory=policy.device.type == "cuda") \
             if activation_offload else contextlib.nullcontext()
         with offload:
-            value, stats = _micro_batch_loss(policy, part, loss_fn, total_units, **settings)
+            value, stats = micro_batch_loss(policy, part, loss, total_units)
         value.backward()
         for key, figure in stats.items():
             weight = 1.0 if key.endswith("loss") else share / sum(part_units)
@@ -278,33 +212,28 @@ def accumulate_gradients(policy, chunk: list[TrainingSample], loss_fn, total_uni
     return combined
 
 
-def _micro_batch_loss(policy, chunk: list[TrainingSample], loss_fn, total_units: float, *, clip_ratio: float,
-                      clip_ratio_c: float | None, entropy_coef: float, kl_coef: float,
-                      tis_cap: float | None) -> tuple[torch.Tensor, dict[str, Any]]:
+def micro_batch_loss(policy, chunk: list[TrainingSample], loss: PolicyLoss,
+                     total_units: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one micro-batch, with gradients: its samples scored by ``policy`` against pi_old
+    (recomputed when the samples carry it, else the rollout's), the reference and, with
+    ``loss.tis_cap``, the truncated importance weights."""
     decisions = [s.decision for s in chunk]
     device = policy.device
-    scored = policy.score(decisions, entropy_grad=bool(entropy_coef))
+    scored = policy.score(decisions, entropy_grad=bool(loss.entropy_coef))
     width = scored.logprobs.shape[1]
     behaviour = [rollout_logprobs(d, policy.mode) for d in decisions]
     recomputed = chunk[0].old_logprobs is not None
     old = _pad([s.old_logprobs for s in chunk] if recomputed else behaviour, width).to(device)
     is_weights = None
-    if tis_cap is not None and recomputed:
+    if loss.tis_cap is not None and recomputed:
         # Truncated importance sampling: the rollouts came from the engine's distribution, the ratio
         # is taken against the trainer's; weigh each unit by min(pi_old_trainer / pi_engine, cap).
-        log_is = torch.clamp(old - _pad(behaviour, width).to(device), max=math.log(tis_cap))
+        log_is = torch.clamp(old - _pad(behaviour, width).to(device), max=math.log(loss.tis_cap))
         is_weights = torch.exp(log_is)
     ref_logprobs = None
     if chunk[0].ref_logprobs is not None:
         ref_logprobs = _pad([s.ref_logprobs for s in chunk], width).to(device)
     advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
     weight = torch.tensor([s.weight for s in chunk], dtype=torch.float32, device=device)
-    keywords = dict(clip_ratio=clip_ratio, entropy=scored.entropy.float(), entropy_coef=entropy_coef,
-                    ref_logprobs=ref_logprobs, kl_coef=kl_coef, total_units=total_units)
-    # Keywords added to the loss protocol later are passed only when in use, so that a registered loss
-    # written before them still runs with them off.
-    if clip_ratio_c is not None:
-        keywords["clip_ratio_c"] = clip_ratio_c
-    if is_weights is not None:
-        keywords["is_weights"] = is_weights
-    return loss_fn(scored.logprobs.float(), old, advantages, scored.mask.float(), weight, **keywords)
+    return loss(scored.logprobs.float(), old, advantages, scored.mask.float(), weight, entropy=scored.entropy.float(),
+                ref_logprobs=ref_logprobs, total_units=total_units, is_weights=is_weights)

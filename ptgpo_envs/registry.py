@@ -22,7 +22,8 @@ import gymnasium as gym
 
 from ptgpo_envs.plugins import Registry
 
-__all__ = ["ENVIRONMENTS", "EnvSpec", "check_env_kwargs", "env_ids", "get_spec", "load_plugins", "register"]
+__all__ = ["ENVIRONMENTS", "EnvSpec", "check_env_id", "check_env_kwargs", "env_ids", "get_spec", "load_plugins",
+           "make_env", "register"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,31 @@ def get_spec(env_id: str) -> EnvSpec:
     return ENVIRONMENTS.get(env_id)
 
 
+def check_env_id(env_id: Any, where: str | None = None) -> None:
+    """Refuse an id that is not in Gymnasium's registry (plugins loaded first), with the closest
+    registered id or ptgpo's; ``where`` (the config field) starts the message."""
+    load_plugins()
+    if not isinstance(env_id, str) or env_id not in gym.registry:
+        import difflib
+
+        close = difflib.get_close_matches(str(env_id), list(gym.registry), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f"; ptgpo's: {', '.join(env_ids())}"
+        raise ValueError(f"{where + ': ' if where else ''}unknown environment {env_id!r}{hint}")
+
+
+def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, max_steps: int | None = None):
+    """Create an environment by id (:func:`check_env_id` first).
+
+    ``max_steps`` is the environment's own horizon keyword (no ``TimeLimit`` wrapper: the
+    environment counts its steps itself, so forking keeps the horizon).
+    """
+    check_env_id(env_id)
+    kwargs = dict(env_kwargs or {})
+    if max_steps is not None:
+        kwargs["max_steps"] = max_steps
+    return gym.make(env_id, **kwargs)
+
+
 def check_env_kwargs(env_id: str, kwargs: dict[str, Any], where: str = "env_kwargs") -> None:
     """Build ``env_id`` with ``kwargs`` once and close it, so that a bad keyword or value fails now.
 
@@ -86,13 +112,7 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any], where: str = "env_kwar
     message (an unknown keyword, a bad value, missing data files, a missing optional package). Runs
     before any model is built or file written: a corrected command then starts cleanly.
     """
-    load_plugins()
-    if env_id not in gym.registry:
-        import difflib
-
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else f"; ptgpo's: {', '.join(env_ids())}"
-        raise ValueError(f"unknown environment {env_id!r}{hint}")
+    check_env_id(env_id)
     if not isinstance(kwargs, dict):
         raise ValueError(f"{where}: expected a mapping of keyword arguments, got {kwargs!r}")
     try:

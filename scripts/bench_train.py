@@ -43,7 +43,9 @@ def throughput(config, policy=None) -> dict:
     from ptgpo_algos.data import Task
     from ptgpo_algos.policy.backends import build_policy
     from ptgpo_algos.rollout import collect_rollouts
-    from ptgpo_algos.update import flatten_batch, ppo_update
+    from ptgpo_algos.config import OptimConfig
+    from ptgpo_algos.update import flatten_batch
+    from ptgpo_algos.updater import ppo_update
 
     policy = policy if policy is not None else build_policy(config, "cpu")
     tasks = [Task(config.env.id, seed, dict(config.env.kwargs)) for seed in range(8)]
@@ -65,8 +67,9 @@ def throughput(config, policy=None) -> dict:
         s.advantage = s.advantage or 0.1
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=1e-3)
     start = time.perf_counter()
-    update = ppo_update(policy, optimizer, samples, clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0,
-                        max_grad_norm=1.0, epochs=1, minibatch_size=64, rng=np.random.default_rng(0))
+    optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=1.0, epochs=1, minibatch_size=64,
+                        clip_ratio_c=None)
+    update = ppo_update(policy, optimizer, samples, optim, rng=np.random.default_rng(0))
     seconds = time.perf_counter() - start
     result.update(train_steps=len(samples), train_tokens=update["train_tokens"], train_seconds=seconds,
                   train_tokens_per_s=update["train_tokens"] / seconds, train_steps_per_s=len(samples) / seconds)

@@ -203,7 +203,8 @@ def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
     from ptgpo_algos.policy import load_policy
     from ptgpo_algos.memory import run_shape, total_device_memory
     from ptgpo_algos.policy.backends import SYNC_PROMPTS, SYNC_TOKENS
-    from ptgpo_algos.update import ppo_update, recompute_old_logprobs, reference_logprobs
+    from ptgpo_algos.update import recompute_old_logprobs, reference_logprobs
+    from ptgpo_algos.updater import ppo_update
     from scale_rehearsal import random_samples
 
     name = f"update_{model}"
@@ -234,10 +235,8 @@ def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
     recompute_old_logprobs(policy, batch, optim.micro_batch_size)
     reference_logprobs(policy.reference_policy(), batch, optim.micro_batch_size)
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=optim.lr)
-    stats = ppo_update(policy, optimizer, batch, clip_ratio=optim.clip_ratio, entropy_coef=optim.entropy_coef,
-                       kl_coef=optim.kl_coef, max_grad_norm=optim.max_grad_norm, epochs=1,
-                       minibatch_size=optim.minibatch_size, rng=np.random.default_rng(0),
-                       micro_batch_size=optim.micro_batch_size, clip_ratio_c=optim.clip_ratio_c)
+    stats = ppo_update(policy, optimizer, batch, dataclasses.replace(optim, epochs=1), config.algorithm,
+                       rng=np.random.default_rng(0))
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     seconds = time.perf_counter() - begin
@@ -257,15 +256,14 @@ def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
 def micro_batch_gradient_error(policy, samples: list) -> float:
     """``|g_micro - g_whole| / |g_whole|``: the gradient accumulated over micro-batches of
     :data:`GRADIENT_MICRO_BATCH` against one pass over ``samples``."""
-    from ptgpo_algos.losses import LOSSES
     from ptgpo_algos.update import accumulate_gradients, units
-    from scale_rehearsal import SETTINGS, relative_error
+    from scale_rehearsal import rehearsal_loss, relative_error
 
     total = sum(s.weight * units(s.decision, policy.mode) for s in samples)
-    gradients = []
+    gradients, loss = [], rehearsal_loss()
     for micro_batch in (None, GRADIENT_MICRO_BATCH):
         policy.model.zero_grad(set_to_none=True)
-        accumulate_gradients(policy, samples, LOSSES.get("ppo-clip"), total, micro_batch, **SETTINGS)
+        accumulate_gradients(policy, samples, loss, total, micro_batch)
         gradients.append([p.grad.detach().clone() for p in policy.named_trainable().values()])
     policy.model.zero_grad(set_to_none=True)
     return float(f"{relative_error(gradients[1], gradients[0]):.3g}")

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from ptgpo_algos.files import atomic_write_text
     from ptgpo_algos.commands.train import parse_set
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.evaluation import make_env
+    from ptgpo_envs import make_env
     from ptgpo_algos.data import Context
     from ptgpo_algos.policy.backends import build_policy
     from ptgpo_algos.trainer import evaluate_policy

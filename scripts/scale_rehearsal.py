@@ -138,7 +138,16 @@ def relative_error(parts, wholes) -> float:
     return math.sqrt(error / norm) if norm else float("nan")
 
 
-SETTINGS = dict(clip_ratio=0.2, clip_ratio_c=3.0, entropy_coef=0.0, kl_coef=0.0, tis_cap=None)
+#: The update's settings in the rehearsal: PPO-clip, dual clip, no KL or entropy term.
+OPTIM = dict(clip_ratio=0.2, clip_ratio_c=3.0, entropy_coef=0.0, kl_coef=0.0, tis_cap=None)
+
+
+def rehearsal_loss():
+    """The update's loss under :data:`OPTIM` (PPO-clip)."""
+    from ptgpo_algos.config import AlgorithmConfig, OptimConfig
+    from ptgpo_algos.updater import policy_loss_for
+
+    return policy_loss_for(OptimConfig(**OPTIM), AlgorithmConfig())
 MAX_GRAD_NORM = 1.0
 
 
@@ -146,12 +155,11 @@ def whole_batch_gradient(policy, samples, scratch: Path) -> Path:
     """One pass over the whole mini-batch; its gradient is saved to disk (out of the measured memory)."""
     import torch
 
-    from ptgpo_algos.losses import LOSSES
     from ptgpo_algos.update import accumulate_gradients, units
 
     total = sum(s.weight * units(s.decision, policy.mode) for s in samples)
     policy.model.zero_grad(set_to_none=True)
-    accumulate_gradients(policy, samples, LOSSES.get("ppo-clip"), total, None, **SETTINGS)
+    accumulate_gradients(policy, samples, rehearsal_loss(), total, None)
     path = scratch / "whole_gradient.pt"
     torch.save({name: p.grad for name, p in policy.named_trainable().items()}, path)
     policy.model.zero_grad(set_to_none=True)
@@ -163,15 +171,16 @@ def measured_update(policy, samples, micro_batch: int, lr: float) -> dict[str, f
     import numpy as np
     import torch
 
-    from ptgpo_algos.update import ppo_update
+    from ptgpo_algos.config import OptimConfig
+    from ptgpo_algos.updater import ppo_update
 
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=lr, weight_decay=0.0)
+    optim = OptimConfig(max_grad_norm=MAX_GRAD_NORM, epochs=1, minibatch_size=len(samples),
+                        micro_batch_size=micro_batch, **OPTIM)
     gc.collect()
     reset_peak_rss()
     start = time.perf_counter()
-    stats = ppo_update(policy, optimizer, samples, max_grad_norm=MAX_GRAD_NORM, epochs=1,
-                       minibatch_size=len(samples), rng=np.random.default_rng(0), micro_batch_size=micro_batch,
-                       **SETTINGS)
+    stats = ppo_update(policy, optimizer, samples, optim, rng=np.random.default_rng(0))
     return {"seconds": time.perf_counter() - start, "peak": peak_rss_gib(), "grad_norm": stats["grad_norm"],
             "updates": stats["updates"]}
 

@@ -32,7 +32,7 @@ def sample_contexts(episodes: int, first_seed: int, seed: int, difficulty: str =
     import numpy as np
 
     import ptgpo_envs  # noqa: F401  (registers the environments)
-    from ptgpo_algos.evaluation import make_env
+    from ptgpo_envs import make_env
     from ptgpo_algos.data import Context
 
     rng = np.random.default_rng(seed)

@@ -221,7 +221,7 @@ def test_gpu_configs_follow_the_literature_setting(path):
             # Everything but what needs the GPU and the hub model is a valid TrainConfig.
             train = TrainConfig.from_dict(merge_overrides(cell.spec, {"model": "tiny", "device": "cpu"}))
             if cell.method == "patr":
-                assert train.rollouts.patr["every"] == {"ptgpo/ALFWorld-v0": 5, "ptgpo/WebShop-v0": 3}[env.id]
+                assert train.rollouts.patr.every == {"ptgpo/ALFWorld-v0": 5, "ptgpo/WebShop-v0": 3}[env.id]
             assert (train.rollouts.group_size, train.rollouts.tasks_per_iteration) == (8, 16)
             assert (train.run.iterations, train.run.total_decisions) == (150, None)
             assert train.policy.mode == "generate" and train.policy.require_think

@@ -33,7 +33,7 @@ def test_yaml_and_set_spellings_reach_every_kind_of_numeric_field(tmp_path):
     assert config.optim.lr == 1e-3 and config.optim.clip_ratio == 0.5 and config.optim.kl_coef == 0.01
     assert config.evaluation.temperature == 0.5
     assert config.algorithm.config == {"gamma": 0.95}  # an estimator's key
-    assert config.rollouts.patr["alpha"] == 0.5  # a PATR setting
+    assert config.rollouts.patr.alpha == 0.5  # a PATR setting
     assert config.algorithm.objectives[0]["weight"] == 0.2  # an objective's weight
     assert TrainConfig.from_dict(config.to_dict()) == config  # the saved config holds numbers
 

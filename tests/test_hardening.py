@@ -160,13 +160,12 @@ def test_checkpoints_round_trip_the_components_state_as_plain_data(tmp_path):
     # A rollout request in flight and the hindsight buffer hold tasks and decisions: each component
     # stores them as plain data, which weights_only loading accepts, and rebuilds them.
     from ptgpo_algos.collectors import RolloutRequest
-    from ptgpo_algos.config import HindsightConfig
     from ptgpo_algos.data import Decision, Task
-    from ptgpo_algos.hindsight import Hindsight
+    from ptgpo_algos.objectives.hindsight import Hindsight
 
     decision = Decision("go", "go", [1, 2], [3], [-0.5], 0.7, [[3], [4]], 0, -0.6)
     request = RolloutRequest({"w": torch.zeros(1)}, [Task("ptgpo/FrozenLake-v0", 5, {"desc": ["SG"]}, 4)], 9, 2, 100)
-    hindsight = Hindsight(HindsightConfig())
+    hindsight = Hindsight()
     hindsight.buffer.add([decision])
     state = {"weights": {"w": torch.ones(2)}, "optimizer": {"state": {}, "param_groups": []},
              "rng": {"python": (3, tuple(range(5)), None), "numpy": {"state": 1}, "torch": torch.zeros(3),
@@ -177,7 +176,7 @@ def test_checkpoints_round_trip_the_components_state_as_plain_data(tmp_path):
     loaded = load_checkpoint(tmp_path / "checkpoint.pt")
     again = RolloutRequest.from_dict(loaded["pending_rollout"])
     assert again.tasks == request.tasks and (again.seed, again.updates, again.max_decisions) == (9, 2, 100)
-    restored = Hindsight(HindsightConfig())
+    restored = Hindsight()
     restored.load_state_dict(loaded["hindsight_buffer"])
     assert list(restored.buffer.items) == [decision]
     assert loaded["version"] == 1 and torch.equal(loaded["weights"]["w"], torch.ones(2))

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from ptgpo_algos.config import HindsightConfig, TrainConfig
+from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Context, Decision, Step, Task, Trajectory
-from ptgpo_algos.hindsight import (
+from ptgpo_algos.objectives.hindsight import (
     HindsightBuffer,
     hindsight_loss,
-    hindsight_update,
+    hindsight_steps,
     relabel_batch,
     relabel_trajectory,
 )
@@ -117,10 +117,13 @@ def test_hindsight_loss_is_the_token_mean_cross_entropy():
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"updates": -1}, "hindsight.updates: expected an integer >= 0"),
-    ({"window": 0}, "hindsight.window: expected an integer >= 1"),
-    ({"types": "similar"}, "hindsight.types: 'similar' is not valid"),
-    ({"windw": 2}, "hindsight: unknown key(s) 'windw' (did you mean 'window'?)"),
+    ({"updates": -1}, "updates=-1 is invalid for objective 'hindsight': updates (cross-entropy steps after each PPO "
+                      "update) must be an integer >= 0"),
+    ({"window": 0}, "window=0 is invalid for objective 'hindsight'"),
+    ({"types": "similar"}, "types='similar' is invalid for objective 'hindsight': types (relabel into tasks of the "
+                           "rollout's own type (same) or any type) must be one of same, any"),
+    ({"windw": 2}, "unknown key(s) 'windw' for objective 'hindsight'; valid keys: weight, updates, batch_size, "
+                   "window, buffer_size, types"),
 ])
 def test_bad_hindsight_configs_fail_with_clear_messages(data, message):
     with pytest.raises(ValueError) as error:
@@ -129,11 +132,24 @@ def test_bad_hindsight_configs_fail_with_clear_messages(data, message):
 
 
 def test_hindsight_needs_an_environment_that_reports_completed_tasks():
-    with pytest.raises(ValueError, match="hindsight: ptgpo/FrozenLake-v0 does not report"):
+    with pytest.raises(ValueError, match=r"algorithm.objectives \(objectives\): hindsight needs the tasks its steps "
+                                         r"complete \(achieved_tasks\(\)\), which ptgpo/FrozenLake-v0 does not have"):
         check_environment(TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "hindsight": {}}))
     check_environment(TrainConfig.from_dict({"hindsight": {}}))  # Household reports them
-    assert TrainConfig.from_dict({"hindsight": {}}).hindsight == HindsightConfig()
-    assert TrainConfig.from_dict({}).hindsight is None
+
+
+def test_an_old_hindsight_section_is_the_hindsight_objective():
+    defaults = {"name": "hindsight", "weight": 1.0, "updates": 1, "batch_size": 256, "window": 4, "buffer_size": 4096,
+                "types": "same"}
+    assert TrainConfig.from_dict({"hindsight": {}}).algorithm.objectives == [defaults]
+    assert TrainConfig.from_dict({"hindsight.window": 2}).algorithm.objectives == [{**defaults, "window": 2}]
+    assert TrainConfig.from_dict({"hindsight": None}).algorithm.objectives == []
+    # After the objectives the config lists; written as the objective, it reads back the same.
+    both = TrainConfig.from_dict({"objectives": ["mcgpo"], "hindsight": {"types": "any"}})
+    assert [o["name"] for o in both.algorithm.objectives] == ["mcgpo", "hindsight"]
+    assert TrainConfig.from_dict(both.to_dict()) == both
+    with pytest.raises(ValueError, match="objective 'hindsight' is listed twice"):
+        TrainConfig.from_dict({"objectives": ["hindsight"], "hindsight": {}})
 
 
 def _household(out_dir, **change):
@@ -154,13 +170,13 @@ def test_run_relabels_trains_on_relabels_and_resumes_exactly(tmp_path, monkeypat
     assert [r["hindsight_buffer"] for r in rows] == list(np.cumsum([r["hindsight_relabelled"] for r in rows]))
     assert all(r["hindsight_updates"] == (2 if r["hindsight_buffer"] else 0) for r in rows)
 
-    import ptgpo_algos.collectors as collectors
+    from ptgpo_algos import strategies
 
-    real = collectors.collect_rollouts
-    monkeypatch.setattr(collectors, "collect_rollouts", _dies_on_call(real, 4))
+    real = strategies.collect_rollouts
+    monkeypatch.setattr(strategies, "collect_rollouts", _dies_on_call(real, 4))
     with pytest.raises(KeyboardInterrupt):
         run_training(_household(tmp_path / "cut"), progress=False)
-    monkeypatch.setattr(collectors, "collect_rollouts", real)
+    monkeypatch.setattr(strategies, "collect_rollouts", real)
     # Resumed from iteration 2's checkpoint: the buffer's relabels of iterations 1-2 must come back,
     # or the next hindsight losses differ.
     resumed = run_training(_household(tmp_path / "cut", resume=True), progress=False)
@@ -184,9 +200,15 @@ def test_hindsight_steps_make_the_relabelled_actions_likelier(tmp_path, monkeypa
     with torch.no_grad():
         before = float(hindsight_loss(policy, decisions))
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=1e-2)
-    stats = hindsight_update(policy, optimizer, buffer, HindsightConfig(updates=5, batch_size=len(decisions)),
-                             max_grad_norm=1.0, rng=np.random.default_rng(0))
+
+    def step(loss):
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return 0.0
+
+    losses = hindsight_steps(policy, buffer, 5, len(decisions), np.random.default_rng(0), step)
     with torch.no_grad():
         after = float(hindsight_loss(policy, decisions))
-    assert stats["hindsight_updates"] == 5
+    assert len(losses) == 5
     assert after < before - 0.1, (before, after)

@@ -189,7 +189,7 @@ def test_isdpo_distillation_raises_the_teacher_preferred_action():
     assert policy.probs("t")[1] > before + 0.05
     # The EMA teacher moves tau_ema of the way to the policy.
     teacher_row = objective.teacher.model.logits[policy.rows["t"]].clone()
-    objective.after_update(policy)
+    objective.after_update(ObjectiveInputs(batch, [[[0.0], [0.0]]], policy, np.random.default_rng(0)), None)
     expected = 0.5 * teacher_row + 0.5 * policy.model.logits[policy.rows["t"]].detach()
     assert torch.allclose(objective.teacher.model.logits[policy.rows["t"]], expected)
 
@@ -341,7 +341,9 @@ def test_mcgpo_pair_loss_numbers_and_direction():
 
 # ----------------------------------------------------------------------------- in the trainer
 def test_objectives_add_their_loss_to_every_ppo_step():
-    from ptgpo_algos.update import TrainingSample, ppo_update
+    from ptgpo_algos.config import OptimConfig
+    from ptgpo_algos.update import TrainingSample
+    from ptgpo_algos.updater import ppo_update
 
     policy = TablePolicy()
     calls = []
@@ -355,8 +357,8 @@ def test_objectives_add_their_loss_to_every_ppo_step():
 
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
     before = policy.probs("t")[0]
-    stats = ppo_update(policy, optimizer, [sample], clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=10.0,
-                       epochs=2, minibatch_size=4, rng=np.random.default_rng(0), auxiliary=auxiliary)
+    optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=10.0, epochs=2, minibatch_size=4)
+    stats = ppo_update(policy, optimizer, [sample], optim, rng=np.random.default_rng(0), auxiliary=auxiliary)
     # No RL unit (zero advantage), yet each epoch's one mini-batch steps with the auxiliary term.
     assert calls == [(0, 1), (0, 1)] and stats["updates"] == 2 and policy.probs("t")[0] > before
 
@@ -481,7 +483,7 @@ def test_bench_objectives_are_checked_with_the_method_named(method, message):
 
 
 def test_isdpo_refuses_lora_before_any_work():
-    with pytest.raises(ValueError, match="isdpo's EMA teacher is a full copy"):
+    with pytest.raises(ValueError, match="isdpo needs a full copy of the model's weights"):
         TrainConfig.from_dict({"objectives": ["isdpo"], "policy.lora": {"r": 8}})
 
 

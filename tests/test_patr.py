@@ -93,16 +93,19 @@ def test_scorers_read_progress_or_the_group_value_and_a_judge_is_blended_in():
 def test_patr_is_a_rollout_strategy_with_the_papers_defaults_and_k_by_environment():
     config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "algo": "grpo", "rollout": "patr"})
     assert config.rollouts.strategy == "patr"
-    assert config.rollouts.patr == {"initial_branches": 4, "children": 2, "top_k": 2, "every": 5, "alpha": 0.5,
-                                    "repeat_limit": 6, "max_leaves": 10, "pruned_reward": 0.0, "scorer": "auto",
-                                    "judge": None, "lam": 0.5}
+    assert config.rollouts.patr == PatrConfig(every=5)  # a typed section, resolved once
+    assert config.to_dict()["rollouts"]["patr"] == {
+        "initial_branches": 4, "children": 2, "top_k": 2, "every": 5, "alpha": 0.5, "repeat_limit": 6,
+        "max_leaves": 10, "pruned_reward": 0.0, "scorer": "auto", "judge": None, "lam": 0.5}
     shop = TrainConfig.from_dict({"env_id": "ptgpo/WebShop-v0", "rollout": "patr", "patr": {"alpha": 0.25}})
-    assert (shop.rollouts.patr["every"], shop.rollouts.patr["alpha"]) == (3, 0.25)
+    assert (shop.rollouts.patr.every, shop.rollouts.patr.alpha) == (3, 0.25)
     given = TrainConfig.from_dict({"rollout": "patr", "rollouts.patr.every": 7})
-    assert given.rollouts.patr["every"] == 7
-    # The saved form reads back as the same config; other strategies leave the section as given.
+    assert given.rollouts.patr.every == 7
+    # The saved form reads back as the same config; other strategies leave K unresolved, and an older
+    # config.json's empty section reads as the defaults.
     assert TrainConfig.from_dict(config.to_dict()) == config
-    assert TrainConfig.from_dict({"algo": "grpo"}).rollouts.patr == {}
+    grpo = TrainConfig.from_dict({"algo": "grpo"})
+    assert grpo.rollouts.patr == PatrConfig() and TrainConfig.from_dict({"algo": "grpo", "patr": {}}) == grpo
 
 
 @pytest.mark.parametrize(
@@ -133,7 +136,7 @@ def test_the_cli_takes_rollout_patr(tmp_path):
     args = build_parser().parse_args(["train", "--env", "ptgpo/Sokoban-v0", "--algo", "planpo", "--rollout", "patr",
                                       "--set", "rollouts.patr.top_k=1"])
     config = build_config(args)
-    assert (config.algorithm.name, config.rollouts.strategy, config.rollouts.patr["top_k"]) == ("planpo", "patr", 1)
+    assert (config.algorithm.name, config.rollouts.strategy, config.rollouts.patr.top_k) == ("planpo", "patr", 1)
 
 
 # ----------------------------------------------------------------------------- training
@@ -168,7 +171,7 @@ def test_the_progress_scorer_needs_an_environment_that_reports_progress(tmp_path
 
     config = _config(tmp_path, env_id="ptgpo/BabyAI-v0", env_kwargs={"level": "GoToLocal"}, max_steps=None,
                      patr={"scorer": "progress"})
-    with pytest.raises(ValueError, match="progress scorer reads the environment's progress"):
+    with pytest.raises(ValueError, match=r"rollouts.patr.scorer: PATR's progress scorer .* needs its progress\(\)"):
         check_environment(config)
     check_environment(config.replace(**{"rollouts.patr.scorer": "auto"}))
     check_environment(config.replace(**{"env.kwargs.level": "MultiRoom-N2-S4"}))
@@ -200,13 +203,13 @@ def test_every_seed_estimator_trains_over_patr_rollouts_from_the_command_line(al
 
 def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, monkeypatch):
     # PATR's tie-breaking draws from the run's generator, which the checkpoint keeps.
-    import ptgpo_algos.collectors as collectors
+    from ptgpo_algos import strategies
     from ptgpo_algos.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     small = dict(total_decisions=None, iterations=4, checkpoint_every=2)
     whole = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "whole")), progress=False)
-    real = collectors.collect_patr_rollouts
+    real = strategies.collect_patr_rollouts
     calls = []
 
     def dies_on_the_fourth(*args, **kwargs):
@@ -215,10 +218,10 @@ def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
             raise KeyboardInterrupt("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(collectors, "collect_patr_rollouts", dies_on_the_fourth)
+    monkeypatch.setattr(strategies, "collect_patr_rollouts", dies_on_the_fourth)
     with pytest.raises(KeyboardInterrupt):
         run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut")), progress=False)
-    monkeypatch.setattr(collectors, "collect_patr_rollouts", real)
+    monkeypatch.setattr(strategies, "collect_patr_rollouts", real)
     resumed = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut"), resume=True), progress=False)
 
     def rows(path):

@@ -12,7 +12,7 @@ import torch
 import ptgpo_envs
 from ptgpo_algos.advantages import ESTIMATORS, Estimate, register_estimator
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.losses import LOSSES, policy_loss
+from ptgpo_algos.losses import LOSSES, ppo_clip_loss
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
 from ptgpo_envs.plugins import Registry, RegistryError
 
@@ -91,9 +91,9 @@ def test_an_estimator_and_a_loss_registered_from_outside_train(tmp_path, monkeyp
         seen.append(scale)
         return Estimate(scale * signal.episode[table.trajectory])
 
-    def halved(*args, **kwargs):
-        loss, stats = policy_loss(*args, **kwargs)
-        return 0.5 * loss, stats
+    def halved(logprobs, old_logprobs, advantages, *, clip_ratio=0.2):
+        loss, clipped = ppo_clip_loss(logprobs, old_logprobs, advantages, clip_ratio)
+        return 0.5 * loss, clipped
 
     register_estimator("scaled_return", keys={"scale": ConfigKey("scale", "a number", float)})(scaled_return)
     LOSSES.register("halved-ppo", halved)

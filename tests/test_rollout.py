@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from ptgpo_algos.evaluation import make_env
+from ptgpo_envs import make_env
 from ptgpo_algos.policy import load_policy
 from ptgpo_algos.data import Task
 from ptgpo_algos.patr import SCORERS, PatrConfig, collect_patr_rollouts

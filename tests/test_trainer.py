@@ -99,8 +99,8 @@ def test_trajectory_mean_weighs_every_trajectory_once():
     loss, _ = policy_loss(torch.zeros(n, 1), torch.zeros(n, 1), torch.tensor([s.advantage for s in samples]),
                           torch.ones(n, 1), torch.tensor([s.weight for s in samples]))
     assert math.isclose(float(loss), -((0.5 + 1.0) / 2 + (0.3 - 1.0) / 2 + 2.0) / 3, rel_tol=1e-6)
-    with pytest.raises(ValueError, match="loss_agg: 'sum' is not valid"):
-        flatten_batch([group], advantages, loss_agg="sum")
+    with pytest.raises(ValueError, match="algorithm.loss_agg .*'sum'"):
+        TrainConfig.from_dict({"algorithm": {"loss_agg": "sum"}})
 
 
 
@@ -204,9 +204,9 @@ def test_sections_dotted_keys_and_flat_names_are_one_config(tmp_path):
     merged = TrainConfig.from_dict({"env_id": "ptgpo/Household-v0", "env_kwargs": {"difficulty": "easy"},
                                     "env.kwargs.task_type": "pick"})
     assert merged.env.kwargs == {"difficulty": "easy", "task_type": "pick"}
-    # hindsight: {} turns it on with its defaults, null turns it off.
-    assert TrainConfig.from_dict({"hindsight": {}}).hindsight.buffer_size == 4096
-    assert TrainConfig.from_dict({"hindsight": None}).hindsight is None
+    # An old config's hindsight: {} is the hindsight objective with its defaults, null turns it off.
+    assert TrainConfig.from_dict({"hindsight": {}}).algorithm.objectives[0]["buffer_size"] == 4096
+    assert TrainConfig.from_dict({"hindsight": None}).algorithm.objectives == []
 
 
 def test_the_cli_flags_come_from_the_config_fields(capsys):
@@ -282,17 +282,17 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch)
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     whole = run_training(_small(tmp_path / "whole"), progress=False)
 
-    import ptgpo_algos.collectors as collectors
+    from ptgpo_algos import strategies
 
-    real = collectors.collect_rollouts
-    monkeypatch.setattr(collectors, "collect_rollouts", _dies_on_call(real, 4))
+    real = strategies.collect_rollouts
+    monkeypatch.setattr(strategies, "collect_rollouts", _dies_on_call(real, 4))
     with pytest.raises(KeyboardInterrupt):
         run_training(_small(tmp_path / "cut", checkpoint_every=2), progress=False)
     # Iteration 3 was logged but not checkpointed: the resumed run must redo it identically.
     assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 3
     with pytest.raises(ValueError, match="already holds a run"):
         run_training(_small(tmp_path / "cut"), progress=False)
-    monkeypatch.setattr(collectors, "collect_rollouts", real)
+    monkeypatch.setattr(strategies, "collect_rollouts", real)
     resumed = run_training(_small(tmp_path / "cut", resume=True), progress=False)
     assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
     assert _rows(resumed.curve_path) == _rows(whole.curve_path)
@@ -469,15 +469,15 @@ def test_async_rollouts_lag_one_update_and_resume_reproduces_the_run(tmp_path, m
     sync = _rows(run_training(_small(tmp_path / "sync"), progress=False).metrics_path)
     assert [r["policy_lag"] for r in sync] == [0, 0, 0, 0]
 
-    import ptgpo_algos.trainer as trainer
+    from ptgpo_algos.updater import Updater
 
-    real = trainer.ppo_update
+    real = Updater.run
     # (Rollouts run in the worker here: the run is killed in iteration 4's update.)
-    monkeypatch.setattr(trainer, "ppo_update", _dies_on_call(real, 4))
+    monkeypatch.setattr(Updater, "run", _dies_on_call(real, 4))
     with pytest.raises(KeyboardInterrupt):
         run_training(_small(tmp_path / "cut", async_rollouts=True), progress=False)
     assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 3
-    monkeypatch.setattr(trainer, "ppo_update", real)
+    monkeypatch.setattr(Updater, "run", real)
     resumed = run_training(_small(tmp_path / "cut", async_rollouts=True, resume=True), progress=False)
     assert _rows(resumed.metrics_path) == rows
     assert _rows(resumed.curve_path) == _rows(whole.curve_path)
@@ -527,3 +527,17 @@ def test_curve_evaluations_play_the_first_seeds_and_the_last_plays_all(tmp_path,
     monkeypatch.setattr(trainer, "evaluate", spy)
     summary = run_training(_small(tmp_path / "run", eval_seeds=6, eval_curve_episodes=2), progress=False)
     assert played == [2, 2, 6] and summary.final_eval["episodes"] == 6
+
+
+def test_callbacks_observe_a_read_only_view_of_the_run():
+    from ptgpo_algos.callbacks import RunView
+    from ptgpo_algos.trainer import TrainState
+
+    config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0"})
+    state = TrainState.seeded(0)
+    view = RunView(config, state)
+    state.iteration = 4
+    assert view.config is config and view.state.iteration == 4  # a view: it follows the run
+    with pytest.raises(AttributeError, match="a callback observes the run's state"):
+        view.state.iteration = 5
+    assert state.iteration == 4

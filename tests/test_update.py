@@ -10,17 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-from ptgpo_algos.losses import LOSSES, policy_loss, ppo_clip_loss
+from ptgpo_algos.config import OptimConfig
+from ptgpo_algos.losses import PolicyLoss, get_loss, policy_loss, ppo_clip_loss
 from ptgpo_algos.policy import Context, load_policy
 from ptgpo_algos.update import (
     TrainingSample,
     accumulate_gradients,
     micro_batches,
-    ppo_update,
     recompute_old_logprobs,
     reference_logprobs,
     trained_samples,
 )
+from ptgpo_algos.updater import ppo_update
 
 ENV = "ptgpo/FrozenLake-v0"
 
@@ -84,13 +85,12 @@ def test_micro_batch_gradients_equal_the_whole_mini_batchs(tiny_path, mode):
     policy = load_policy(tiny_path, mode=mode, max_new_tokens=8)
     samples = _samples(policy)
     reference_logprobs(policy.reference_policy(), samples, 3)
-    loss_fn = LOSSES.get("ppo-clip")
+    loss = PolicyLoss(get_loss("ppo-clip"), {"clip_ratio": 0.2, "clip_ratio_c": 3.0}, entropy_coef=0.01, kl_coef=0.1)
     total = sum(s.weight * (1 if mode == "choose" else len(s.decision.response_ids)) for s in samples)
-    settings = dict(clip_ratio=0.2, clip_ratio_c=3.0, entropy_coef=0.01, kl_coef=0.1, tis_cap=None)
 
     def gradients(size):
         policy.model.zero_grad(set_to_none=True)
-        stats = accumulate_gradients(policy, samples, loss_fn, total, size, **settings)
+        stats = accumulate_gradients(policy, samples, loss, total, size)
         return [p.grad.clone() for p in policy.parameters()], stats
 
     whole, whole_stats = gradients(None)
@@ -109,12 +109,11 @@ def test_micro_batch_gradients_equal_the_whole_mini_batchs(tiny_path, mode):
 def test_activation_offload_gives_the_same_gradients(tiny_path):
     policy = load_policy(tiny_path, mode="generate", max_new_tokens=8)
     samples = _samples(policy, seed=4)
-    loss_fn = LOSSES.get("ppo-clip")
-    settings = dict(clip_ratio=0.2, clip_ratio_c=None, entropy_coef=0.0, kl_coef=0.0, tis_cap=None)
+    loss = PolicyLoss(get_loss("ppo-clip"), {"clip_ratio": 0.2, "clip_ratio_c": None})
     grads = []
     for offload in (False, True):
         policy.model.zero_grad(set_to_none=True)
-        accumulate_gradients(policy, samples, loss_fn, 50.0, 2, activation_offload=offload, **settings)
+        accumulate_gradients(policy, samples, loss, 50.0, 2, activation_offload=offload)
         grads.append([p.grad.clone() for p in policy.parameters()])
     assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(*grads))
 
@@ -147,9 +146,9 @@ def test_ppo_update_ratios_start_at_one_against_a_recomputed_pi_old(tiny_path):
     assert [s.advantage for s in trained] == [s.advantage for s in samples if s.advantage]
     recompute_old_logprobs(policy, trained, 4)
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=0.0)
-    stats = ppo_update(policy, optimizer, samples, clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=1.0,
-                       epochs=1, minibatch_size=64, rng=np.random.default_rng(0), micro_batch_size=2,
-                       clip_ratio_c=3.0, tis_cap=2.0)
+    optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=1.0, epochs=1, minibatch_size=64,
+                        micro_batch_size=2, clip_ratio_c=3.0, tis_cap=2.0)
+    stats = ppo_update(policy, optimizer, samples, optim, rng=np.random.default_rng(0))
     assert abs(stats["approx_kl_old"]) < 1e-5 and stats["clip_fraction"] == 0.0
 
 
@@ -160,6 +159,91 @@ def test_reference_logprobs_are_computed_before_the_update(tiny_path):
     reference_logprobs(reference, samples, 3)
     assert all(s.ref_logprobs is not None and s.ref_logprobs.shape == (1,) for s in samples)
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=1e-2)
-    stats = ppo_update(policy, optimizer, samples, clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.5, max_grad_norm=1.0,
-                       epochs=2, minibatch_size=4, rng=np.random.default_rng(0), micro_batch_size=2)
+    optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.5, max_grad_norm=1.0, epochs=2, minibatch_size=4,
+                        micro_batch_size=2)
+    stats = ppo_update(policy, optimizer, samples, optim, rng=np.random.default_rng(0))
     assert stats["updates"] >= 2 and stats["kl"] > 0.0  # the policy moved away from the stored reference
+
+
+# ----------------------------------------------------------------------------- the loss protocol
+def _scaled_pg(logprobs, old_logprobs, advantages, *, clip_ratio=0.2, scale=1.0):
+    """A plugin's loss: the unclipped policy gradient times its own key ``scale``, no clip mask."""
+    return -scale * torch.exp(logprobs - old_logprobs) * advantages[:, None], None
+
+
+@pytest.fixture()
+def scaled_pg():
+    from ptgpo_algos.advantages.config import ConfigKey, real_rule
+    from ptgpo_algos.losses import LOSSES, register_loss
+
+    register_loss("scaled-pg", keys={"scale": ConfigKey("factor", "a finite number >= 0", real_rule(0.0))})(_scaled_pg)
+    yield "scaled-pg"
+    LOSSES.unregister("scaled-pg")
+
+
+def _gradients(loss, logprobs, entropy):
+    logprobs = logprobs.clone().requires_grad_(True)
+    entropy = entropy.clone().requires_grad_(True)
+    old, ref = torch.tensor([[-1.0, -0.7, -2.0], [-0.3, -1.5, -0.9]]), torch.tensor([[-1.4, -0.2, -2.5], [-0.1, -1.0, -1.2]])
+    mask, weight, adv = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]), torch.tensor([2.0, 1.0]), torch.tensor([0.6, -1.1])
+    value, stats = loss(logprobs, old, adv, mask, weight, entropy=entropy, ref_logprobs=ref)
+    value.backward()
+    return logprobs.grad, torch.zeros_like(entropy) if entropy.grad is None else entropy.grad, stats
+
+
+def test_kl_and_entropy_coefficients_act_on_the_gradient_of_every_registered_loss(scaled_pg):
+    from ptgpo_algos.config import AlgorithmConfig
+    from ptgpo_algos.losses import LOSSES, low_var_kl, weighted_token_mean
+    from ptgpo_algos.updater import policy_loss_for
+
+    logprobs = torch.tensor([[-0.9, -0.8, -1.7], [-0.4, -1.2, -1.0]])
+    entropy = torch.tensor([[1.2, 0.4, 0.9], [0.7, 1.1, 0.3]])
+    mask, weight = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]), torch.tensor([2.0, 1.0])
+    ref = torch.tensor([[-1.4, -0.2, -2.5], [-0.1, -1.0, -1.2]])
+    # By hand: the KL term adds kl_coef x d mean(k3)/d logprobs, the bonus -entropy_coef x mask weight / sum.
+    p = logprobs.clone().requires_grad_(True)
+    weighted_token_mean(low_var_kl(p, ref), mask, weight).backward()
+    kl_gradient = p.grad
+    entropy_gradient = -mask * weight[:, None] / (mask * weight[:, None]).sum()
+    for name in LOSSES:
+        config = {"scale": 3.0} if name == scaled_pg else {}
+        algorithm = AlgorithmConfig(name="grpo", loss=name, loss_config=config)
+        off = policy_loss_for(OptimConfig(kl_coef=0.0, entropy_coef=0.0), algorithm)
+        on = policy_loss_for(OptimConfig(kl_coef=0.5, entropy_coef=0.1), algorithm)
+        base_lp, base_ent, _ = _gradients(off, logprobs, entropy)
+        lp, ent, stats = _gradients(on, logprobs, entropy)
+        assert torch.allclose(lp - base_lp, 0.5 * kl_gradient, atol=1e-6), name
+        assert torch.allclose(ent - base_ent, 0.1 * entropy_gradient, atol=1e-6), name
+        assert stats["kl"] > 0 and stats["entropy"] > 0 and "pg_loss" in stats
+    # The plugin's own key reached it (its policy-gradient term tripled), and it has no clip mask to log.
+    scaled = policy_loss_for(OptimConfig(kl_coef=0.0), AlgorithmConfig(name="grpo", loss=scaled_pg, loss_config={"scale": 3.0}))
+    plain = policy_loss_for(OptimConfig(kl_coef=0.0), AlgorithmConfig(name="grpo", loss=scaled_pg))
+    *_, tripled = _gradients(scaled, logprobs, entropy)
+    *_, once = _gradients(plain, logprobs, entropy)
+    assert math.isclose(tripled["pg_loss"], 3.0 * once["pg_loss"], rel_tol=1e-6) and "clip_fraction" not in once
+
+
+def test_a_losss_keys_follow_the_estimators_rules(scaled_pg):
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.losses import LOSSES
+
+    config = TrainConfig.from_dict({"algorithm": {"loss": scaled_pg, "loss_config": {"scale": "1e-1"}}})
+    assert config.algorithm.loss_config == {"scale": 0.1}  # converted by its rule, as an estimator's key
+    with pytest.raises(ValueError, match=r"algorithm.loss_config: unknown config key\(s\) 'scal' for policy loss "
+                                         r"'scaled-pg'; valid keys: scale"):
+        TrainConfig.from_dict({"algorithm": {"loss": scaled_pg, "loss_config": {"scal": 1.0}}})
+    with pytest.raises(ValueError, match=r"scale=-1.0 is invalid for policy loss 'scaled-pg'.*a finite number >= 0"):
+        TrainConfig.from_dict({"algorithm": {"loss": scaled_pg, "loss_config": {"scale": -1.0}}})
+    with pytest.raises(ValueError, match=r"clip_ratio is the optim section's \(optim.clip_ratio\)"):
+        TrainConfig.from_dict({"algorithm": {"loss_config": {"clip_ratio": 0.3}}})
+
+    def old_protocol(logprobs, old_logprobs, advantages, mask, weight, **keywords):
+        return policy_loss(logprobs, old_logprobs, advantages, mask, weight, **keywords)
+
+    LOSSES.register("old-protocol", old_protocol)
+    try:
+        with pytest.raises(ValueError, match=r"algorithm.loss: policy loss 'old-protocol': a loss takes \(logprobs, "
+                                             r"old_logprobs, advantages, \*, keys...\)"):
+            TrainConfig.from_dict({"algorithm": {"loss": "old-protocol"}})
+    finally:
+        LOSSES.unregister("old-protocol")

@@ -65,6 +65,8 @@ def _default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
     value = f.default_factory()
+    if dataclasses.is_dataclass(value):  # a nested section (rollouts.patr): its fields
+        return dataclasses.asdict(value)
     if isinstance(value, list) and len(value) > 4:  # the 64 evaluation seeds
         return f"{value[0]}..{value[-1]} ({len(value)} seeds)"
     return value

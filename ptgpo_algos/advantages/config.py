@@ -146,9 +146,10 @@ COMMON_DEFAULTS: Mapping[str, Any] = {
 COVERAGE_KEYS = ("coverage_beta", "coverage_when")
 
 
-def validate_config(spec: Any, config: Mapping[str, Any]) -> dict:
+def validate_config(spec: Any, config: Mapping[str, Any], kind: str = "advantage estimator") -> dict:
     """An estimator's defaults updated with ``config``, each value checked and converted by its rule
-    (``spec`` is the estimator's :class:`~ptgpo_algos.advantages.registry.EstimatorSpec`).
+    (``spec`` is the estimator's :class:`~ptgpo_algos.advantages.registry.EstimatorSpec`, or any spec
+    with ``name``, ``defaults`` and ``keys``: a policy loss's, ``kind`` naming it in messages).
 
     Raises ``ValueError`` naming the valid keys for an unknown key, or the expected values for a value
     of the wrong type or out of range.
@@ -157,8 +158,8 @@ def validate_config(spec: Any, config: Mapping[str, Any]) -> dict:
     unknown = sorted(set(config) - set(spec.defaults))
     if unknown:
         raise ValueError(
-            f"unknown config key(s) {', '.join(map(repr, unknown))} for advantage estimator "
-            f"{estimator!r}; valid keys: {', '.join(sorted(spec.defaults))}"
+            f"unknown config key(s) {', '.join(map(repr, unknown))} for {kind} "
+            f"{estimator!r}; valid keys: {', '.join(sorted(spec.defaults)) or 'none'}"
         )
     checked = dict(spec.defaults)
     for key, value in config.items():
@@ -167,7 +168,7 @@ def validate_config(spec: Any, config: Mapping[str, Any]) -> dict:
             checked[key] = rule.convert(value)
         except (TypeError, ValueError):
             raise ValueError(
-                f"{key}={value!r} is invalid for advantage estimator {estimator!r}: {key} "
+                f"{key}={value!r} is invalid for {kind} {estimator!r}: {key} "
                 f"({rule.meaning}) must be {rule.expected}"
             ) from None
     return checked

@@ -19,7 +19,7 @@ import yaml
 
 from leaderboard.records import cell_name
 from ptgpo_algos.config import MAX_SEED, key_paths
-from ptgpo_algos.patr import ROLLOUT_STRATEGIES
+from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (check_choice, check_int, check_list, check_mapping, check_number, check_string,
                                     unknown_keys)
 from ptgpo_algos.yaml_safe import load_yaml
@@ -365,7 +365,7 @@ def _held_out_seeds(entry: dict[str, Any], share: float, where: str, max_eval: i
     """The evaluation seeds of an environment with ``held_out``: of ``eval_seeds`` (a list), those whose
     start layout falls in the held-out share; of a range ``{start, count}``, the first ``count`` from
     ``start`` that do. Training redraws the seeds that do, so no evaluation layout is trained on."""
-    from ptgpo_algos.evaluation import make_env
+    from ptgpo_envs import make_env
     from ptgpo_envs import held_out
 
     seeds = entry.get("eval_seeds")
@@ -399,7 +399,7 @@ def _method(entry: Any, where: str) -> MethodEntry:
     entry = check_mapping(where, entry)
     unknown_keys(where, entry, ("name", "algo", "algo_config", "rollout", "train", "resources", "objectives", "seeds"))
     algo = check_string(f"{where}.algo", entry.get("algo"))
-    rollout = check_choice(f"{where}.rollout", entry.get("rollout", "linear"), ROLLOUT_STRATEGIES)
+    rollout = check_choice(f"{where}.rollout", entry.get("rollout", "linear"), tuple(ROLLOUT_STRATEGIES))
     train = _not_per_cell(dict(check_mapping(f"{where}.train", entry.get("train", {}) or {})), f"{where}.train")
     if "objectives" in entry:
         train = _with_objectives(train, entry["objectives"], where)

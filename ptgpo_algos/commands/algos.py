@@ -16,17 +16,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print every registered name a training config takes, by the key that takes it."""
     from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
-    from ptgpo_algos.losses import LOSSES
+    from ptgpo_algos.losses import LOSSES, get_loss
     from ptgpo_algos.objectives import OBJECTIVES
-    from ptgpo_algos.patr import ROLLOUT_STRATEGIES, SCORERS
+    from ptgpo_algos.patr import SCORERS
     from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
+    from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 
     objectives = {name: {"weight": spec.default_weight, **spec.defaults} for name, spec in OBJECTIVES.items()}
     sections = [
         ("advantage estimators", "algorithm.name (--algo); keys: algorithm.config",
          {name: dict(estimator_defaults(name)) for name in ESTIMATORS}, ESTIMATORS),
-        ("rollout strategies", "rollouts.strategy (--rollout)", dict.fromkeys(ROLLOUT_STRATEGIES), None),
-        ("policy losses", "algorithm.loss", dict.fromkeys(LOSSES), LOSSES),
+        ("rollout strategies", "rollouts.strategy (--rollout)", dict.fromkeys(ROLLOUT_STRATEGIES), ROLLOUT_STRATEGIES),
+        ("policy losses", "algorithm.loss; keys: algorithm.loss_config",
+         {name: dict(get_loss(name).defaults) for name in LOSSES}, LOSSES),
         ("auxiliary objectives", "algorithm.objectives: [{name: ..., weight: ..., key: value}]", objectives,
          OBJECTIVES),
         ("process scorers", "rollouts.patr.scorer, rollouts.patr.judge", dict.fromkeys(SCORERS), SCORERS),

@@ -17,7 +17,15 @@ reported) and the advantages; the objective
    step of the PPO update adds ``weight * loss`` of one share, the shares of an epoch covering every
    item once, so the RL and auxiliary gradients are summed in the same AdamW steps (a separate Adam
    step would rescale a small weight away);
-4. ``after_update``: bookkeeping once the update is done (I-SDPO's EMA teacher).
+4. ``after_update(inputs, step)``: work once the update is done, with the update's optimiser step
+   (``step(loss)``: one step on ``weight * loss``): I-SDPO's EMA teacher moves, and an objective that
+   trains in steps of its own (``shares_steps = False``: hindsight relabelling, which skips 1-3) takes
+   them here.
+
+A spec declares what the objective needs of the run (``needs``): ``expert`` (the environment's
+``expert_action()``, recorded in the rollouts), ``full_weights`` (a full copy of the model, which LoRA
+training does not keep), or an optional part of the environment contract (``achieved_tasks``...),
+checked once before the run (:func:`ptgpo_envs.check_environment`).
 
 The config lists them next to the estimator, ``algorithm.objectives: [{name: isdpo, weight: 1.0,
 alpha: 0.5}]``, so any estimator combines with any objective. With none configured, the update is
@@ -27,22 +35,23 @@ exactly the one without this module.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from ptgpo_algos.advantages.config import ConfigKey
-from ptgpo_algos.callbacks import Callback
 from ptgpo_algos.data import Batch, Decision, Step, Trajectory
 from ptgpo_algos.validation import as_number
 from ptgpo_envs.plugins import Registry
 
-if TYPE_CHECKING:
-    from ptgpo_algos.trainer import Trainer
+__all__ = ["OBJECTIVES", "Objective", "ObjectiveInputs", "ObjectiveSpec", "Objectives", "OptimizerStep", "WEIGHT_KEY",
+           "candidate_logprobs", "distinct_steps", "needs_expert", "objective_needs", "split_parts",
+           "trajectory_succeeded", "validate_objectives"]
 
-__all__ = ["OBJECTIVES", "Objective", "ObjectiveInputs", "ObjectiveSpec", "Objectives", "WEIGHT_KEY",
-           "candidate_logprobs", "distinct_steps", "needs_expert", "split_parts", "trajectory_succeeded", "validate_objectives"]
+#: One optimiser step of the update on a loss (zero the gradients, backward, clip, step); returns the
+#: gradient norm.
+OptimizerStep = Callable[[torch.Tensor], float]
 
 
 @dataclass
@@ -57,11 +66,12 @@ class ObjectiveInputs:
 
 
 class Objective:
-    """An auxiliary loss (see the module docstring); subclasses implement ``prepare`` and ``loss``."""
+    """An auxiliary loss (see the module docstring); subclasses implement ``prepare`` and ``loss``, or
+    set ``shares_steps = False`` and train in :meth:`after_update`."""
 
-    #: Whether the rollouts must record the environment expert's next actions at each decision
-    #: (``Step.extras["expert_plan"]``); off unless an objective needs it, since experts cost time.
-    needs_expert: bool = False
+    #: Whether the objective's loss joins the PPO steps (``prepare`` and ``loss``); False: it takes
+    #: optimiser steps of its own in ``after_update``.
+    shares_steps: bool = True
 
     def route(self, batch: Batch, advantages: list[list[list[float]]]) -> list[list[list[float]]]:
         """The advantages the RL loss uses (by default unchanged; I-SDPO zeroes the groups it distils)."""
@@ -75,8 +85,9 @@ class Objective:
         """The mean loss over ``items`` (with gradients) and its figures."""
         raise NotImplementedError
 
-    def after_update(self, policy: Any) -> dict[str, float]:
-        """Work after each update (I-SDPO's teacher moves towards the policy); returns metrics."""
+    def after_update(self, inputs: ObjectiveInputs, step: OptimizerStep) -> dict[str, float]:
+        """Work after each update, with the policy as it now is and the update's optimiser step
+        (I-SDPO's teacher moves towards the policy; hindsight trains); returns metrics."""
         return {}
 
     def state_dict(self) -> Any:
@@ -98,6 +109,9 @@ class ObjectiveSpec:
     summary: str = ""
     #: The weight when the config gives none (SEED's lambda_opd is 0.01).
     default_weight: float = 1.0
+    #: What it needs of the run: ``expert``, ``full_weights``, or optional environment features
+    #: (:data:`ptgpo_envs.FEATURES`), checked before the run.
+    needs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         missing = sorted(set(self.defaults) - set(self.keys))
@@ -164,9 +178,19 @@ WEIGHT_RULE = ConfigKey("factor on the objective's loss, added to the RL loss", 
 
 
 # ----------------------------------------------------------------------------------------- helpers
+def objective_needs(entries: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """What the configured objectives need (``expert``, ``full_weights``, environment features), each
+    with the first objective that needs it."""
+    needs: dict[str, str] = {}
+    for entry in entries:
+        for need in sorted(OBJECTIVES.get(entry["name"]).needs):
+            needs.setdefault(need, entry["name"])
+    return needs
+
+
 def needs_expert(entries: Sequence[Mapping[str, Any]]) -> bool:
     """Whether any of the configured objectives needs the expert's next actions recorded in rollouts."""
-    return any(getattr(OBJECTIVES.get(entry["name"]).build, "needs_expert", False) for entry in entries)
+    return "expert" in objective_needs(entries)
 
 
 def trajectory_succeeded(trajectory: Trajectory, threshold: float | None) -> bool:
@@ -218,12 +242,11 @@ class _Prepared:
 
 
 @dataclass
-class Objectives(Callback):
-    """The run's configured objectives, as one trainer component (a callback: ``after_update`` and the
-    checkpointed state); :meth:`prepare` is the update's one call point."""
+class Objectives:
+    """The run's configured objectives, as one trainer component: :meth:`prepare` before the PPO
+    update, :meth:`after_update` after it, and their checkpointed state."""
 
     objectives: list[tuple[str, float, Objective]] = field(default_factory=list)
-    state_key = "objectives"
 
     @classmethod
     def from_config(cls, entries: Sequence[Mapping[str, Any]]) -> Objectives:
@@ -238,11 +261,6 @@ class Objectives(Callback):
     def __bool__(self) -> bool:
         return bool(self.objectives)
 
-    @property
-    def needs_expert(self) -> bool:
-        """Whether any objective needs the environment expert's next actions recorded in the rollouts."""
-        return any(objective.needs_expert for _, _, objective in self.objectives)
-
     def prepare(self, batch: Batch, advantages, policy: Any, rng: np.random.Generator, micro_batch_size: int | None):
         """Route the advantages, prepare every objective's items; returns ``(advantages, auxiliary,
         metrics)`` where ``auxiliary(index, parts)`` backpropagates part ``index`` of each objective's
@@ -250,23 +268,29 @@ class Objectives(Callback):
         advantages = [[list(map(float, t)) for t in g] for g in advantages]
         for _, _, objective in self.objectives:
             advantages = objective.route(batch, advantages)
-        prepared, metrics = [], {}
+        prepared, names, metrics = [], [], {}
         with torch.no_grad():
             for name, weight, objective in self.objectives:
+                if not objective.shares_steps:
+                    continue
                 items, stats = objective.prepare(ObjectiveInputs(batch, advantages, policy, rng))
                 prepared.append(_Prepared(objective, weight, items))
+                names.append(name)
                 metrics.update({f"{name}_{k}": v for k, v in stats.items()})
                 metrics[f"{name}_items"] = len(items)
         if not any(p.items and p.weight for p in prepared):
             return advantages, None, metrics
-        names = [name for name, _, _ in self.objectives]
         return advantages, _Auxiliary(policy, prepared, names, micro_batch_size), metrics
 
-    def after_update(self, trainer: Trainer, batch: Batch) -> dict[str, Any]:
-        """Every objective's ``after_update``, its metrics prefixed with the objective's name."""
+    def after_update(self, inputs: ObjectiveInputs, step: OptimizerStep) -> dict[str, Any]:
+        """Every objective's ``after_update`` (its ``step`` takes ``weight * loss``), its metrics
+        prefixed with the objective's name."""
         out: dict[str, Any] = {}
-        for name, _, objective in self.objectives:
-            out.update({f"{name}_{k}": v for k, v in objective.after_update(trainer.policy).items()})
+        for name, weight, objective in self.objectives:
+            def weighted(loss: torch.Tensor, w: float = weight) -> float:
+                return step(w * loss)
+
+            out.update({f"{name}_{k}": v for k, v in objective.after_update(inputs, weighted).items()})
         return out
 
     def state_dict(self) -> dict[str, Any]:

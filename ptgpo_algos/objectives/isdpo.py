@@ -40,6 +40,7 @@ from ptgpo_algos.objectives.base import (
     Objective,
     ObjectiveInputs,
     ObjectiveSpec,
+    OptimizerStep,
     candidate_logprobs,
     distinct_steps,
     trajectory_succeeded,
@@ -100,8 +101,6 @@ class _Item:
 
 class ISDPO(Objective):
     """The I-SDPO objective (module docstring)."""
-
-    needs_expert = True
 
     def __init__(self, *, alpha: float, tau_ema: float, beta: float, is_clip: float, threshold: float | None,
                  hint_actions: int, hint_template: str):
@@ -178,12 +177,12 @@ class ISDPO(Objective):
             units += n
         return total / max(1, units), {}
 
-    def after_update(self, policy: Any) -> dict[str, float]:
+    def after_update(self, inputs: ObjectiveInputs, step: OptimizerStep) -> dict[str, float]:
         """Move the EMA teacher towards the policy by ``tau_ema``."""
         if self.teacher is None:
             return {}
         with torch.no_grad():
-            own = dict(policy.model.named_parameters())
+            own = dict(inputs.policy.model.named_parameters())
             for name, param in self.teacher.model.named_parameters():
                 param.lerp_(own[name].detach().to(param.dtype), self.tau_ema)
         return {}
@@ -219,4 +218,5 @@ KEYS = {
                                template_rule("task", "plan")),
 }
 OBJECTIVES.register("isdpo", ObjectiveSpec("isdpo", ISDPO, DEFAULTS, KEYS,
-                                           "all-failed groups distilled from an EMA teacher shown the expert's plan"))
+                                           "all-failed groups distilled from an EMA teacher shown the expert's plan",
+                                           needs=frozenset({"expert", "full_weights"})))

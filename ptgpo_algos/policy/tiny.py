@@ -128,7 +128,7 @@ class TinyModelSpec(dict):
 def _play(env_id: str, kwargs: dict[str, Any], seeds: Iterable[int], max_steps: int) -> list[str]:
     import numpy as np
 
-    from ptgpo_algos.evaluation import make_env
+    from ptgpo_envs import make_env
 
     lines: list[str] = []
     for seed in seeds:
@@ -182,7 +182,7 @@ def _random_play_transcripts(
     """
     import numpy as np
 
-    from ptgpo_algos.evaluation import make_env
+    from ptgpo_envs import make_env
     from ptgpo_algos.data import Context
     from ptgpo_algos.policy.parsing import format_response
     from ptgpo_algos.policy.prompts import PromptBuilder

@@ -9,10 +9,10 @@ supervised learning (Ghosh et al., 2019) do: when a failed rollout's step comple
 (the environment says which, :meth:`~ptgpo_envs.core.TextEnv.achieved_tasks`), the steps that led
 there, shown with that task instead of their own, are correct decisions for it.
 
-:class:`Hindsight` is the trainer component (a callback, on with a ``hindsight`` config section): after
-each PPO update it takes ``updates`` AdamW steps of cross-entropy on ``batch_size`` relabelled
-decisions drawn from a buffer of the last ``buffer_size``; the buffer is part of the checkpoint. Per
-failed trajectory:
+:class:`Hindsight` is the objective ``hindsight`` (``algorithm.objectives: [{name: hindsight}]``; an
+old config's ``hindsight`` section is read as it): it trains in steps of its own after the PPO
+update, ``updates`` optimiser steps of cross-entropy on ``batch_size`` relabelled decisions drawn from
+a buffer of the last ``buffer_size``; the buffer is part of the checkpoint. Per failed trajectory:
 
 * the first step whose completed tasks include one of the wanted ``types`` (``same``: the episode's
   own task type, so that the relabels keep the training mix of types -- random play completes
@@ -34,20 +34,20 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
 
-from ptgpo_algos.callbacks import Callback
-from ptgpo_algos.config import HindsightConfig
+from ptgpo_algos.advantages.config import ConfigKey
 from ptgpo_algos.data import Batch, Context, Decision, Trajectory
+from ptgpo_algos.objectives.base import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec, OptimizerStep
+from ptgpo_algos.objectives.rules import choice_rule, count_rule
 
-if TYPE_CHECKING:
-    from ptgpo_algos.trainer import Trainer
+__all__ = ["Hindsight", "HindsightBuffer", "relabel_trajectory", "relabel_batch", "hindsight_loss", "hindsight_steps"]
 
-__all__ = ["Hindsight", "HindsightBuffer", "relabel_trajectory", "relabel_batch", "hindsight_loss",
-           "hindsight_update"]
+#: Which completed tasks a failed rollout is relabelled into: of its own type, or of any.
+RELABEL_TYPES = ("same", "any")
 
 
 def relabel_trajectory(
@@ -120,40 +120,38 @@ def hindsight_loss(policy, decisions: Sequence[Decision]) -> torch.Tensor:
     return -(scored.logprobs.float() * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def hindsight_update(
-    policy, optimizer: torch.optim.Optimizer, buffer: HindsightBuffer, config: HindsightConfig,
-    max_grad_norm: float, rng: np.random.Generator,
-) -> dict[str, float]:
-    """``config.updates`` AdamW steps of :func:`hindsight_loss` on samples of ``buffer``."""
+def hindsight_steps(policy, buffer: HindsightBuffer, updates: int, batch_size: int, rng: np.random.Generator,
+                    step: OptimizerStep) -> list[float]:
+    """``updates`` optimiser steps (``step``) of :func:`hindsight_loss` on samples of ``buffer`` (none
+    while it is empty); the losses."""
     losses = []
-    for _ in range(config.updates if len(buffer) else 0):
-        loss = hindsight_loss(policy, buffer.sample(config.batch_size, rng))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(policy.parameters()), max_grad_norm)
-        optimizer.step()
+    for _ in range(updates if len(buffer) else 0):
+        loss = hindsight_loss(policy, buffer.sample(batch_size, rng))
+        step(loss)
         losses.append(float(loss.detach()))
-    return {"hindsight_loss": float(np.mean(losses)) if losses else 0.0, "hindsight_updates": len(losses)}
+    return losses
 
 
-class Hindsight(Callback):
-    """Hindsight relabelling in the trainer: after each PPO update, relabel the batch's failed rollouts
-    into the buffer and take cross-entropy steps on it (see the module docstring)."""
+class Hindsight(Objective):
+    """Hindsight relabelling as an objective that trains in steps of its own after the update: relabel
+    the batch's failed rollouts into the buffer and take cross-entropy steps on it (see the module
+    docstring)."""
 
-    state_key = "hindsight_buffer"
+    shares_steps = False
 
-    def __init__(self, config: HindsightConfig):
-        self.config = config
-        self.buffer = HindsightBuffer(config.buffer_size)
+    def __init__(self, *, updates: int = 1, batch_size: int = 256, window: int = 4, buffer_size: int = 4096,
+                 types: str = "same"):
+        self.updates, self.batch_size, self.window, self.types = updates, batch_size, window, types
+        self.buffer = HindsightBuffer(buffer_size)
 
-    def after_update(self, trainer: Trainer, batch: Batch) -> dict[str, Any]:
-        """Relabel the batch's failed rollouts into the buffer, train on it; the ``hindsight_*`` metrics."""
-        config, rng = self.config, trainer.state.rng
-        relabelled = relabel_batch(batch, trainer.policy.prompts, config.window, config.types, rng)
+    def after_update(self, inputs: ObjectiveInputs, step: OptimizerStep) -> dict[str, float]:
+        """Relabel the batch's failed rollouts into the buffer, train on it; ``loss``, ``updates``,
+        ``relabelled`` and ``buffer`` (the metrics prefix them with ``hindsight_``)."""
+        relabelled = relabel_batch(inputs.batch, inputs.policy.prompts, self.window, self.types, inputs.rng)
         self.buffer.add(relabelled)
-        stats = hindsight_update(trainer.policy, trainer.optimizer, self.buffer, config,
-                                 trainer.config.optim.max_grad_norm, rng)
-        return {**stats, "hindsight_relabelled": len(relabelled), "hindsight_buffer": len(self.buffer)}
+        losses = hindsight_steps(inputs.policy, self.buffer, self.updates, self.batch_size, inputs.rng, step)
+        return {"loss": float(np.mean(losses)) if losses else 0.0, "updates": len(losses),
+                "relabelled": len(relabelled), "buffer": len(self.buffer)}
 
     def state_dict(self) -> list[dict[str, Any]]:
         """The buffer, as plain data for the checkpoint."""
@@ -162,3 +160,17 @@ class Hindsight(Callback):
     def load_state_dict(self, state: list[dict[str, Any]] | None) -> None:
         """Refill the buffer from the checkpoint."""
         self.buffer.add(Decision(**item) for item in state or [])
+
+
+DEFAULTS = {"updates": 1, "batch_size": 256, "window": 4, "buffer_size": 4096, "types": "same"}
+KEYS = {
+    "updates": ConfigKey("cross-entropy steps after each PPO update", "an integer >= 0", count_rule(0)),
+    "batch_size": ConfigKey("relabelled decisions per step", "an integer >= 1", count_rule(1)),
+    "window": ConfigKey("steps up to a completion that are relabelled", "an integer >= 1", count_rule(1)),
+    "buffer_size": ConfigKey("relabelled decisions kept", "an integer >= 1", count_rule(1)),
+    "types": ConfigKey("relabel into tasks of the rollout's own type (same) or any type",
+                       "one of " + ", ".join(RELABEL_TYPES), choice_rule(RELABEL_TYPES)),
+}
+OBJECTIVES.register("hindsight", ObjectiveSpec(
+    "hindsight", Hindsight, DEFAULTS, KEYS, "failed rollouts relabelled with the tasks they completed, trained "
+    "on by cross-entropy in steps of their own after the update", needs=frozenset({"achieved_tasks"})))

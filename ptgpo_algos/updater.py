@@ -1,0 +1,180 @@
+"""The policy update of an iteration, built once from the ``optim`` and ``algorithm`` sections.
+
+:class:`Updater` holds what every iteration's update shares: the policy and its optimiser, the loss
+(:class:`~ptgpo_algos.losses.PolicyLoss`, resolved once from ``algorithm.loss``,
+``algorithm.loss_config`` and the ``optim`` terms), the frozen KL reference, and how pi_old is taken
+(decided once, :func:`old_logprobs_mode`). Each iteration the trainer calls::
+
+    stats = updater.prepare(samples)           # pi_old and the reference, scored without gradients
+    stats |= updater.run(samples, auxiliary)   # PPO epochs over shuffled mini-batches
+
+:meth:`Updater.run` takes ``optim.epochs`` passes over shuffled mini-batches of about
+``optim.minibatch_size`` steps (steps with the same prompt share one, ``distinct_prompts`` in the
+metrics counts them); each mini-batch is one optimiser step. Three methods are the seams a
+data-parallel wrapper replaces, and the only places that touch the model's gradients, the optimiser
+or the metrics across steps: :meth:`Updater.backward` (forward and backward of a mini-batch, in
+micro-batches), :meth:`Updater.optimizer_step` (gradient clipping and the AdamW step) and
+:meth:`Updater.reduce` (the step figures into the iteration's metrics).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ptgpo_algos.config import AlgorithmConfig, OptimConfig
+from ptgpo_algos.losses import PolicyLoss, get_loss
+from ptgpo_algos.update import (
+    TrainingSample,
+    accumulate_gradients,
+    minibatches,
+    recompute_old_logprobs,
+    reference_logprobs,
+    same_prompt_groups,
+    trained_samples,
+    units,
+)
+
+__all__ = ["Auxiliary", "Updater", "old_logprobs_mode", "policy_loss_for", "ppo_update"]
+
+#: The auxiliary objectives' share of a step: ``auxiliary(index, parts)`` backpropagates its part
+#: ``index`` of ``parts`` (the epoch's mini-batches) and returns its figures.
+Auxiliary = Callable[[int, int], dict[str, float]]
+
+
+def policy_loss_for(optim: OptimConfig, algorithm: AlgorithmConfig) -> PolicyLoss:
+    """The update's loss as the sections say: ``algorithm.loss`` with ``algorithm.loss_config`` and the
+    common keys it takes from ``optim``, and ``optim``'s entropy, KL and importance-weight terms."""
+    spec = get_loss(algorithm.loss)
+    common = {"clip_ratio": optim.clip_ratio, "clip_ratio_c": optim.clip_ratio_c}
+    return PolicyLoss(spec, spec.keywords(common, algorithm.loss_config), optim.entropy_coef, optim.kl_coef or 0.0,
+                      optim.tis_cap)
+
+
+def old_logprobs_mode(setting: str, *, elsewhere: bool, float32_scores: bool) -> str:
+    """pi_old of the PPO ratio: ``recompute`` (the trainer scores the steps with its current weights
+    before the update, as verl does) or ``rollout`` (the log-probabilities recorded at rollout time).
+
+    ``auto`` (``optim.old_logprobs``) recomputes unless the rollouts are the trainer's own scores under
+    these very weights (not played ``elsewhere``: by a separate engine or a lagged collector) and in
+    float32 (``float32_scores``: no autocast), which a recomputation would only reproduce to rounding.
+    """
+    if setting != "auto":
+        return setting
+    return "rollout" if not elsewhere and float32_scores else "recompute"
+
+
+class Updater:
+    """The policy update (see the module docstring). ``reference``: the frozen policy of the KL term
+    (None: no KL); ``old_logprobs``: ``recompute`` or ``rollout`` (:func:`old_logprobs_mode`);
+    ``report_drift``: log ``old_logprob_drift`` (the rollouts came from elsewhere); ``rng``: the
+    run's generator, which shuffles the mini-batches."""
+
+    def __init__(self, policy, optimizer: torch.optim.Optimizer, optim: OptimConfig, algorithm: AlgorithmConfig, *,
+                 rng: np.random.Generator, reference=None, old_logprobs: str = "recompute",
+                 report_drift: bool = False):
+        if old_logprobs not in ("recompute", "rollout"):
+            raise ValueError(f"old_logprobs: recompute or rollout, got {old_logprobs!r} (old_logprobs_mode "
+                             "resolves auto)")
+        self.policy = policy
+        self.optimizer = optimizer
+        self.optim = optim
+        self.loss = policy_loss_for(optim, algorithm)
+        self.rng = rng
+        self.reference = reference
+        self.old_logprobs = old_logprobs
+        self.report_drift = report_drift
+
+    @property
+    def scoring_batch_size(self) -> int:
+        """Steps per forward pass without gradients: the micro-batch, else the mini-batch."""
+        return self.optim.micro_batch_size or self.optim.minibatch_size
+
+    def trained(self, samples: Sequence[TrainingSample]) -> list[TrainingSample]:
+        """The samples the update runs forward passes on (:func:`~ptgpo_algos.update.trained_samples`)."""
+        return trained_samples(samples, entropy_coef=self.loss.entropy_coef, kl=self.reference is not None)
+
+    def prepare(self, samples: Sequence[TrainingSample]) -> dict[str, float]:
+        """Score the trained samples without gradients before the update: pi_old when it is recomputed,
+        and the KL reference's log-probabilities, so that the reference's forward never runs while the
+        policy's graph is alive. Returns ``old_logprob_drift`` when ``report_drift``."""
+        trained = self.trained(samples)
+        stats: dict[str, float] = {}
+        if trained and self.old_logprobs == "recompute":
+            drift = recompute_old_logprobs(self.policy, trained, self.scoring_batch_size)
+            if self.report_drift:
+                stats.update(drift)
+        if trained and self.reference is not None:
+            reference_logprobs(self.reference, trained, self.scoring_batch_size)
+        return stats
+
+    def run(self, samples: list[TrainingSample], auxiliary: Auxiliary | None = None) -> dict[str, float]:
+        """PPO epochs over shuffled mini-batches, one optimiser step each; the mean of each figure over
+        the steps, and counts. The KL term is on when the samples carry reference log-probabilities.
+        With ``auxiliary`` (the auxiliary objectives, :mod:`ptgpo_algos.objectives`) a mini-batch
+        without RL units still takes its step."""
+        steps: list[dict[str, float]] = []
+        trained_tokens = 0
+        kl = bool(samples) and samples[0].ref_logprobs is not None
+        same_prompt = same_prompt_groups(samples)
+        for _ in range(self.optim.epochs):
+            chunks = list(minibatches(same_prompt, self.rng.permutation(len(same_prompt)), self.optim.minibatch_size))
+            for index, indices in enumerate(chunks):
+                chunk = [samples[i] for i in indices]
+                total_units = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
+                chunk = trained_samples(chunk, entropy_coef=self.loss.entropy_coef, kl=kl)
+                if not chunk and auxiliary is None:
+                    continue
+                self.optimizer.zero_grad(set_to_none=True)
+                stats = self.backward(chunk, total_units) if chunk else {}
+                if auxiliary is not None:
+                    stats.update(auxiliary(index, len(chunks)))
+                stats["grad_norm"] = self.optimizer_step()
+                steps.append(stats)
+                trained_tokens += sum(_tokens(s) for s in chunk)
+        return {**self.reduce(steps), "updates": len(steps), "train_tokens": trained_tokens,
+                "distinct_prompts": len(same_prompt)}
+
+    def backward(self, chunk: list[TrainingSample], total_units: float) -> dict[str, float]:
+        """Forward and backward over a mini-batch's trained samples, in micro-batches; ``total_units``
+        is the mini-batch's weighted unit count, every term's denominator."""
+        return accumulate_gradients(self.policy, chunk, self.loss, total_units, self.optim.micro_batch_size,
+                                    activation_offload=self.optim.activation_offload)
+
+    def train_step(self, loss: torch.Tensor) -> float:
+        """One optimiser step on ``loss`` alone (an objective that trains in steps of its own); the
+        gradient norm before clipping."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        return self.optimizer_step()
+
+    def optimizer_step(self) -> float:
+        """Clip the gradient to ``optim.max_grad_norm``, take the optimiser's step; the norm before clipping."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.policy.parameters()), self.optim.max_grad_norm)
+        self.optimizer.step()
+        return float(grad_norm)
+
+    def reduce(self, steps: list[dict[str, float]]) -> dict[str, float]:
+        """Each figure's mean over the optimiser steps (a figure a step lacks counts as 0 there)."""
+        totals: dict[str, float] = {}
+        for stats in steps:
+            for key, figure in stats.items():
+                totals[key] = totals.get(key, 0.0) + figure
+        return {key: value / max(1, len(steps)) for key, value in totals.items()}
+
+
+def _tokens(sample: TrainingSample) -> int:
+    decision = sample.decision
+    return len(decision.prompt_ids) + sum(map(len, decision.candidate_ids or [decision.response_ids]))
+
+
+def ppo_update(policy, optimizer: torch.optim.Optimizer, samples: list[TrainingSample], optim: OptimConfig,
+               algorithm: AlgorithmConfig | None = None, *, rng: np.random.Generator,
+               auxiliary: Auxiliary | None = None) -> dict[str, Any]:
+    """PPO epochs on ``samples`` as they are (pi_old and the reference already on them, or the
+    rollout's pi_old): ``Updater(...).run`` without :meth:`~Updater.prepare`; ``algorithm`` None takes
+    the default loss."""
+    updater = Updater(policy, optimizer, optim, algorithm or AlgorithmConfig(), rng=rng, old_logprobs="rollout")
+    return updater.run(samples, auxiliary)
