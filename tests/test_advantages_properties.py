@@ -79,6 +79,7 @@ def random_config(name: str, rng: random.Random) -> dict:
         "transition_weight": [0.5, 1.0],
         "variance_prior": [0.25, 1.0],
         "distance_base": [0.5, 0.25],
+        "empg": [None],  # needs recorded entropies; tests/test_advantages_empg.py
     }
     return {key: rng.choice(choices[key]) for key in estimator_defaults(name)}
 
@@ -107,7 +108,7 @@ def discounted(values: list[float], gamma: float) -> list[float]:
     return out[::-1]
 
 
-def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, coverage_when="all_failed",
+def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, coverage_when="all_failed", empg=None,
               norm="mean_std_norm",
               omega=1.0, K=2, alpha=1.0, include_episode=False, lam=1.0, success_reward=1.0,
               alpha_init=0.1, alpha_final=0.05, progress=0.0, turn_group="index", coverage_weight=0.1,
@@ -390,7 +391,7 @@ def test_unknown_estimator_lists_the_valid_names():
 @pytest.mark.parametrize(
     ("name", "config", "message"),
     [
-        ("grpo", {"omega": 1.0}, r"'omega'.*valid keys: coverage_beta, coverage_when, gamma, invalid_penalty, norm"),
+        ("grpo", {"omega": 1.0}, r"'omega'.*valid keys: coverage_beta, coverage_when, empg, gamma, invalid_penalty, norm"),
         ("rloo", {"norm": "mean_norm"}, r"'norm'.*valid keys"),
         ("ptgpo", {"include_episode": True}, r"'include_episode'.*valid keys"),
         ("grpo", {"gamma": 1.5}, r"gamma=1.5.*\[0, 1\]"),
@@ -403,7 +404,7 @@ def test_unknown_estimator_lists_the_valid_names():
         ("hgpo", {"include_episode": "yes"}, r"include_episode='yes'.*True or False"),
         ("ptgpo", {"coverage_beta": float("inf")}, r"coverage_beta=inf"),
         ("ptgpo", {"lam": "one"}, r"lam='one'"),  # a string that spells a number ('1') is that number
-        ("g2po", {"coverage_beta": 0.1}, r"'coverage_beta'.*valid keys: gamma, invalid_penalty, norm, omega"),
+        ("g2po", {"coverage_beta": 0.1}, r"'coverage_beta'.*valid keys: empg, gamma, invalid_penalty, norm, omega"),
         ("g2po", {"success_reward": 0.0}, r"success_reward=0.0.*> 0"),
         ("planpo", {"progress": 1.5}, r"progress=1.5.*\[0, 1\]"),
         ("planpo", {"turn_group": "all"}, r"turn_group='all'.*one of index, pooled"),
