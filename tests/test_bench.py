@@ -343,7 +343,7 @@ def test_records_say_which_recipe_and_environment_texts_they_were_measured_under
 
     reward = WebShopEnv(split="test")
     expected = {"recipe": "verl-agent", "observation_style": "annotated", "reward_impl": reward.reward_impl,
-                "reward_model": reward.reward_model}
+                "reward_model": reward.reward_model, "webshop_set": f"{len(reward.catalog.products)} products (bundled), test goals"}
     assert rl.status == "ok" and (rl.budget, rl.budget_unit, rl.iterations) == (1, "iterations", 1)
     assert rl.protocol == expected and random.protocol == expected
     assert (random.budget, random.budget_unit) == (None, "decisions")
