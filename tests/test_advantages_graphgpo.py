@@ -45,16 +45,16 @@ def test_distances_by_hand():
 
 
 def test_advantages_by_hand_mean_norm():
-    # Episode term: R = 1, 0, 0 -> 2/3, -1/3, -1/3. Graph rewards 0.1^(1 + d(s')):
-    # pool A = [1e-3 (A->B), 1e-5 (A->D), 1e-6 (A->E), 1e-3 (A->B)], mean 5.0275e-4;
-    # pool B = [1e-2 (B->C), 1e-6 (B->end)], mean 5.0005e-3; C and D are left once: 0.
-    mean_a, mean_b = (2e-3 + 1e-5 + 1e-6) / 4, (1e-2 + 1e-6) / 2
+    # Episode term: R = 1, 0, 0 -> 2/3, -1/3, -1/3. Graph returns 0.1^d(s'):
+    # pool A = [1e-2 (A->B), 1e-4 (A->D), 1e-5 (A->E), 1e-2 (A->B)], mean 5.0275e-3;
+    # pool B = [1e-1 (B->C), 1e-5 (B->end)], mean 5.0005e-2; C and D are left once: 0.
+    mean_a, mean_b = (2e-2 + 1e-4 + 1e-5) / 4, (1e-1 + 1e-5) / 2
     expected = [
-        2 / 3 + 1e-3 - mean_a, 2 / 3 + 1e-2 - mean_b, 2 / 3,
-        -1 / 3 + 1e-5 - mean_a, -1 / 3, -1 / 3 + 1e-6 - mean_a, -1 / 3,
-        -1 / 3 + 1e-3 - mean_a, -1 / 3 + 1e-6 - mean_b,
+        2 / 3 + 1e-2 - mean_a, 2 / 3 + 1e-1 - mean_b, 2 / 3,
+        -1 / 3 + 1e-4 - mean_a, -1 / 3, -1 / 3 + 1e-5 - mean_a, -1 / 3,
+        -1 / 3 + 1e-2 - mean_a, -1 / 3 + 1e-5 - mean_b,
     ]
-    actual = flat(compute_advantages("graphgpo", [detour_group()], norm="mean_norm"))
+    actual = flat(compute_advantages("graphgpo", [detour_group()], norm="mean_norm", distance_base=0.1))
     np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-15)
 
 

@@ -112,7 +112,7 @@ def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, co
               norm="mean_std_norm",
               omega=1.0, K=2, alpha=1.0, include_episode=False, lam=1.0, success_reward=1.0,
               alpha_init=0.1, alpha_final=0.05, progress=0.0, turn_group="index", coverage_weight=0.1,
-              variant="trajectory", transition_weight=1.0, variance_prior=0.25, distance_base=0.1):
+              variant="trajectory", transition_weight=1.0, variance_prior=0.25, distance_base=0.2):
     """Every definition of the estimators' docstrings as plain loops over (i, t) pairs; O(n^2), small
     groups only."""
     result = []
@@ -256,7 +256,7 @@ def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, co
 
             def reward(j, u):
                 after = states[j][u + 1] if u + 1 < len(trajs[j]) else ("SUCCESS" if succeeded[j] else None)
-                return success_reward * distance_base ** (1 + distances.get(after, unreachable))
+                return success_reward * distance_base ** distances.get(after, unreachable)
 
             pool = [reward(j, u) for j, u in steps_of if states[j][u] == states[i][t]]
             return episode(i) + omega * ref_norm(reward(i, t), pool, norm)

@@ -14,7 +14,7 @@ ptgpo, g2po, progpo), ``K`` [2] (hgpo, ptgpo, progpo), ``alpha`` [1.0] (hgpo, pt
 ``include_episode`` [False] (hgpo), ``lam`` [1.0] (ptgpo), ``success_reward`` [1.0] (g2po, planpo),
 ``alpha_init`` [0.1], ``alpha_final`` [0.05], ``progress`` [0] and ``turn_group`` [index] (planpo),
 ``transition_weight`` [1.0] and ``variance_prior`` [0.25] (progpo), ``coverage_weight`` [0.1] and
-``variant`` [trajectory] (covgpo), ``distance_base`` [0.1] (graphgpo; also ``omega`` and
+``variant`` [trajectory] (covgpo), ``distance_base`` [0.2] (graphgpo; also ``omega`` and
 ``success_reward``). ``estimator_defaults(name)`` lists them.
 
 :data:`ESTIMATORS` is an open registry: ``register_estimator`` adds one, here or from another package

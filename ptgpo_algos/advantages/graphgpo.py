@@ -22,7 +22,7 @@ def _open_unit(value: object) -> float:
 
 
 DISTANCE_BASE = ConfigKey(
-    "GraphGPO's base of the distance reward success_reward * base^(1 + d(s')) (smaller: steeper)",
+    "GraphGPO's base of the distance reward success_reward * base^d(s') (smaller: steeper)",
     "a number in (0, 1)",
     _open_unit,
 )
@@ -75,45 +75,45 @@ def graphgpo(
     norm: str = "mean_std_norm",
     omega: float = 1.0,
     success_reward: float = 1.0,
-    distance_base: float = 0.1,
+    distance_base: float = 0.2,
 ) -> Estimate:
     """Graph-based Group Policy Optimization (Cheng et al., ICML 2026, arXiv 2605.26684; recipe in
-    verl-agent ``recipe/GraphGPO``).
+    verl-agent ``recipe/GraphGPO``, whose ``core_graph.py`` and ``compare_advantages.py`` this follows).
 
     The group's transitions form one directed graph: nodes are its distinct ``state_key`` values
     plus a success node, edges the steps ``s_{i,t} -> s_{i,t+1}`` (the last step of a solved
     trajectory points to the success node). ``d(s)`` is the shortest-path distance from ``s`` to
-    success in unit steps (:func:`success_distances`). With ``R_i`` and ``G``-free terms:
+    success in unit steps (:func:`success_distances`). Then:
 
-    - graph reward of a step ``r^G_{i,t} = success_reward * distance_base^(1 + d(s_{i,t+1}))``, the
-      value of the best path the step's transition opens;
+    - graph return of a step ``r^G_{i,t} = success_reward * distance_base^d(s_{i,t+1})``: the value of
+      the best path its transition opens (the recipe's ``compute_graph_path_returns``);
     - ``A^G_{i,t} = norm(r^G_{i,t}, {r^G_{j,u} : s_{j,u} = s_{i,t}})``, against every step of the
-      group leaving the same state (GiGPO's anchor pool); a state left once gives 0;
+      group leaving the same state (GiGPO's anchor groups); a state left once gives 0;
     - ``A_{i,t} = norm(R_i, {R_j}) + omega * A^G_{i,t}`` with ``R`` = ``signal.episode`` (the return
       after the invalid-action penalty) and one ``norm`` for both terms.
 
     So a step that moves closer to success than its alternatives gains, in a failed trajectory too,
     and a detour in a solved one loses. A group with no success has no distances: its graph term is 0.
 
-    Choices, where what we could read leaves our setting open (the paper's and the recipe's text
-    were not available to us; the definitions above follow the paper's abstract and a third-party
-    reproduction's reading of its Eq. 4 and of the recipe, so they are inferred):
+    Choices, where the recipe's code leaves our setting open:
 
-    - Eq. 4 adds the edge's own unit cost (``1 + d``); the recipe, as the reproduction reads it,
-      uses ``d`` alone. Under ``mean_std_norm`` both give the same advantages; under ``mean_norm``
-      the recipe's are ``1 / distance_base`` times larger.
-    - ``distance_base`` [0.1] and ``omega`` [1.0] as the reproduction's defaults; ``success_reward``
-      [1.0] is our environments' reward for a solved task (the recipe's ALFWorld pays 10; under
-      ``mean_std_norm`` the scale cancels) and decides which trajectories succeeded (return >= it).
-    - The state after an unsolved trajectory's last step is not in our records, so that step leads
-      nowhere: it takes the unreachable distance. An environment that recorded it could connect it.
+    - ``distance_base`` [0.2]: the recipe's comparison script's value (its ``gamma``); the paper's
+      Eq. 4 writes the exponent ``d + 1`` with the edge's own unit cost, which under
+      ``mean_std_norm`` gives the same advantages and under ``mean_norm`` ``distance_base`` times ours.
+    - ``success_reward`` [1.0]: our environments' reward for a solved task, which also decides which
+      trajectories succeeded (return >= it); the recipe hard-codes 10, which cancels under
+      ``mean_std_norm`` and scales everything by 10 under ``mean_norm``.
+    - ``omega`` [1.0] and an episode term of weight 1: the recipe's advantage function's defaults
+      (its comparison script sets the episode weight to 0).
+    - The recipe records the observation after an unsolved trajectory's last step; our records do
+      not, so that step leads nowhere and takes the unreachable distance.
     - No coverage credit: the graph term reads the outcomes from the table, not from the signal.
 
     Group counts: ``reachable_steps``, the steps whose transition leads to a state with a path to
     success in the group's graph.
     """
     next_distance, reachable, has_success = success_distances(table, success_reward)
-    reward = success_reward * distance_base ** (1.0 + next_distance)
+    reward = success_reward * distance_base ** next_distance
     graph = pooled_norm(reward, table.state, table.n_states, norm)
     graph = np.where(has_success[table.group], graph, 0.0)
     episode = episode_norm(table, signal.episode, norm)[table.trajectory]
