@@ -604,7 +604,7 @@ def _paper_rows(reported: ReportedResults, measured: Sequence[ResultRecord], col
     for paper_row in reported.rows:
         row = Row(
             paper_row.method, "reported", "reported", model=paper_row.model, source=paper_row.source,
-            protocols={"": reported_protocol(paper_row.protocol)},
+            protocols={"": reported_protocol(paper_row.protocol, paper_row.conditions)},
         )
         for env_label, metrics in paper_row.results.items():
             if column_key(env_label, "")[0] not in wanted:

@@ -35,12 +35,19 @@ def measured_protocol(protocol: Mapping[str, str | None] | None) -> str:
     reward = protocol.get("reward_impl")
     if reward not in (None, "spacy"):
         parts.append(f"{reward} reward")
+    if protocol.get("alfworld_version"):
+        parts.append(f"ALFWorld {protocol['alfworld_version']}")
+    if protocol.get("webshop_set"):
+        parts.append(f"WebShop {protocol['webshop_set']}")
     return ", ".join(parts)
 
 
-def reported_protocol(name: str | None) -> str:
-    """The description of a reported number's protocol name."""
-    return name or NOT_STATED
+def reported_protocol(name: str | None, conditions: Mapping[str, str] | None = None) -> str:
+    """The description of a reported number's protocol: its name, then its stated conditions
+    (``verl-agent; split valid_seen; episodes 128; selection final``)."""
+    if not conditions:
+        return name or NOT_STATED
+    return f"{name or NOT_STATED}; " + "; ".join(f"{key.replace('_', ' ')} {value}" for key, value in conditions.items())
 
 
 def column_key(env_label: str, metric: str) -> tuple[str, str]:

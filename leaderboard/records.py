@@ -19,7 +19,8 @@ Storage contract, shared by the benchmark harness (writer) and the leaderboard (
 * ``protocol`` says what a run was measured under (None: not recorded, as in records written before
   the field existed): ``recipe`` (:mod:`ptgpo_algos.policy.recipes`; None for PTGPO's own prompt and
   protocol), and what the evaluation environment reported of itself: ``observation_style`` (the
-  originals' pages or PTGPO's) and, for WebShop, ``reward_impl`` and ``reward_model``. Records
+  originals' pages or PTGPO's), for WebShop ``reward_impl``, ``reward_model`` and ``webshop_set`` (its
+  product set and goals), for ALFWorld ``alfworld_version`` (the installed package's). Records
   without the fields added since schema version 1 began still read, with these defaults.
 * Compute spent, besides ``decisions`` (each one environment step: a prefix tree's shared steps are
   restored from snapshots, not replayed) and ``tokens`` (generated): ``episodes`` (training
@@ -79,7 +80,7 @@ SCHEMA_VERSION = 1
 METHOD_KINDS = ("rl", "baseline", "reported")
 STATUSES = ("ok", "failed")
 BUDGET_UNITS = ("decisions", "iterations")
-PROTOCOL_KEYS = ("recipe", "observation_style", "reward_impl", "reward_model")
+PROTOCOL_KEYS = ("recipe", "observation_style", "reward_impl", "reward_model", "alfworld_version", "webshop_set")
 
 
 class RecordError(ValueError):

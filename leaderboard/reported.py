@@ -5,12 +5,15 @@ File format::
 
     caveat: free text shown under the reported table
     sources:
-      KEY: {citation: "...", setup: "...", protocol: verl-agent}
+      KEY: {citation: "...", setup: "...", protocol: verl-agent, quality: secondary,
+            conditions: {split: valid_seen, episodes: 128, temperature: 0.4, max_steps: 50,
+                         alfworld: 0.4.2, webshop: small (1,000 products), selection: final}}
     rows:
       - method: GRPO
         model: Qwen2.5-1.5B-Instruct
         source: KEY                       # one of sources
         protocol: verl-agent              # optional: this row's, when not its source's
+        conditions: {selection: best}     # optional: this row's, over its source's
         results:                          # env label -> metric -> value (in %)
           ALFWorld: {Pick: 85.3, All: {value: 72.8, pm: 3.6}}
           WebShop: {score: 75.8, success: 56.8}
@@ -20,14 +23,20 @@ in the paper (kept as printed: papers do not always say whether it is a standard
 standard error). Cells a paper leaves blank are simply absent.
 
 ``protocol`` names the protocol the numbers were measured under (a recipe's name where one of
-:mod:`ptgpo_algos.policy.recipes` reproduces it); without one it is "not stated". Measured cells of
-another protocol in the same column are marked (:mod:`leaderboard.protocols`).
+:mod:`ptgpo_algos.policy.recipes` reproduces it); without one it is "not stated". ``conditions``
+(optional; a source's, updated by a row's) states what changes numbers under one protocol name:
+:data:`CONDITION_KEYS`, the evaluation ``split``, ``episodes``, sampling ``temperature``,
+``max_steps``, the ``alfworld`` and ``webshop`` versions or sets, and ``selection`` (``final`` or
+``best`` success during training); they are part of the row's protocol description, so rows that
+differ in them never read as one protocol. ``quality`` (optional) says how the figures were read:
+one of :data:`QUALITIES`. Measured cells of another protocol in the same column are marked
+(:mod:`leaderboard.protocols`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +45,9 @@ import yaml
 from ptgpo_algos.yaml_safe import load_yaml
 
 __all__ = [
+    "CONDITION_KEYS",
     "DEFAULT_REPORTED",
+    "QUALITIES",
     "ReportedFileError",
     "ReportedResults",
     "ReportedRow",
@@ -47,6 +58,13 @@ __all__ = [
 
 #: The file shipped with the package.
 DEFAULT_REPORTED = Path(__file__).resolve().parent / "reported.yaml"
+
+
+#: What a row's ``conditions`` may state, in the order its protocol description lists them.
+CONDITION_KEYS = ("split", "episodes", "temperature", "max_steps", "alfworld", "webshop", "selection")
+#: How a source's figures were read: from the paper, from the official code's logs or README, or from
+#: another text that quotes them.
+QUALITIES = ("paper", "official code", "secondary")
 
 
 class ReportedFileError(ValueError):
@@ -61,6 +79,8 @@ class ReportedSource:
     citation: str
     setup: str | None = None
     protocol: str | None = None
+    quality: str | None = None
+    conditions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,7 @@ class ReportedRow:
     source: str
     results: dict[str, dict[str, ReportedValue]]
     protocol: str | None = None
+    conditions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,6 +135,22 @@ def _protocol(raw: dict[str, Any], where: str) -> str | None:
     return protocol
 
 
+def _conditions(raw: dict[str, Any], where: str) -> dict[str, str]:
+    conditions = raw.get("conditions") or {}
+    if not isinstance(conditions, dict) or set(conditions) - set(CONDITION_KEYS):
+        raise ReportedFileError(
+            f"{where}: conditions must map some of {', '.join(CONDITION_KEYS)} to values, got {conditions!r}"
+        )
+    return {key: str(conditions[key]) for key in CONDITION_KEYS if key in conditions}
+
+
+def _quality(raw: dict[str, Any], where: str) -> str | None:
+    quality = raw.get("quality")
+    if quality is not None and quality not in QUALITIES:
+        raise ReportedFileError(f"{where}: quality must be one of {', '.join(QUALITIES)}, got {quality!r}")
+    return quality
+
+
 def load_reported(path: str | os.PathLike) -> ReportedResults:
     """Read and validate a reported-results YAML; errors name the file and the offending entry."""
     path = Path(path)
@@ -130,7 +167,9 @@ def load_reported(path: str | os.PathLike) -> ReportedResults:
         if not isinstance(raw, dict) or not isinstance(raw.get("citation"), str):
             raise ReportedFileError(f"{path}: sources.{key} needs a 'citation' string")
         protocol = _protocol(raw, f"{path}: sources.{key}")
-        sources[str(key)] = ReportedSource(str(key), raw["citation"], raw.get("setup"), protocol)
+        where = f"{path}: sources.{key}"
+        sources[str(key)] = ReportedSource(str(key), raw["citation"], raw.get("setup"), protocol,
+                                           _quality(raw, where), _conditions(raw, where))
     rows = []
     for index, raw in enumerate(data["rows"]):
         where = f"{path}: rows[{index}]"
@@ -150,6 +189,8 @@ def load_reported(path: str | os.PathLike) -> ReportedResults:
                 for metric, value in metrics.items()
             }
         protocol = _protocol(raw, where) or sources[raw["source"]].protocol
-        rows.append(ReportedRow(raw["method"], raw.get("model"), raw["source"], parsed, protocol))
+        given = {**sources[raw["source"]].conditions, **_conditions(raw, where)}
+        conditions = {key: given[key] for key in CONDITION_KEYS if key in given}
+        rows.append(ReportedRow(raw["method"], raw.get("model"), raw["source"], parsed, protocol, conditions))
     caveat = data.get("caveat")
     return ReportedResults(rows, sources, None if caveat is None else str(caveat).strip())

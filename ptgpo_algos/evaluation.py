@@ -46,8 +46,9 @@ class EpisodeResult:
 
 
 #: What an environment's ``info`` says about the texts and scoring an evaluation ran under (the
-#: originals' pages or PTGPO's, WebShop's reward by spaCy or by the stand-in): part of its protocol.
-PROTOCOL_INFO = ("observation_style", "reward_impl", "reward_model")
+#: originals' pages or PTGPO's, WebShop's reward by spaCy or by the stand-in, the ALFWorld package's
+#: version, the WebShop product set): part of its protocol.
+PROTOCOL_INFO = ("observation_style", "reward_impl", "reward_model", "alfworld_version", "webshop_set")
 
 
 @dataclass

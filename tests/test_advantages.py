@@ -572,9 +572,10 @@ def test_rloo_gigpo_hgpo_with_coverage():
 
 
 def test_coverage_beta_is_taken_by_signal_estimators_and_zero_disables_it():
-    # g2po, planpo and covgpo read the outcomes from the table: a substituted signal would be ignored.
+    # g2po, planpo, covgpo and graphgpo read the outcomes from the table: a substituted signal would be
+    # ignored.
     takes = [name for name in ESTIMATORS if "coverage_beta" in estimator_defaults(name)]
-    assert sorted(set(ESTIMATORS) - set(takes)) == ["covgpo", "g2po", "planpo"]
+    assert sorted(set(ESTIMATORS) - set(takes)) == ["covgpo", "g2po", "graphgpo", "planpo"]
     for name in takes:
         assert estimator_defaults(name)["coverage_when"] == "all_failed", name
         with_coverage = compute_advantages(name, [all_failed_group()], coverage_beta=0.3)
@@ -604,7 +605,8 @@ def test_summary_sums_each_estimators_own_counts_under_its_name():
     batch = [three_returns_group(), all_failed_group(), [T(S("a", "x"))]]
     base = ["all_equal_groups", "coverage_groups", "groups", "nonzero_fraction", "steps"]
     own = {"ptgpo": ["backoff_steps", "branching_nodes"], "g2po": ["multi_edge_nodes"],
-           "planpo": ["succeeded_trajectories"], "progpo": ["prefix_steps"], "covgpo": ["covgpo_groups"]}
+           "planpo": ["succeeded_trajectories"], "progpo": ["prefix_steps"], "covgpo": ["covgpo_groups"],
+           "graphgpo": ["reachable_steps"]}
     for name in ESTIMATORS:
         _, diagnostics = compute_advantages_with_diagnostics(name, batch)
         summary = summarize_diagnostics(diagnostics)

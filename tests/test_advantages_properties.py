@@ -78,6 +78,8 @@ def random_config(name: str, rng: random.Random) -> dict:
         "variant": ["trajectory", "step"],
         "transition_weight": [0.5, 1.0],
         "variance_prior": [0.25, 1.0],
+        "distance_base": [0.5, 0.25],
+        "empg": [None],  # needs recorded entropies; tests/test_advantages_empg.py
     }
     return {key: rng.choice(choices[key]) for key in estimator_defaults(name)}
 
@@ -106,11 +108,11 @@ def discounted(values: list[float], gamma: float) -> list[float]:
     return out[::-1]
 
 
-def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, coverage_when="all_failed",
+def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, coverage_when="all_failed", empg=None,
               norm="mean_std_norm",
               omega=1.0, K=2, alpha=1.0, include_episode=False, lam=1.0, success_reward=1.0,
               alpha_init=0.1, alpha_final=0.05, progress=0.0, turn_group="index", coverage_weight=0.1,
-              variant="trajectory", transition_weight=1.0, variance_prior=0.25):
+              variant="trajectory", transition_weight=1.0, variance_prior=0.25, distance_base=0.2):
     """Every definition of the estimators' docstrings as plain loops over (i, t) pairs; O(n^2), small
     groups only."""
     result = []
@@ -227,7 +229,41 @@ def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, co
             return episode(i) + omega * (ref_norm(G[i][t], prefix, norm) + transition_weight
                                          * ref_norm(transition[i, t], list(transition.values()), norm))
 
+        def graph_distances():
+            """Shortest unit-step distances to success by breadth-first search from it, backwards."""
+            leads = {}
+            for j, u in steps_of:
+                after = states[j][u + 1] if u + 1 < len(trajs[j]) else ("SUCCESS" if succeeded[j] else None)
+                if after is not None:
+                    leads.setdefault(after, set()).add(states[j][u])
+            if not any(succeeded[j] for j in live):
+                return None
+            distance, frontier = {"SUCCESS": 0}, ["SUCCESS"]
+            while frontier:
+                node = frontier.pop(0)
+                for before in sorted(leads.get(node, ())):
+                    if before not in distance:
+                        distance[before] = distance[node] + 1
+                        frontier.append(before)
+            return distance
+
+        distances = graph_distances()
+
+        def graphgpo_at(i, t):
+            if distances is None:
+                return episode(i)
+            unreachable = max(distances.values()) + 1
+
+            def reward(j, u):
+                after = states[j][u + 1] if u + 1 < len(trajs[j]) else ("SUCCESS" if succeeded[j] else None)
+                return success_reward * distance_base ** distances.get(after, unreachable)
+
+            pool = [reward(j, u) for j, u in steps_of if states[j][u] == states[i][t]]
+            return episode(i) + omega * ref_norm(reward(i, t), pool, norm)
+
         def advantage(i, t):
+            if name == "graphgpo":
+                return graphgpo_at(i, t)
             if name == "grpo":
                 return episode(i)
             if name == "rloo":
@@ -347,7 +383,7 @@ def test_degenerate_batches_give_zeros():
 
 
 def test_unknown_estimator_lists_the_valid_names():
-    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo"
+    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo, graphgpo"
     with pytest.raises(ValueError, match=f"unknown advantage estimator .ppo. \\(did you mean .ptgpo.\\?\\); choose one of {names}$"):
         compute_advantages("ppo", [])
 
@@ -355,7 +391,7 @@ def test_unknown_estimator_lists_the_valid_names():
 @pytest.mark.parametrize(
     ("name", "config", "message"),
     [
-        ("grpo", {"omega": 1.0}, r"'omega'.*valid keys: coverage_beta, coverage_when, gamma, invalid_penalty, norm"),
+        ("grpo", {"omega": 1.0}, r"'omega'.*valid keys: coverage_beta, coverage_when, empg, gamma, invalid_penalty, norm"),
         ("rloo", {"norm": "mean_norm"}, r"'norm'.*valid keys"),
         ("ptgpo", {"include_episode": True}, r"'include_episode'.*valid keys"),
         ("grpo", {"gamma": 1.5}, r"gamma=1.5.*\[0, 1\]"),
@@ -368,7 +404,7 @@ def test_unknown_estimator_lists_the_valid_names():
         ("hgpo", {"include_episode": "yes"}, r"include_episode='yes'.*True or False"),
         ("ptgpo", {"coverage_beta": float("inf")}, r"coverage_beta=inf"),
         ("ptgpo", {"lam": "one"}, r"lam='one'"),  # a string that spells a number ('1') is that number
-        ("g2po", {"coverage_beta": 0.1}, r"'coverage_beta'.*valid keys: gamma, invalid_penalty, norm, omega"),
+        ("g2po", {"coverage_beta": 0.1}, r"'coverage_beta'.*valid keys: empg, gamma, invalid_penalty, norm, omega"),
         ("g2po", {"success_reward": 0.0}, r"success_reward=0.0.*> 0"),
         ("planpo", {"progress": 1.5}, r"progress=1.5.*\[0, 1\]"),
         ("planpo", {"turn_group": "all"}, r"turn_group='all'.*one of index, pooled"),

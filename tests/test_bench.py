@@ -208,9 +208,9 @@ def test_gpu_configs_follow_the_literature_setting(path):
     assert config.policy["rollout_backend"] == "vllm"  # rollouts on vLLM, updates in transformers
     methods = {m.name: m for m in config.methods}
     # Every estimator, and PATR as GRPO over its own rollouts.
-    estimators = {"grpo", "rloo", "gigpo", "hgpo", "ptgpo", "g2po", "planpo", "progpo", "covgpo", "patr"}
+    estimators = {"grpo", "rloo", "gigpo", "hgpo", "ptgpo", "g2po", "planpo", "progpo", "covgpo", "graphgpo", "patr"}
     # The auxiliary objectives beside their base estimators; isdpo's EMA teacher needs full fine-tuning.
-    objectives = {"grpo+seed", "g2po+mcgpo"} | ({"gigpo+isdpo"} if "1.5b" in path.name else set())
+    objectives = {"grpo+seed", "g2po+mcgpo", "gigpo+empg"} | ({"gigpo+isdpo"} if "1.5b" in path.name else set())
     assert set(methods) == estimators | objectives
     assert (methods["patr"].algo, methods["patr"].rollout) == ("grpo", "patr")
     assert methods["planpo"].algo_config["alpha_init"] == 2 * methods["planpo"].algo_config["alpha_final"] == 0.1
@@ -343,7 +343,7 @@ def test_records_say_which_recipe_and_environment_texts_they_were_measured_under
 
     reward = WebShopEnv(split="test")
     expected = {"recipe": "verl-agent", "observation_style": "annotated", "reward_impl": reward.reward_impl,
-                "reward_model": reward.reward_model}
+                "reward_model": reward.reward_model, "webshop_set": f"{len(reward.catalog.products)} products (bundled), test goals"}
     assert rl.status == "ok" and (rl.budget, rl.budget_unit, rl.iterations) == (1, "iterations", 1)
     assert rl.protocol == expected and random.protocol == expected
     assert (random.budget, random.budget_unit) == (None, "decisions")

@@ -100,6 +100,7 @@ def estimator_table(name: str | None) -> str:
 def reported_table(methods: str | None) -> str:
     """The papers' figures for some methods (every method without ``methods``), as
     ``leaderboard/reported.yaml`` records them."""
+    from leaderboard.protocols import reported_protocol
     from leaderboard.reported import DEFAULT_REPORTED, load_reported
 
     wanted = {m.strip().lower() for m in (methods or "").split("|") if m.strip()}
@@ -111,15 +112,17 @@ def reported_table(methods: str | None) -> str:
         for env, metrics in row.results.items():
             shown = ", ".join(f"{metric} {value.value:g}" + (f" ± {value.pm:g}" if value.pm is not None else "")
                               for metric, value in metrics.items())
-            rows.append([_cell(row.method), _cell(row.model or ""), env, shown, f"[{row.source}]"])
+            rows.append([_cell(row.method), _cell(row.model or ""), env, shown, f"[{row.source}]",
+                         _cell(reported_protocol(row.protocol, row.conditions))])
         if row.source not in used:
             used.append(row.source)
     if not rows:
         return ("No paper reports this method on the benchmarks `leaderboard/reported.yaml` covers; the "
                 "leaderboard shows only measured rows for it.")
-    notes = [f"- **[{key}]** {reported.sources[key].citation}. {reported.sources[key].setup or ''}".rstrip()
-             for key in used]
-    return "\n\n".join([_table(["method", "model", "benchmark", "reported (%)", "source"], rows), "\n".join(notes),
+    notes = [f"- **[{key}]** {reported.sources[key].citation} ({reported.sources[key].quality or 'quality not stated'}). "
+             f"{reported.sources[key].setup or ''}".rstrip() for key in used]
+    header = ["method", "model", "benchmark", "reported (%)", "source", "protocol"]
+    return "\n\n".join([_table(header, rows), "\n".join(notes),
                         f"!!! warning \"Transcription\"\n    {reported.caveat}"])
 
 

@@ -1,5 +1,5 @@
-"""Group advantage estimators: GRPO, RLOO, GiGPO, HGPO, PTGPO, G2PO, PlanPO, ProGPO and CovGPO,
-registered by name.
+"""Group advantage estimators: GRPO, RLOO, GiGPO, HGPO, PTGPO, G2PO, PlanPO, ProGPO, CovGPO and
+GraphGPO, registered by name.
 
 ``compute_advantages(name, batch, **config)`` returns one advantage per step, aligned with ``batch``
 (groups of :class:`~ptgpo_algos.data.Trajectory`). Each estimator is a pure function over the batch's
@@ -8,13 +8,14 @@ array form (:class:`StepTable`) whose docstring states its formula and paper.
 Common config keys (all estimators): ``gamma`` [0.95] discount of step returns; ``invalid_penalty``
 [0.1] subtracted from the reward of each invalid step; ``coverage_beta`` [0; 0.1 for ptgpo] coverage
 credit in the groups ``coverage_when`` [all_failed] names: every environment return 0 (all_failed) or
-all returns equal, all-succeeded groups too (all_equal). g2po, planpo and covgpo read the outcomes
-themselves and take neither. Own keys: ``norm`` [mean_std_norm] (all but rloo), ``omega`` [1.0] (gigpo,
+all returns equal, all-succeeded groups too (all_equal). g2po, planpo, covgpo and graphgpo read the
+outcomes themselves and take neither. Own keys: ``norm`` [mean_std_norm] (all but rloo), ``omega`` [1.0] (gigpo,
 ptgpo, g2po, progpo), ``K`` [2] (hgpo, ptgpo, progpo), ``alpha`` [1.0] (hgpo, ptgpo),
 ``include_episode`` [False] (hgpo), ``lam`` [1.0] (ptgpo), ``success_reward`` [1.0] (g2po, planpo),
 ``alpha_init`` [0.1], ``alpha_final`` [0.05], ``progress`` [0] and ``turn_group`` [index] (planpo),
 ``transition_weight`` [1.0] and ``variance_prior`` [0.25] (progpo), ``coverage_weight`` [0.1] and
-``variant`` [trajectory] (covgpo). ``estimator_defaults(name)`` lists them.
+``variant`` [trajectory] (covgpo), ``distance_base`` [0.2] (graphgpo; also ``omega`` and
+``success_reward``). ``estimator_defaults(name)`` lists them.
 
 :data:`ESTIMATORS` is an open registry: ``register_estimator`` adds one, here or from another package
 (the ``ptgpo.estimators`` entry points), and the trainer's config accepts it by name.
@@ -28,6 +29,7 @@ from typing import Any, Mapping
 # Importing the estimator modules registers them, in this order.
 from ptgpo_algos.advantages import grpo, rloo, gigpo, hgpo, ptgpo  # noqa: F401, I001
 from ptgpo_algos.advantages import g2po, planpo, progpo, covgpo  # noqa: F401, I001
+from ptgpo_algos.advantages import graphgpo  # noqa: F401, I001
 from ptgpo_algos.advantages.estimate import (
     AdvantageResult,
     GroupDiagnostics,

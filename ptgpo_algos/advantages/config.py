@@ -1,6 +1,6 @@
 """The estimators' configuration keys: one rule per key, checked at the edge with a helpful message.
 
-Every estimator accepts ``gamma`` and ``invalid_penalty``, and all but those registered without
+Every estimator accepts ``gamma``, ``invalid_penalty`` and ``empg`` (:mod:`ptgpo_algos.advantages.empg`), and all but those registered without
 coverage credit ``coverage_beta`` and ``coverage_when``; its own keys are the keyword-only parameters of its registered
 function (see :mod:`ptgpo_algos.advantages.registry`).
 """
@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ptgpo_algos.advantages.empg import empg_setting
 from ptgpo_algos.advantages.ops import NORMS
 from ptgpo_algos.validation import as_number
 
@@ -92,6 +93,12 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
         _one_of(COVERAGE_TRIGGERS),
         _choice(COVERAGE_TRIGGERS),
     ),
+    "empg": ConfigKey(
+        "entropy-modulated policy gradients on the estimator's advantages (EMPG): off (null/false), the "
+        "paper's settings (true), or a mapping of k, k_f, zeta and center",
+        "null, true, false or a mapping of some of k, k_f, zeta (numbers >= 0) and center (true/false)",
+        empg_setting,
+    ),
     "norm": ConfigKey("pool normalisation", _one_of(NORMS), _choice(NORMS)),
     "omega": ConfigKey("weight of the step-level term", "a finite number >= 0", real_rule(0.0)),
     "K": ConfigKey(
@@ -139,7 +146,7 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
 }
 
 COMMON_DEFAULTS: Mapping[str, Any] = {
-    "gamma": 0.95, "invalid_penalty": 0.1, "coverage_beta": 0.0, "coverage_when": "all_failed",
+    "gamma": 0.95, "invalid_penalty": 0.1, "coverage_beta": 0.0, "coverage_when": "all_failed", "empg": None,
 }
 
 #: The common keys of coverage credit, which an estimator registered without it does not take.

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ptgpo_algos.advantages.config import COMMON_DEFAULTS, validate_config
+from ptgpo_algos.advantages.empg import EmpgSettings, empg_modulate
 from ptgpo_algos.advantages.registry import get_estimator
 from ptgpo_algos.advantages.signal import coverage_signal, outcome_all_equal, outcome_all_failed, outcome_signal
 from ptgpo_algos.advantages.table import StepTable
@@ -72,7 +73,9 @@ def estimate_advantages(name: str, table: StepTable, **config: Any) -> Advantage
     signal (``C_{i,t}``, ``C_{i,0}``) and its output is scaled by ``coverage_beta``: by default
     (``all_failed``) groups whose environment returns are all 0, where outcomes give no direction and
     exploration is what is wanted; with ``all_equal`` also groups that all succeeded alike, where
-    novelty returns rank a longer successful path above a shorter one.
+    novelty returns rank a longer successful path above a shorter one. With ``empg`` set, EMPG
+    (:func:`~ptgpo_algos.advantages.empg.empg_modulate`) then re-scales the whole batch's advantages
+    by the steps' entropies: its bonus and centring reach the groups zeroed above too.
     """
     spec = get_estimator(name)
     own = validate_config(spec, config)
@@ -94,6 +97,9 @@ def estimate_advantages(name: str, table: StepTable, **config: Any) -> Advantage
     estimate = spec.function(table, signal, **own, **{key: common[key] for key in spec.common_parameters})
     scale = np.where(use_coverage, beta, 1.0) * comparable
     advantages = np.where(scale[table.group] != 0, estimate.advantages * scale[table.group], 0.0)
+    empg = EmpgSettings.from_config(common["empg"])
+    if empg is not None:
+        advantages = empg_modulate(table, advantages, empg)
 
     steps = np.bincount(table.group, minlength=table.n_groups)
     nonzero = np.bincount(table.group[advantages != 0], minlength=table.n_groups)

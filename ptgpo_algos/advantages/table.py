@@ -37,6 +37,7 @@ class StepTable:
     reward: np.ndarray  # (n_steps,) float64: the environment's reward
     valid: np.ndarray  # (n_steps,) bool: the action was admissible
     response_tokens: np.ndarray  # (n_steps,) int64: len(response_ids), 0 where none was recorded
+    entropy: np.ndarray  # (n_steps,) float64: the policy's entropy at the step's decision, NaN where none
     trajectory_group: np.ndarray  # (n_trajectories,) int64: group of each trajectory
     trajectory_length: np.ndarray  # (n_trajectories,) int64: steps of each trajectory (may be 0)
     group_size: np.ndarray  # (n_groups,) int64: trajectories per group, empty ones included
@@ -67,6 +68,10 @@ class StepTable:
         """
         steps, trajectory_group, trajectory_length, group_size = _flatten(batch)
         state_keys, actions, reward, valid, response_tokens = _step_columns(steps)
+        entropy = np.fromiter(
+            (np.nan if step.decision is None else step.decision.entropy for step in steps), dtype=np.float64,
+            count=len(steps),
+        )
 
         lengths = np.asarray(trajectory_length, dtype=np.int64)
         n_trajectories = lengths.shape[0]
@@ -94,6 +99,7 @@ class StepTable:
             reward=reward,
             valid=valid,
             response_tokens=response_tokens,
+            entropy=entropy,
             trajectory_group=np.asarray(trajectory_group, dtype=np.int64),
             trajectory_length=lengths,
             group_size=np.asarray(group_size, dtype=np.int64),

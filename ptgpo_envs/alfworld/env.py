@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,7 @@ class ALFWorldEnv(TextEnv):
 
     def _extra_info(self) -> dict[str, Any]:
         info: dict[str, Any] = {"task_type": self._game.task_type, "gamefile": self._game.path,
-                                "observation_style": self.observation_style}
+                                "observation_style": self.observation_style, "alfworld_version": _alfworld_version()}
         if self.expert_plan_in_info:
             info["expert_plan"] = self._engine.plan()
         return info
@@ -244,3 +245,12 @@ class ALFWorldEnv(TextEnv):
         for command in commands:
             self._engine.step(command)
         self._commands = list(commands)
+
+
+def _alfworld_version() -> str:
+    """The installed ``alfworld`` package's version: 0.4.2 (verl-agent's) and 0.5.0 differ in grammar and
+    receptacles, so a result is only comparable with one of the same version."""
+    try:
+        return metadata.version("alfworld")
+    except metadata.PackageNotFoundError:  # imported from a source tree without its metadata
+        return "unknown"

@@ -129,6 +129,9 @@ class WebShopEnv(TextEnv):
         self.catalog = get_catalog(data_path)
         self.goal_indices = self.catalog.split_indices(split)
         self.split = split
+        # verl-agent's WebShop is the original's 1,000-product small set; results on another set differ.
+        origin = "bundled" if data_path is None else "original files"
+        self.product_set = f"{len(self.catalog.products)} products ({origin}), {split} goals"
         self.search_index = _index_for(self.catalog, cache_dir)
         self._world = Page(goal_index=self.goal_indices[0])
 
@@ -276,6 +279,7 @@ class WebShopEnv(TextEnv):
             "reward_impl": self.reward_impl,
             "reward_model": self.reward_model,
             "observation_style": self.observation_style,
+            "webshop_set": self.product_set,
         }
         if self._world.name == DONE:
             info["purchased_asin"] = self._world.asin

@@ -1,0 +1,105 @@
+"""3SPO's pure parts against hand computations: state scores, allocation, step rewards and credit, and
+the ranked backtracking search on a small tree."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ptgpo_algos.spo3 import (
+    Candidate,
+    Spo3Settings,
+    StateStats,
+    ranked_backtracking,
+    rollout_allocation,
+    state_scores,
+    step_credit,
+    step_rewards,
+)
+
+
+def test_state_scores_by_hand():
+    settings = Spo3Settings()  # alpha 50, xi 10, zeta 0.1
+    total = np.array([0, 4, 20, 20])
+    success = np.array([0, 1, 1, 3])
+    scores = state_scores(total, success, t=2, settings=settings)
+    assert scores[0] == 1.0  # never visited
+    assert scores[1] == pytest.approx(math.exp(-50 * math.log(2) * 1 / (4 + 1e-6)), rel=1e-12)
+    assert scores[2] == 0.0  # 19 failures and a 5 % success rate: dropped
+    assert scores[3] == pytest.approx(math.exp(-50 * math.log(2) * 3 / (20 + 1e-6)), rel=1e-12)
+    assert state_scores(np.array([4]), np.array([1]), t=1, settings=settings)[0] == 1.0  # lambda(1) = 0
+
+
+def test_lower_success_rates_score_higher():
+    scores = state_scores(np.array([10, 10, 10]), np.array([1, 5, 9]), t=5, settings=Spo3Settings(alpha=1.0))
+    assert scores[0] > scores[1] > scores[2] > 0
+
+
+def test_allocation_by_hand():
+    settings = Spo3Settings(g_max=8)
+    assert rollout_allocation(np.array([1.0, 0.0, 0.3, 0.125, 1e-9]), settings).tolist() == [8, 0, 3, 1, 1]
+
+
+def test_step_rewards_and_credit_by_hand():
+    settings = Spo3Settings(omega_k=0.1)
+    # A new state (w = 0.5): novelty and success only. Visited 10 times: w = 0.5 e^-1.
+    rewards = step_rewards(np.array([1.0, 0.8]), np.array([0.2, 0.3]), np.array([1, 0]), np.array([0.0, 1.0]),
+                           np.array([0, 10]), settings)
+    w = 0.5 * math.exp(-1.0)
+    assert rewards[0] == pytest.approx(0.5)
+    assert rewards[1] == pytest.approx(0.0 * w + (0.5 - w) * 0.5 + 0.5)
+    credit = step_credit(np.array([1.0, 3.0, 5.0]), np.array([0, 0, 1]), 2)
+    assert credit.tolist() == [-1.0, 1.0, 0.0]
+
+
+def _tree():
+    """r -b(.9)-> y -d(1)-> solved, y -e(.2)-> failed; r -a(.3)-> x -f-> failed; r -c(.1)-> failed."""
+    children = {
+        "r": [Candidate("a", 0.3, "x"), Candidate("b", 0.9, "y"), Candidate("c", 0.1, None, done=True)],
+        "y": [Candidate("e", 0.2, None, done=True), Candidate("d", 1.0, None, done=True, success=True)],
+        "x": [Candidate("f", 0.0, None, done=True)],
+    }
+    asked = []
+
+    def expand(node, n):
+        asked.append((node, n))
+        return children[node]
+
+    return expand, asked
+
+
+def _actions(result):
+    return [[candidate.action for _, candidate in trajectory] for trajectory in result.trajectories]
+
+
+def test_search_follows_the_best_first_and_backtracks_to_the_latest_untried():
+    expand, asked = _tree()
+    stats = StateStats()
+    result = ranked_backtracking("r", str, expand, stats, Spo3Settings(), max_trajectories=10, max_depth=5)
+    assert _actions(result) == [["b", "d"], ["b", "e"], ["a", "f"], ["c"]]
+    assert result.solved == [True, False, False, False]
+    assert asked == [("r", 8), ("y", 8), ("x", 8)]  # unseen states get G_max; each expanded once
+    assert (stats.total["r"], stats.success["r"], stats.total["y"], stats.success["y"]) == (4, 1, 2, 1)
+    assert stats.t == 5
+    # Every pair is explored now: a second search finds nothing new.
+    again = ranked_backtracking("r", str, expand, stats, Spo3Settings(), max_trajectories=10, max_depth=5)
+    assert again.trajectories == []
+
+
+def test_search_stops_at_its_budget_and_truncates_deep_or_dropped_states():
+    expand, _ = _tree()
+    two = ranked_backtracking("r", str, expand, StateStats(), Spo3Settings(), max_trajectories=2, max_depth=5)
+    assert _actions(two) == [["b", "d"], ["b", "e"]]
+    shallow = ranked_backtracking("r", str, expand, StateStats(), Spo3Settings(), max_trajectories=10, max_depth=1)
+    assert _actions(shallow) == [["b"], ["a"], ["c"]] and shallow.solved == [False, False, False]
+    hopeless = StateStats(total={"y": 20}, success={"y": 0}, t=30)  # S(y) = 0: no rollouts from y
+    cut = ranked_backtracking("r", str, expand, hopeless, Spo3Settings(), max_trajectories=10, max_depth=5)
+    assert _actions(cut) == [["b"], ["a", "f"], ["c"]]
+
+
+@pytest.mark.parametrize("change", [{"alpha": -1.0}, {"g_max": 0}, {"xi": math.nan}, {"g_max": 2.5}])
+def test_bad_settings_are_named(change):
+    with pytest.raises(ValueError, match=r"spo3\.(alpha|g_max|xi) must be"):
+        Spo3Settings(**change)
