@@ -1,0 +1,200 @@
+"""Step-level credit on verl's episode rows (``ptgpo_algos.integrations.verl_steps``).
+
+The step-wise mask is checked everywhere against our estimators on the same trajectories and against
+the one-row-per-step layout; the tests marked ``verl`` pass our fields through verl's own
+``AgentLoopWorker._postprocess`` and ``DataProto`` operations (``bash scripts/test_verl_cpu.sh``).
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
+from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.integrations.verl import verl_estimator
+from ptgpo_algos.integrations.verl_steps import (
+    STEPS_KEY,
+    TRAJECTORY_KEY,
+    DecisionSpan,
+    compute_step_advantage,
+    episodes_to_batch,
+)
+
+WIDTH = 40  # response tokens per row, right-padded
+OBSERVATION_TOKENS = 3  # the environment's tokens after each decision (response_mask 0)
+
+# Two groups; states repeat across a group's trajectories and actions branch at them (a prefix tree).
+GROUPS = [
+    [
+        [("s0", "go a", 0.0, True), ("s1", "take x", 0.0, True), ("s2", "put x", 1.0, True)],
+        [("s0", "go b", 0.0, True), ("s3", "look", 0.0, False)],
+        [("s0", "go a", 0.0, True), ("s1", "look", 0.0, True), ("s1", "take x", 0.0, True), ("s2", "put x", 1.0, True)],
+    ],
+    [
+        [("t0", "open it", 0.0, True), ("t1", "go c", 0.0, True)],
+        [("t0", "go c", 0.0, True), ("t1", "go c", 1.0, True)],
+    ],
+]
+
+
+def _tokens(action: str) -> list[int]:
+    return [ord(c) for c in action.replace(" ", "")]
+
+
+def _episode_rows():
+    """One row per episode, as a multi-turn agent loop returns it: each decision's tokens, then the
+    observation's, then padding; each row's decisions as DecisionSpan dicts."""
+    rows = [(g, t, trajectory) for g, group in enumerate(GROUPS) for t, trajectory in enumerate(group)]
+    mask = torch.zeros(len(rows), WIDTH, dtype=torch.long)
+    responses = torch.zeros(len(rows), WIDTH, dtype=torch.long)
+    uid, steps, names = [], [], []
+    for row, (g, t, trajectory) in enumerate(rows):
+        cursor, spans, parent = 0, [], None
+        for k, (state, action, reward, valid) in enumerate(trajectory):
+            tokens = _tokens(action)
+            responses[row, cursor:cursor + len(tokens)] = torch.tensor(tokens)
+            mask[row, cursor:cursor + len(tokens)] = 1
+            node = f"g{g}/" + "/".join(a for _, a, _, _ in trajectory[:k + 1])  # a path names a tree node
+            spans.append(DecisionSpan(state, action, reward, valid, cursor, cursor + len(tokens), node, parent).to_dict())
+            parent = node
+            responses[row, cursor + len(tokens):cursor + len(tokens) + OBSERVATION_TOKENS] = 7
+            cursor += len(tokens) + OBSERVATION_TOKENS
+        uid.append(f"uid-{g}")
+        steps.append(spans)
+        names.append(f"traj-{g}-{t}")
+    columns = {"uid": np.array(uid, dtype=object), STEPS_KEY: _objects(steps), TRAJECTORY_KEY: np.array(names, dtype=object)}
+    return mask, responses, columns, [(g, t) for g, t, _ in rows]
+
+
+def _objects(values: list) -> np.ndarray:
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    return column
+
+
+def _ours() -> list[list[Trajectory]]:
+    return [[Trajectory([Step(s, a, r, v, response_ids=_tokens(a)) for s, a, r, v in t]) for t in g] for g in GROUPS]
+
+
+def _holder(mask, responses, columns):
+    return types.SimpleNamespace(batch={"response_mask": mask, "responses": responses}, non_tensor_batch=dict(columns))
+
+
+def _check_mask(scores, mask, columns, where, expected):
+    for row, (g, t) in enumerate(where):
+        covered = torch.zeros(WIDTH, dtype=torch.bool)
+        for k, span in enumerate(columns[STEPS_KEY][row]):
+            tokens = scores[row, span["start"]:span["end"]]
+            assert torch.allclose(tokens, torch.full_like(tokens, expected[g][t][k]), atol=1e-6), (row, k)
+            covered[span["start"]:span["end"]] = True
+        # The environment's tokens between decisions and the padding get no advantage.
+        assert torch.all(scores[row][~covered] == 0)
+        assert torch.all(scores[row][mask[row] == 0] == 0)
+
+
+@pytest.mark.parametrize("name", ESTIMATORS.names())
+def test_each_decision_gets_its_step_advantage_on_its_own_tokens(name):
+    mask, responses, columns, where = _episode_rows()
+    data = compute_step_advantage(_holder(mask, responses, columns), name)
+    _check_mask(data.batch["advantages"], mask, columns, where, compute_advantages(name, _ours()))
+    assert torch.equal(data.batch["advantages"], data.batch["returns"])
+
+
+@pytest.mark.parametrize("name", ["gigpo", "ptgpo", "grpo"])
+def test_episode_rows_agree_with_the_one_row_per_step_layout(name):
+    mask, responses, columns, where = _episode_rows()
+    episode = compute_step_advantage(_holder(mask, responses, columns), name).batch["advantages"]
+    step_rows = [(row, span) for row in range(len(where)) for span in columns[STEPS_KEY][row]]
+    step_mask = torch.zeros(len(step_rows), WIDTH)
+    step_tokens = torch.zeros(len(step_rows), WIDTH, dtype=torch.long)
+    rewards = torch.zeros(len(step_rows), WIDTH)
+    for r, (row, span) in enumerate(step_rows):
+        length = span["end"] - span["start"]
+        step_mask[r, :length] = 1
+        step_tokens[r, :length] = responses[row, span["start"]:span["end"]]
+        rewards[r, length - 1] = span["reward"]
+    scores, _ = verl_estimator(name)(
+        rewards, step_mask, [columns["uid"][row] for row, _ in step_rows],
+        traj_index=[columns[TRAJECTORY_KEY][row] for row, _ in step_rows],
+        anchor_obs=[span["state_key"] for _, span in step_rows], responses=step_tokens,
+        is_action_valid=[span["valid"] for _, span in step_rows])
+    for r, (row, span) in enumerate(step_rows):
+        assert torch.allclose(episode[row, span["start"]], scores[r, 0], atol=1e-6)
+
+
+def test_episodes_to_batch_keeps_node_ids_and_trajectory_ids():
+    mask, _, columns, where = _episode_rows()
+    batch, placed = episodes_to_batch(mask, columns["uid"], columns[STEPS_KEY], columns[TRAJECTORY_KEY])
+    assert [len(group) for group in batch] == [3, 2]
+    assert batch[0][2].meta["trajectory"] == "traj-0-2"
+    assert batch[0][0].meta["nodes"][:1] == batch[0][2].meta["nodes"][:1] == ["g0/go a"]  # a shared tree prefix
+    assert placed[1][1][:3] == (0, 1, 1)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda spans: spans[1].update(start=spans[0]["start"]), "overlaps"),
+    (lambda spans: spans[-1].update(end=WIDTH + 5), "responses are 40 long"),
+    (lambda spans: spans[1].update(parent="elsewhere"), "is not the node before it"),
+    (lambda spans: spans[0].pop("state_key"), "missing"),
+    (lambda spans: spans[0].update(start=3, end=3), "0 <= start < end"),
+    (lambda spans: spans[0].update(start=True), "integers"),
+])
+def test_bad_decision_records_are_refused_with_the_key(edit, message):
+    mask, responses, columns, _ = _episode_rows()
+    edit(columns[STEPS_KEY][0])
+    with pytest.raises(ValueError, match=message):
+        compute_step_advantage(_holder(mask, responses, columns), "gigpo")
+
+
+def test_rows_without_our_fields_say_what_the_agent_loop_must_return():
+    mask, responses, columns, _ = _episode_rows()
+    del columns[STEPS_KEY]
+    with pytest.raises(ValueError, match="extra_fields"):
+        compute_step_advantage(_holder(mask, responses, columns), "gigpo")
+
+
+# ---------------------------------------------------------------- inside verl
+def _agent_loop_outputs(mask, responses, columns):
+    """Each row as verl's padded per-sample agent-loop output, our fields in ``extra_fields``."""
+    from verl.experimental.agent_loop.agent_loop import _InternalAgentLoopOutput
+
+    prompt = torch.tensor([[0, 0, 5, 6]])
+    outputs = []
+    for row in range(mask.shape[0]):
+        ids = torch.cat([prompt, responses[row:row + 1]], dim=1)
+        attention = torch.cat([torch.tensor([[0, 0, 1, 1]]), (responses[row:row + 1] != 0).long()], dim=1)
+        outputs.append(_InternalAgentLoopOutput(
+            prompt_ids=prompt, response_ids=responses[row:row + 1], input_ids=ids,
+            position_ids=torch.clamp(attention.cumsum(-1) - 1, min=0), response_mask=mask[row:row + 1],
+            attention_mask=attention, num_turns=2 * len(columns[STEPS_KEY][row]), metrics={},
+            extra_fields={STEPS_KEY: columns[STEPS_KEY][row], TRAJECTORY_KEY: columns[TRAJECTORY_KEY][row]}))
+    return outputs
+
+
+@pytest.mark.verl
+def test_our_fields_survive_verls_postprocess_and_batch_operations(tmp_path):
+    pytest.importorskip("verl", reason="verl is not installed: bash scripts/test_verl_cpu.sh")
+    from verl import DataProto
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    mask, responses, columns, where = _episode_rows()
+    worker = types.SimpleNamespace(reward_loop_worker_handles=None)
+    data = AgentLoopWorker._postprocess(worker, _agent_loop_outputs(mask, responses, columns),
+                                        input_non_tensor_batch={"uid": columns["uid"]})
+    assert data.non_tensor_batch[STEPS_KEY][3] == columns[STEPS_KEY][3]
+    expected = compute_advantages("ptgpo", _ours())
+    # What verl does to a batch between rollout and update: chunks to workers and back, balancing
+    # reorders, a round trip through disk.
+    data = DataProto.concat(data.chunk(5))
+    order = torch.tensor([4, 2, 0, 3, 1])
+    data.reorder(order)
+    data.save_to_disk(tmp_path / "batch.pkl")
+    data = DataProto.load_from_disk(tmp_path / "batch.pkl")
+    compute_step_advantage(data, "ptgpo")
+    reordered = {key: value[order.numpy()] for key, value in columns.items()}
+    _check_mask(data.batch["advantages"], mask[order], reordered, [where[i] for i in order.tolist()], expected)
+    assert torch.equal(data.batch["response_mask"], mask[order])
