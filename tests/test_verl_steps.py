@@ -198,3 +198,111 @@ def test_our_fields_survive_verls_postprocess_and_batch_operations(tmp_path):
     reordered = {key: value[order.numpy()] for key, value in columns.items()}
     _check_mask(data.batch["advantages"], mask[order], reordered, [where[i] for i in order.tolist()], expected)
     assert torch.equal(data.batch["response_mask"], mask[order])
+
+
+# ---------------------------------------------------------------- verl's agent loop playing our environments
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _chat_tokenizer():
+    """A small byte-level BPE tokenizer with a ChatML template, trained here (nothing is downloaded)."""
+    import gymnasium as gym
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from ptgpo_algos.integrations.verl_agent_loop import observation_message
+
+    corpus = []
+    for seed in range(3):
+        env = gym.make("ptgpo/Household-v0", difficulty="easy").unwrapped
+        observation, info = env.reset(seed=seed)
+        while not env.done:
+            corpus.append(observation_message(observation, info))
+            observation, _, _, _, info = env.step(env.expert_action())
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<|im_start|>", "<|im_end|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|im_end|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+class _ScriptedServer:
+    """verl's LLM server client, answering with the expert's action of a replica of the episode (and a
+    bad action every third turn), as token ids ending with the end-of-turn token."""
+
+    def __init__(self, tokenizer, seed: int):
+        import gymnasium as gym
+
+        self.tokenizer, self.turns = tokenizer, 0
+        self.env = gym.make("ptgpo/Household-v0", difficulty="easy").unwrapped
+        self.env.reset(seed=seed)
+        self.actions: list[str] = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.turns += 1
+        action = "xyzzy" if self.turns % 3 == 0 else self.env.expert_action()
+        self.env.step(action)
+        self.actions.append(action)
+        ids = self.tokenizer.encode(f"I will act.\n{action}", add_special_tokens=False)
+        return TokenOutput(token_ids=ids + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")])
+
+
+@pytest.mark.verl
+def test_verls_agent_loop_plays_our_environment_one_span_per_decision():
+    pytest.importorskip("verl", reason="verl is not installed: bash scripts/test_verl_cpu.sh")
+    import asyncio
+
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
+
+    from ptgpo_algos.integrations.verl_agent_loop import AGENT_NAME, EnvAgentLoop
+
+    assert _agent_loop_registry[AGENT_NAME]["_target_"].endswith("EnvAgentLoop")
+    tokenizer = _chat_tokenizer()
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": 8192}},
+                               "data": {}})
+
+    async def play(seed: int):
+        server = _ScriptedServer(tokenizer, seed)
+        loop = EnvAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
+                            processor=None, dataset_cls=None, data_config=DictConfigWrap(config.data))
+        output = await loop.run({}, extra_info={"env_id": "ptgpo/Household-v0", "seed": seed,
+                                                "env_kwargs": {"difficulty": "easy"}})
+        return output, server
+
+    outputs = [asyncio.run(play(seed)) for seed in (0, 0)]
+    for output, server in outputs:
+        spans = output.extra_fields[STEPS_KEY]
+        assert [span["action"] for span in spans] == server.actions  # one span per decision, in order
+        assert [span["valid"] for span in spans] == [action != "xyzzy" for action in server.actions]
+        assert output.reward_score == 1.0 and spans[-1]["reward"] == 1.0
+        for span in spans:
+            generated = [t for t, m in zip(output.response_ids[span["start"]:span["end"]],
+                                           output.response_mask[span["start"]:span["end"]]) if m]
+            assert tokenizer.decode(generated, skip_special_tokens=True).strip().endswith(span["action"])
+        # Between decisions the environment's tokens are masked out.
+        assert 0 in output.response_mask[spans[0]["end"]:spans[1]["start"] + 1]
+    # Two episodes of one group through verl's postprocess: the advantage lands on the decisions' tokens only.
+    width = max(len(output.response_ids) for output, _ in outputs)
+    mask = torch.zeros(2, width, dtype=torch.long)
+    responses = torch.zeros(2, width, dtype=torch.long)
+    for row, (output, _) in enumerate(outputs):
+        mask[row, :len(output.response_mask)] = torch.tensor(output.response_mask)
+        responses[row, :len(output.response_ids)] = torch.tensor(output.response_ids)
+    columns = {"uid": np.array(["u", "u"], dtype=object),
+               STEPS_KEY: _objects([output.extra_fields[STEPS_KEY] for output, _ in outputs]),
+               TRAJECTORY_KEY: np.array([output.extra_fields[TRAJECTORY_KEY] for output, _ in outputs], dtype=object)}
+    scores = compute_step_advantage(_holder(mask, responses, columns), "gigpo").batch["advantages"]
+    assert torch.all(scores[mask == 0] == 0)
+    in_spans = torch.zeros_like(mask, dtype=torch.bool)
+    for row in range(2):
+        for span in columns[STEPS_KEY][row]:
+            in_spans[row, span["start"]:span["end"]] = True
+    assert torch.all(scores[~in_spans] == 0) and torch.any(scores[in_spans] != 0)
