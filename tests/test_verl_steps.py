@@ -306,3 +306,61 @@ def test_verls_agent_loop_plays_our_environment_one_span_per_decision():
         for span in columns[STEPS_KEY][row]:
             in_spans[row, span["start"]:span["end"]] = True
     assert torch.all(scores[~in_spans] == 0) and torch.any(scores[in_spans] != 0)
+
+
+@pytest.mark.verl
+def test_the_per_decision_agent_loop_gives_verls_v1_rows_with_our_fields():
+    pytest.importorskip("verl", reason="verl is not installed: bash scripts/test_verl_cpu.sh")
+    import asyncio
+
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    from ptgpo_algos.integrations.verl import compute_advantage
+    from ptgpo_algos.integrations.verl_agent_loop import STEPS_AGENT_NAME, EnvStepsAgentLoop
+    from ptgpo_algos.integrations.verl_steps import DECISION_KEY, decision_columns
+
+    assert _agent_loop_registry[STEPS_AGENT_NAME]["_target_"].endswith("EnvStepsAgentLoop")
+    tokenizer = _chat_tokenizer()
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 8192, "response_length": 64}},
+                               "data": {}})
+
+    async def play(seed: int):
+        server = _ScriptedServer(tokenizer, seed)
+        loop = EnvStepsAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer,
+                                 processor=None, dataset_cls=None, data_config=DictConfigWrap(config.data))
+        return await loop.run({}, extra_info={"env_id": "ptgpo/Household-v0", "seed": seed,
+                                              "env_kwargs": {"difficulty": "easy"}}), server
+
+    played = [asyncio.run(play(seed)) for seed in (1, 2)]
+    outputs = [output for episode, _ in played for output in episode]
+    for episode, server in played:
+        assert [output.extra_fields[DECISION_KEY]["action"] for output in episode] == server.actions
+        assert [output.extra_fields[DECISION_KEY]["index"] for output in episode] == list(range(len(episode)))
+        assert len(episode) > 3 and episode[-1].reward_score == 1.0  # played to the end: the budget is per decision
+        assert all(len(b.prompt_ids) > len(a.prompt_ids) for a, b in zip(episode, episode[1:]))  # growing context
+    # verl's v1 worker stores each output's as_dict() through list_of_dict_to_tensordict; read our fields back.
+    stored = list_of_dict_to_tensordict([output.as_dict() for output in outputs])
+    decisions = [stored["extra_fields"][row][DECISION_KEY] for row in range(len(outputs))]
+    assert decisions == [output.extra_fields[DECISION_KEY] for output in outputs]
+    width = max(len(output.response_ids) for output in outputs)
+    mask = torch.zeros(len(outputs), width, dtype=torch.long)
+    rewards = torch.zeros(len(outputs), width)
+    for row, output in enumerate(outputs):
+        mask[row, :len(output.response_ids)] = 1
+        rewards[row, len(output.response_ids) - 1] = output.reward_score
+    data = DataProto.from_dict(tensors={"response_mask": mask, "token_level_rewards": rewards},
+                               non_tensors={"uid": np.array(["u"] * len(outputs), dtype=object),
+                                            **decision_columns(decisions)})
+    scores = compute_advantage(data, "gigpo").batch["advantages"]
+    trajectories = [[Step(d["state_key"], d["action"], d["reward"], d["valid"]) for d in decisions
+                     if d["trajectory"] == trajectory] for trajectory in dict.fromkeys(d["trajectory"] for d in decisions)]
+    expected = compute_advantages("gigpo", [[Trajectory(steps) for steps in trajectories]])[0]
+    flat = [value for trajectory in expected for value in trajectory]
+    for row in range(len(outputs)):
+        assert torch.allclose(scores[row][mask[row] == 1], torch.tensor(flat[row]), atol=1e-6)
+        assert torch.all(scores[row][mask[row] == 0] == 0)
+    with pytest.raises(ValueError, match="sort the rows"):
+        decision_columns(decisions[1:])

@@ -10,9 +10,14 @@ row verl gets back is the whole episode (the model's tokens ``response_mask`` 1,
 (:data:`~ptgpo_algos.integrations.verl_steps.STEPS_KEY`) with the trajectory's id, for
 :func:`~ptgpo_algos.integrations.verl_steps.compute_step_advantage`.
 
-A row is a linear episode: verl 0.9's worker runs one ``run`` per sample and takes one output back,
-so a group's episodes cannot share a prefix tree there; tree rollouts need a trainer whose agent loop
-returns several outputs per call.
+``ptgpo_env_steps`` (:class:`EnvStepsAgentLoop`) plays the same episode but returns one output per
+decision, for verl's v1 trainer (``trainer.use_v1=True``), whose worker stores each output of a list
+as its own row (key ``{uid}_{session}_{index}``): the decision's context as prompt, its generated
+tokens as response, the step's reward as ``reward_score`` and, in
+``extra_fields[DECISION_KEY]``, the trajectory, node, parent, state key, action and validity; verl's
+one-row-per-step layout for :func:`ptgpo_algos.integrations.verl.compute_advantage` follows from
+:func:`~ptgpo_algos.integrations.verl_steps.decision_columns`. Both play linear episodes: growing a
+prefix tree from snapshots inside one ``run`` is not done here.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from uuid import uuid4
 import gymnasium as gym
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-from ptgpo_algos.integrations.verl_steps import STEPS_KEY, TRAJECTORY_KEY, DecisionSpan
+from ptgpo_algos.integrations.verl_steps import DECISION_KEY, STEPS_KEY, TRAJECTORY_KEY, DecisionSpan
 
-__all__ = ["AGENT_NAME", "EnvAgentLoop", "action_of", "episode_spec", "observation_message"]
+__all__ = ["AGENT_NAME", "STEPS_AGENT_NAME", "EnvAgentLoop", "EnvStepsAgentLoop", "action_of", "episode_spec",
+           "observation_message"]
 
-#: The name this agent loop has in verl's registry.
+#: The names the agent loops have in verl's registry: one output per episode, one per decision.
 AGENT_NAME = "ptgpo_env"
+STEPS_AGENT_NAME = "ptgpo_env_steps"
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
@@ -70,7 +77,10 @@ class EnvAgentLoop(AgentLoopBase):
     """One episode of one of our environments per sample; see the module docstring."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        """Play the sample's episode until it ends or the response budget is spent."""
+        """Play the sample's episode until it ends or the response budget is spent; the episode's row."""
+        return self._output(await self._play(sampling_params, kwargs))
+
+    async def _play(self, sampling_params: dict[str, Any], kwargs: dict[str, Any]) -> "_Episode":
         env_id, seed, env_kwargs = episode_spec(kwargs.get("extra_info"))
         env = gym.make(env_id, disable_env_checker=True, **env_kwargs).unwrapped
         try:
@@ -78,17 +88,22 @@ class EnvAgentLoop(AgentLoopBase):
             messages = [{"role": "user", "content": observation_message(observation, info)}]
             runtime = await self.ct_build_initial_tokens(messages)
             episode = _Episode(runtime=runtime)
-            while not env.done and len(episode.mask) < self.rollout_config.response_length:
+            while not env.done and self._budget_left(episode):
                 info = await self._turn(env, info, messages, episode, sampling_params)
-            return self._output(episode)
+            return episode
         finally:
             env.close()
+
+    def _budget_left(self, episode: "_Episode") -> bool:
+        """Whether another turn fits: the whole episode is one response here."""
+        return len(episode.mask) < self.rollout_config.response_length
 
     async def _turn(self, env: Any, info: dict[str, Any], messages: list[dict], episode: "_Episode",
                     sampling_params: dict[str, Any]) -> dict[str, Any]:
         generated = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=episode.runtime,
                                                        sampling_params=sampling_params)
         start = len(episode.mask)
+        episode.contexts.append((list(episode.runtime), list(generated.token_ids)))
         merged, episode.mask, _ = await self.ct_merge_assistant_token(episode.runtime, generated.token_ids,
                                                                       episode.mask)
         episode.runtime = merged.token_ids
@@ -121,12 +136,37 @@ class EnvAgentLoop(AgentLoopBase):
             extra_fields={STEPS_KEY: [span.to_dict() for span in spans], TRAJECTORY_KEY: episode.trajectory})
 
 
+@register(STEPS_AGENT_NAME)
+class EnvStepsAgentLoop(EnvAgentLoop):
+    """One episode per sample, one output per decision (verl's v1 trainer stores each as a row)."""
+
+    def _budget_left(self, episode: "_Episode") -> bool:
+        # Each decision is its own response; the environment's horizon ends the episode.
+        return True
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
+        """Play the sample's episode; one output per decision, in order."""
+        episode = await self._play(sampling_params, kwargs)
+        limit = self.rollout_config.response_length
+        outputs = []
+        for k, (span, (context, generated)) in enumerate(zip(episode.spans, episode.contexts)):
+            decision = {**span.to_dict(), "trajectory": episode.trajectory, "index": k}
+            del decision["start"], decision["end"]  # the whole response is the decision
+            outputs.append(AgentLoopOutput(
+                prompt_ids=self._cap_text_prompt_length(context), response_ids=generated[:limit],
+                response_mask=[1] * len(generated[:limit]), reward_score=span.reward, num_turns=2, metrics={},
+                extra_fields={DECISION_KEY: decision, TRAJECTORY_KEY: episode.trajectory}))
+        return outputs
+
+
 class _Episode:
     """The growing token sequence of one episode and its decisions."""
 
     def __init__(self, runtime: list[int]):
         self.runtime = list(runtime)
         self.mask: list[int] = []
+        #: Each decision's context (the tokens it was generated from) and generated tokens.
+        self.contexts: list[tuple[list[int], list[int]]] = []
         self.spans: list[DecisionSpan] = []
         self.reward = 0.0
         self.trajectory = uuid4().hex

@@ -23,18 +23,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from ptgpo_algos.advantages import compute_advantages
 from ptgpo_algos.data import Step, Trajectory
 
-__all__ = ["DecisionSpan", "STEPS_KEY", "TRAJECTORY_KEY", "compute_step_advantage", "episodes_to_batch",
-           "spans_to_token_advantages"]
+__all__ = ["DECISION_KEY", "DecisionSpan", "STEPS_KEY", "TRAJECTORY_KEY", "compute_step_advantage", "decision_columns",
+           "episodes_to_batch", "spans_to_token_advantages"]
 
 #: ``extra_fields`` / ``non_tensor_batch`` key of a row's decisions (a list of :meth:`DecisionSpan.to_dict`).
 STEPS_KEY = "ptgpo_steps"
 #: ``extra_fields`` / ``non_tensor_batch`` key of a row's trajectory id.
 TRAJECTORY_KEY = "ptgpo_trajectory"
+#: ``extra_fields`` key of a one-decision row's fields (the per-decision agent loop's outputs).
+DECISION_KEY = "ptgpo_decision"
 
 
 @dataclass(frozen=True)
@@ -135,3 +138,25 @@ def compute_step_advantage(data: Any, name: str, **config: Any) -> Any:
         scores = spans_to_token_advantages(compute_advantages(name, batch, **config), placed, mask)
     data.batch["advantages"], data.batch["returns"] = scores, scores.clone()
     return data
+
+
+def decision_columns(decisions: Sequence[Any]) -> dict[str, np.ndarray]:
+    """verl's one-row-per-step columns (``traj_uid``, ``anchor_obs``, ``is_action_valid``) of rows
+    that each hold one decision's fields (``extra_fields[DECISION_KEY]``), for
+    :func:`ptgpo_algos.integrations.verl.compute_advantage`. A trajectory's rows must come in the
+    order of its steps (their ``index``); a missing key raises naming the row."""
+    columns: dict[str, list[Any]] = {"traj_uid": [], "anchor_obs": [], "is_action_valid": []}
+    last: dict[str, int] = {}
+    for row, decision in enumerate(decisions):
+        if not isinstance(decision, Mapping) or not {"trajectory", "state_key", "valid", "index"} <= set(decision):
+            raise ValueError(f"{DECISION_KEY}[{row}]: expected a decision's fields (trajectory, state_key, valid, "
+                             f"index), as the ptgpo_env_steps agent loop records them; got {decision!r:.120}")
+        trajectory = str(decision["trajectory"])
+        if decision["index"] != last.get(trajectory, -1) + 1:
+            raise ValueError(f"{DECISION_KEY}[{row}]: step {decision['index']} of trajectory {trajectory} after step "
+                             f"{last.get(trajectory)}: sort the rows by trajectory and step first")
+        last[trajectory] = int(decision["index"])
+        columns["traj_uid"].append(trajectory)
+        columns["anchor_obs"].append(str(decision["state_key"]))
+        columns["is_action_valid"].append(bool(decision["valid"]))
+    return {key: np.array(values, dtype=object) for key, values in columns.items()}
