@@ -21,6 +21,7 @@ COMMANDS = {
     "evaluate": "evaluate",
     "leaderboard": "leaderboard",
     "plan": "plan",
+    "serve": "serve",
     "train": "train",
 }
 

@@ -12,4 +12,4 @@ pip install -e ".[verl]" "pytest>=8"
 export OMP_WAIT_POLICY=PASSIVE
 # Fail here, not as skipped tests, if verl does not import.
 python -c "import verl.trainer.ppo.ray_trainer"
-python -m pytest tests/test_verl_integration.py "$@"
+python -m pytest tests/test_verl_integration.py tests/test_verl_steps.py "$@"

@@ -1,0 +1,68 @@
+"""``ptgpo serve``: one registered environment as an OpenEnv server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "serve a registered environment as an OpenEnv environment (HTTP and WebSocket; needs openenv-core)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ptgpo serve``'s arguments: the environment, where to listen, its kwargs and the server's limits."""
+    parser.add_argument("env_id", metavar="ENV_ID", help="a registered environment id (see `ptgpo envs`)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for all)")
+    parser.add_argument("--kwargs", default="{}", metavar="JSON",
+                        help="the environment's constructor kwargs, e.g. '{\"difficulty\": \"easy\"}'")
+    parser.add_argument("--max-sessions", type=int, default=64,
+                        help="concurrent client sessions, each with its own environment (default 64)")
+    parser.add_argument("--snapshot-capacity", type=int, default=4096,
+                        help="snapshots kept for reset(restore=...), the oldest dropped first (default 4096)")
+
+
+def _fail(message: str) -> int:
+    print(f"ptgpo serve: {message}", file=sys.stderr)
+    return 2
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``args``, worded for the flag; None when nothing is."""
+    if not 0 < args.port < 65536:
+        return f"--port must be between 1 and 65535, got {args.port}"
+    if args.max_sessions < 1:
+        return f"--max-sessions must be at least 1, got {args.max_sessions}"
+    if args.snapshot_capacity < 1:
+        return f"--snapshot-capacity must be at least 1, got {args.snapshot_capacity}"
+    try:
+        args.kwargs = json.loads(args.kwargs)
+    except json.JSONDecodeError as error:
+        return f"--kwargs is not JSON ({error}); give an object such as '{{\"max_steps\": 30}}'"
+    if not isinstance(args.kwargs, dict):
+        return f"--kwargs must be a JSON object of keyword arguments, got {args.kwargs!r:.80}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the environment until interrupted; the exit status (2 for a bad flag or a missing package)."""
+    problem = _check(args)
+    if problem:
+        return _fail(problem)
+    try:
+        from ptgpo_envs.integrations.openenv import ServerConfig, serve
+    except ImportError as error:
+        return _fail(f"OpenEnv is not installed ({error}): pip install openenv-core")
+    try:
+        config = ServerConfig(args.env_id, args.kwargs, max_sessions=args.max_sessions,
+                              snapshot_capacity=args.snapshot_capacity)
+    except ValueError as error:
+        return _fail(str(error).replace("env_kwargs", "--kwargs", 1))
+
+    def announce() -> None:
+        print(f"ptgpo serve: {args.env_id} on http://{args.host}:{args.port} (OpenEnv; WebSocket sessions at "
+              f"ws://{args.host}:{args.port}/ws)", flush=True)
+
+    serve(config, host=args.host, port=args.port, on_ready=announce)
+    return 0

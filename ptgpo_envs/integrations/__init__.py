@@ -1,0 +1,9 @@
+"""Our environments inside other projects' environment interfaces.
+
+* :mod:`.openenv` -- any registered environment as an OpenEnv server (typed action, observation and
+  state; snapshots as opaque ids) and the matching OpenEnv client (``pip install openenv-core``);
+* :mod:`.gem` -- our environments in GEM's registry (``gem.make("ptgpo:Household-v0")``), with
+  ``spawn(same_state=True)`` forking through ``snapshot``/``restore`` (``pip install gem-llm``).
+
+Each module imports its framework only when used, so ``ptgpo_envs`` itself never needs them.
+"""
