@@ -234,15 +234,19 @@ def load_sharded(folder: str | os.PathLike, model: nn.Module, optimizer: torch.o
     of ranks, or whole in one process); returns its ``extra`` with ``world_size``, the number of
     ranks that wrote it. Every rank calls it."""
     folder = Path(folder)
-    state = _read_state(folder)
     read_manifest(folder)  # refused here, with the folder named, before DCP reads anything
+    state = _read_state(folder)
     optim_state = get_optimizer_state_dict(model, optimizer)
     target = {"model": get_model_state_dict(model), "optimizer": optim_state["state"]}
     try:
         dcp.load(target, storage_reader=_ManifestReader(folder), no_dist=not dist.is_initialized())
     except CheckpointError:
         raise
-    except Exception as error:  # noqa: BLE001 - DCP wraps each rank's failure in its own exception type
+    except (Exception, dcp.CheckpointException) as error:  # noqa: BLE001 - DCP wraps each rank's failure
+        blocked = re.search(r"unsupported global:? (?:GLOBAL )?([\w.]+)", str(error), re.IGNORECASE)
+        if blocked:
+            raise CheckpointError(f"{folder}: refused: a shard file holds a Python object ({blocked.group(1)}) that "
+                                  "loading would run as code; do not use this checkpoint") from None
         reason = " ".join(str(error).split())[-300:]
         raise CheckpointError(f"{folder}: cannot be read into this model ({type(error).__name__}: {reason}); it was "
                               "written for another model or is damaged") from None
