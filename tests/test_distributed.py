@@ -120,6 +120,39 @@ def test_launch_refuses_a_bad_process_count():
         launch(print, 0)
 
 
+def _launched_by_torchrun(monkeypatch, rank: int, local: int, world: int) -> None:
+    for key, value in {"RANK": rank, "LOCAL_RANK": local, "WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": 29500}.items():
+        monkeypatch.setenv(key, str(value))
+
+
+def test_rank_info_reads_torchrun_s_variables(monkeypatch):
+    from ptgpo_algos.distributed.launch import under_launcher
+    from ptgpo_algos.distributed.process_group import RankInfo, backend_for, rank_info
+
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    assert rank_info() == RankInfo(0, 1, 0, "cpu") and rank_info().is_main and not under_launcher()
+    _launched_by_torchrun(monkeypatch, rank=5, local=1, world=8)  # node 2 of a 2-node x 4-GPU run
+    assert rank_info("cuda") == RankInfo(5, 8, 1, "cuda:1") and under_launcher()
+    assert (backend_for("cuda:1"), backend_for("cpu")) == ("nccl", "gloo")
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
+        rank_info("tpu")
+    monkeypatch.setenv("RANK", "8")
+    with pytest.raises(ValueError, match="RANK=8 is not below WORLD_SIZE=8"):
+        rank_info()
+    monkeypatch.setenv("RANK", "one")
+    with pytest.raises(ValueError, match="RANK='one' is not an integer"):
+        rank_info()
+
+
+def test_launch_under_torchrun_keeps_torchrun_s_world(monkeypatch):
+    _launched_by_torchrun(monkeypatch, rank=0, local=0, world=4)
+    with pytest.raises(ValueError, match="one of 4 that torchrun started; leave --nproc out under torchrun, or give "
+                                         "--nproc 4"):
+        launch(print, 2)
+
+
 # ----------------------------------------------------------------------------------------- 2 ranks
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
