@@ -59,12 +59,12 @@ def make_samples(kind: str, count: int = 6, seed: int = 0) -> list[PgSample]:
 
 
 def one_step(kind: str, samples: list[PgSample], sharded: bool, micro_batch_size: int | None = None,
-             max_grad_norm: float = 0.05) -> dict:
+             max_grad_norm: float = 0.05, lora: bool = False) -> dict:
     """One SGD step of the policy-gradient loss; the weights after it and the step's figures.
 
     SGD, not AdamW: Adam's first step is about ``lr * sign(gradient)``, which would hide a gradient
     scaled wrongly; SGD's moves each weight by ``lr`` times its gradient."""
-    scorer = TokenScorer(build_model(kind), chunk=3)
+    scorer = TokenScorer(build_model(kind, lora=lora), chunk=3)
     if sharded:
         shard_model(scorer, FsdpConfig(), "cpu")
     optimizer = torch.optim.SGD(scorer.parameters(), lr=0.5)
@@ -74,11 +74,12 @@ def one_step(kind: str, samples: list[PgSample], sharded: bool, micro_batch_size
     return {"figures": figures, "weights": weights}
 
 
-def step_on_rank(info, kind: str, count: int, micro_batch_size: int | None, max_grad_norm: float = 0.05) -> dict:
+def step_on_rank(info, kind: str, count: int, micro_batch_size: int | None, max_grad_norm: float = 0.05,
+                 lora: bool = False) -> dict:
     """This rank's block of the batch, one sharded step; the gathered weights (rank 0) and figures."""
     samples = make_samples(kind, count)
     mine = [samples[i] for i in split_evenly(len(samples), info.world_size)[info.rank]]
-    out = one_step(kind, mine, sharded=True, micro_batch_size=micro_batch_size, max_grad_norm=max_grad_norm)
+    out = one_step(kind, mine, sharded=True, micro_batch_size=micro_batch_size, max_grad_norm=max_grad_norm, lora=lora)
     if not info.is_main:
         out["weights"] = None
     return out
@@ -148,6 +149,7 @@ def all_on_rank(info, folder: str) -> dict:
         "tiny": step_on_rank(info, "tiny", 5, 2),
         "qwen2": step_on_rank(info, "qwen2", 5, 2, max_grad_norm=1e3),
         "lonely": step_on_rank(info, "tiny", 1, None),
+        "lora": step_on_rank(info, "qwen2", 5, 2, max_grad_norm=1e3, lora=True),
         "resume": resume_on_rank(info, folder),
         "collectives": collectives_on_rank(info),
         "sync": sync_on_rank(info, limit=20_000),

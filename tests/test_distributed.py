@@ -164,14 +164,19 @@ def two_ranks(tmp_path_factory):
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("case, kind, count, micro, clip", [("tiny", "tiny", 5, 2, 0.05), ("qwen2", "qwen2", 5, 2, 1e3),
-                                                            ("lonely", "tiny", 1, None, 0.05)])
+                                                            ("lonely", "tiny", 1, None, 0.05),
+                                                            ("lora", "qwen2", 5, 2, 1e3)])
 def test_a_step_on_two_ranks_equals_the_single_process_step(two_ranks, case, kind, count, micro, clip):
     sharded = [rank[case] for rank in two_ranks["ranks"]]
+    lora = case == "lora"  # adapters trained on a frozen base, both sharded
     single = scenarios.one_step(kind, scenarios.make_samples(kind, count), sharded=False, micro_batch_size=micro,
-                                max_grad_norm=clip)
-    before = {name: t.detach().numpy() for name, t in scenarios.build_model(kind).state_dict().items()
+                                max_grad_norm=clip, lora=lora)
+    before = {name: t.detach().numpy() for name, t in scenarios.build_model(kind, lora=lora).state_dict().items()
               if name in single["weights"]}
     assert _largest_difference(before, single["weights"]) > 1e-3  # the step moved the weights
+    if lora:
+        moved = {name for name in before if not np.array_equal(before[name], single["weights"][name])}
+        assert moved and all("lora_" in name for name in moved)
     assert _largest_difference(sharded[0]["weights"], single["weights"]) < TOLERANCE
     figures = [s["figures"] for s in sharded]
     assert figures[0]["grad_norm"] == figures[1]["grad_norm"] == pytest.approx(single["figures"]["grad_norm"], rel=1e-5)
