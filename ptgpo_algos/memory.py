@@ -23,6 +23,14 @@ sequence lengths, the rollout engine's share). The parts:
 On a CPU the same parts are the process's resident memory, in float32, plus the Python runtime. The
 trainer plans at start-up on GPUs and refuses a config that cannot fit (``run.memory_check``);
 ``ptgpo plan CONFIG`` prints the plan for any config and machine.
+
+Sharded over ``world_size`` ranks (FSDP2, :mod:`ptgpo_algos.distributed.fsdp`), the plan is one
+rank's: each holds ``1 / world_size`` of the weights, gradients and AdamW moments (and of a LoRA
+base, and of the KL reference), plus FSDP's gathered full copies (two layers at the compute dtype,
+the root unit's embeddings and output layer, one layer's gradient before its reduce-scatter); FSDP
+casts the gathered copies to the compute dtype, so autocast keeps no copies of its own.
+Activations are per rank (a rank's micro-batch), and a rank's rollouts are its share of the tasks.
+:func:`smallest_world_size` finds the fewest ranks a run fits on (``ptgpo plan CONFIG --nproc N``).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from ptgpo_algos.policy.precision import DTYPE_BYTES, Precision, precision_for
 
 __all__ = ["ACTIVATION_BYTES", "DiskDoesNotFit", "DiskPlan", "GpuDoesNotFit", "MemoryItem", "MemoryPlan", "ModelShape",
            "RunShape", "disk_plan_for_config", "model_shape", "plan_disk", "plan_for_config", "plan_memory",
-           "run_shape", "total_device_memory"]
+           "run_shape", "smallest_world_size", "total_device_memory"]
 
 GIB = 2**30
 #: Bytes a decoder layer keeps for the backward per token: coefficients of (H, I, KV, r) by how it
@@ -128,6 +136,11 @@ class RunShape:
     engine_fraction: float = 0.0  # of the GPU, taken by vLLM
     rollout_batch: int = 0  # episodes decoding side by side on the trainer's model (transformers backend)
     total_bytes: int = 0  # the device's memory (GPU) or the machine's (CPU)
+    world_size: int = 1  # ranks the model is sharded over (FSDP2), one GPU each; the plan is one rank's
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.world_size, int) or isinstance(self.world_size, bool) or self.world_size < 1:
+            raise ValueError(f"--nproc: expected a positive number of ranks, got {self.world_size!r}")
 
 
 # ----------------------------------------------------------------------------------------- the plan
@@ -167,7 +180,8 @@ class MemoryPlan:
     def table(self) -> str:
         """The plan as a Markdown table, item by item, with the trainer's share and the peak."""
         where = "GPU" if self.run.device == "cuda" else "CPU (resident memory)"
-        lines = [f"memory plan, {where}: {self.model.parameters() / 1e9:.2f}B parameters, micro-batch "
+        ranks = f", one rank of {self.run.world_size} (FSDP)" if self.run.world_size > 1 else ""
+        lines = [f"memory plan, {where}{ranks}: {self.model.parameters() / 1e9:.2f}B parameters, micro-batch "
                  f"{self.run.micro_batch} x {self.run.sequence} tokens",
                  f"| {'item':<36} | {'GiB':>8} | note |", f"|{'-' * 38}|{'-' * 10}|------|"]
         for item in self.items:
@@ -205,7 +219,7 @@ def _activations(model: ModelShape, run: RunShape) -> list[MemoryItem]:
     else:
         kept, note = model.layers * layer + layer, "every layer's, + one layer's backward"
     items = [MemoryItem("activations (one micro-batch)", kept, note)]
-    if p.autocast is not None and not run.lora_rank:
+    if p.autocast is not None and not run.lora_rank and run.world_size == 1:
         copies = _bytes(p.autocast) * model.layers * model.layer_parameters()
         items.append(MemoryItem("autocast's bf16 weight copies", copies, "held until the forward's context ends"))
     return items
@@ -227,13 +241,32 @@ def _weights(model: ModelShape, run: RunShape) -> list[MemoryItem]:
     total = model.parameters()
     trainable = model.lora_parameters(run.lora_rank) if run.lora_rank else total
     frozen = total if run.lora_rank else 0
-    items = [MemoryItem("trainable weights (float32)", 4 * trainable, f"{trainable / 1e6:,.1f}M")]
+    n = run.world_size
+    shard = f"1/{n} on each of {n} ranks" if n > 1 else ""
+    items = [MemoryItem("trainable weights (float32)", 4 * trainable / n,
+                        f"{trainable / 1e6:,.1f}M" + (f", {shard}" if shard else ""))]
     if frozen:
-        items.append(MemoryItem(f"frozen base ({p.frozen})", _bytes(p.frozen) * frozen, "LoRA's base model"))
-    items += [MemoryItem("gradients (float32)", 4 * trainable), MemoryItem("AdamW moments (float32)", 8 * trainable)]
+        items.append(MemoryItem(f"frozen base ({p.frozen})", _bytes(p.frozen) * frozen / n,
+                                "LoRA's base model" + (f", {shard}" if shard else "")))
+    items += [MemoryItem("gradients (float32)", 4 * trainable / n, shard),
+              MemoryItem("AdamW moments (float32)", 8 * trainable / n, shard)]
     if run.kl_reference and not run.lora_rank:
-        items.append(MemoryItem(f"KL reference copy ({p.frozen})", _bytes(p.frozen) * total))
+        items.append(MemoryItem(f"KL reference copy ({p.frozen})", _bytes(p.frozen) * total / n, shard))
+    if n > 1:
+        items.append(_gathered(model, run))
     return items
+
+
+def _gathered(model: ModelShape, run: RunShape) -> MemoryItem:
+    """FSDP's full copies, alive beside the shards: two decoder layers' parameters at the compute
+    dtype (the one computing, the next one prefetched), the root unit's (embeddings, an untied
+    output layer: gathered for the whole forward and backward), and one layer's gradient before
+    its float32 reduce-scatter."""
+    compute = _bytes(run.precision.compute)
+    layer = model.layer_parameters()
+    root = model.vocab * model.hidden * (1 if model.tied else 2) + model.hidden
+    total = 2 * compute * layer + compute * root + 4 * layer
+    return MemoryItem("FSDP gathered copies", total, "2 layers + embeddings/output layer + 1 layer's gradient")
 
 
 def plan_memory(model: ModelShape, run: RunShape) -> MemoryPlan:
@@ -367,9 +400,10 @@ def model_shape(config) -> ModelShape:
     return ModelShape.from_config(AutoConfig.from_pretrained(spec.model).to_dict())
 
 
-def run_shape(config, device: str, total_bytes: int) -> RunShape:
+def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> RunShape:
     """The :class:`RunShape` of a training config on ``device`` (``cuda...`` or ``cpu``) with
-    ``total_bytes`` of memory."""
+    ``total_bytes`` of memory, for one of ``world_size`` ranks (each plays its share of the tasks
+    and of the evaluation episodes)."""
     spec, optim, rollouts = config.policy, config.optim, config.rollouts
     kind = "cuda" if device.startswith("cuda") else "cpu"
     checkpointing = spec.gradient_checkpointing
@@ -379,19 +413,32 @@ def run_shape(config, device: str, total_bytes: int) -> RunShape:
     fraction = float(rollouts.vllm.get("gpu_memory_utilization", 0.3)) if vllm_on_gpu else 0.0
     rollout_batch = 0
     if rollouts.backend == "transformers" and spec.mode == "generate":
-        rollout_batch = max(rollouts.tasks_per_iteration * rollouts.group_size, config.evaluation.batch_size)
+        tasks = -(-rollouts.tasks_per_iteration // world_size)
+        rollout_batch = max(tasks * rollouts.group_size, -(-config.evaluation.batch_size // world_size))
     return RunShape(
         device=kind, precision=precision_for(device, spec.dtype), micro_batch=optim.micro_batch_size or optim.minibatch_size,
         sequence=spec.max_prompt_tokens + spec.max_new_tokens, lora_rank=int(spec.lora.get("r", 16)) if spec.lora else None,
         gradient_checkpointing=checkpointing, logprob_chunk=spec.logprob_chunk, kl_reference=optim.kl_coef > 0,
         activation_offload=optim.activation_offload, engine_fraction=fraction, rollout_batch=rollout_batch,
-        total_bytes=total_bytes,
+        total_bytes=total_bytes, world_size=world_size,
     )
 
 
-def plan_for_config(config, device: str, total_bytes: int) -> MemoryPlan:
-    """:func:`plan_memory` for a training config."""
-    return plan_memory(model_shape(config), run_shape(config, device, total_bytes))
+def plan_for_config(config, device: str, total_bytes: int, world_size: int = 1) -> MemoryPlan:
+    """:func:`plan_memory` for a training config, one rank's of ``world_size``."""
+    return plan_memory(model_shape(config), run_shape(config, device, total_bytes, world_size))
+
+
+def smallest_world_size(model: ModelShape, run: RunShape, most: int = 1024) -> int | None:
+    """The fewest ranks (GPUs of ``run.total_bytes`` each) over which the run fits, at most ``most``;
+    None when even ``most`` do not suffice (what does not shrink with ranks -- activations, the
+    gathered layers, the engine's share -- is too large alone)."""
+    if most < 1:
+        raise ValueError(f"most must be >= 1, got {most}")
+    for n in range(1, most + 1):
+        if _itemised(model, dataclasses.replace(run, world_size=n)).fits:
+            return n
+    return None
 
 
 def disk_plan_for_config(config, device: str) -> DiskPlan:

@@ -16,6 +16,7 @@ from ptgpo_algos.memory import (
     plan_for_config,
     plan_memory,
     run_shape,
+    smallest_world_size,
 )
 from ptgpo_algos.policy.precision import Precision
 
@@ -90,6 +91,33 @@ def test_a_lora_plan_keeps_a_bf16_base_and_no_reference_copy():
 def test_activation_offload_keeps_two_layers_on_the_gpu():
     run = RunShape(device="cpu", precision=FP32, micro_batch=2, sequence=10, activation_offload=True, total_bytes=GIB)
     assert _items(plan_memory(SMALL, run))["activations (one micro-batch)"] == 2 * 10_880
+
+
+def test_a_rank_s_plan_holds_its_shards_and_fsdp_s_gathered_copies():
+    run = RunShape(device="cuda", precision=BF16, micro_batch=2, sequence=10, logprob_chunk=4, kl_reference=True,
+                   gradient_checkpointing=True, total_bytes=8 * GIB, world_size=2)
+    items = _items(plan_memory(SMALL, run))
+    # Half of each: float32 weights and gradients 4 x 2024 / 2, moments 8 x 2024 / 2, the bf16 reference.
+    assert items["trainable weights (float32)"] == items["gradients (float32)"] == 4048
+    assert items["AdamW moments (float32)"] == 8096 and items["KL reference copy (bfloat16)"] == 2024
+    # Two layers gathered in bf16 (2 x 2 x 608), the root unit's tied embedding and final norm in bf16
+    # (2 x (800 + 8)), one layer's float32 gradient before its reduce-scatter (4 x 608).
+    assert items["FSDP gathered copies"] == 2432 + 1616 + 2432
+    # FSDP casts the gathered copies itself: autocast keeps none; activations are the rank's own.
+    assert "autocast's bf16 weight copies" not in items
+    assert items["activations (one micro-batch)"] == 8960
+    with pytest.raises(ValueError, match="--nproc: expected a positive number of ranks"):
+        dataclasses.replace(run, world_size=0)
+
+
+def test_the_fewest_ranks_a_run_fits_on():
+    run = RunShape(device="cuda", precision=BF16, micro_batch=1, sequence=8, gradient_checkpointing=True,
+                   total_bytes=0)
+    peak = {n: plan_memory(_qwen("qwen2.5-7b"), dataclasses.replace(run, world_size=n)).peak_bytes for n in (2, 3)}
+    assert peak[3] < peak[2]  # the shards shrink
+    exactly_three = dataclasses.replace(run, total_bytes=int(peak[3]) + 1)
+    assert smallest_world_size(_qwen("qwen2.5-7b"), exactly_three) == 3
+    assert smallest_world_size(_qwen("qwen2.5-7b"), dataclasses.replace(run, total_bytes=GIB)) is None
 
 
 def _qwen(name: str) -> ModelShape:
@@ -191,6 +219,19 @@ def test_plan_refuses_7b_full_fine_tuning_and_says_what_to_change(capsys):
                  "--set", f"model={MODELS / 'qwen2.5-7b'}", "--set", "lora=null"])
     err = capsys.readouterr().err
     assert code == 2 and "does not fit" in err and "policy.lora: {r: 64}" in err
+
+
+def test_plan_with_nproc_plans_one_rank_and_names_the_fewest_gpus(capsys):
+    from ptgpo_algos.cli import main
+
+    arguments = ["plan", str(ROOT / "configs" / "bench" / "alfworld_qwen2.5-7b.yaml"), "--gpu-memory", "80",
+                 "--set", f"model={MODELS / 'qwen2.5-7b'}", "--set", "lora=null"]
+    assert main(arguments + ["--nproc", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "one rank of 8 (FSDP)" in out and "1/8 on each of 8 ranks" in out and "FSDP gathered copies" in out
+    assert "fewest GPUs of 80 GiB it fits on: 5 (--nproc 5: 79.8 GiB each)" in out
+    assert main(arguments + ["--nproc", "0"]) == 2
+    assert "--nproc must be a positive number of GPUs" in capsys.readouterr().err
 
 
 def test_plan_reports_bad_input_naming_the_flag(tmp_path, capsys):

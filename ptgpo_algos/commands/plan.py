@@ -6,11 +6,14 @@ Examples::
     ptgpo plan configs/bench/alfworld_qwen2.5-7b.yaml --gpu-memory 141 \\
         --set model=configs/models/qwen2.5-7b                              # anywhere: the shipped architecture
     ptgpo plan my.yaml --device cpu                                       # resident memory of a CPU run
+    ptgpo plan configs/bench/alfworld_qwen2.5-7b.yaml --gpu-memory 80 --nproc 8 \
+        --set model=configs/models/qwen2.5-7b --set lora=null               # one rank of 8 (FSDP), full fine-tuning
 
 CONFIG is a training config (as ``ptgpo train --config``) or a benchmark config (its first RL cell is
 planned). The model's ``config.json`` is read from its folder or the Hugging Face cache; the
 ``configs/models/`` folders hold the architectures of the benchmark's models. Prints the plan item by
-item (:mod:`ptgpo_algos.memory`); exits 2 when it cannot fit, with what to change.
+item (:mod:`ptgpo_algos.memory`), one rank's with ``--nproc N`` (the model sharded over N GPUs),
+and on a GPU the fewest GPUs the run fits on; exits 2 when it cannot fit, with what to change.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), help="plan for a GPU or a CPU [the config's device]")
     parser.add_argument("--gpu-memory", type=float, metavar="GIB",
                         help="the GPU's memory in GiB [this machine's GPU's]; plans a GPU without one here")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N",
+                        help="plan one rank of N, the model sharded over N GPUs with FSDP [1]")
 
 
 #: No accelerator holds a pebibyte; beyond it (or at inf) the planner's byte counts overflow.
@@ -77,15 +82,32 @@ def _device_and_memory(args: argparse.Namespace, config) -> tuple[str, int]:
     return "cuda", total_device_memory("cuda")
 
 
+def _fewest_gpus(plan) -> str:
+    """The line naming the fewest GPUs of this memory the run fits on, and its peak on each."""
+    import dataclasses
+
+    from ptgpo_algos.memory import GIB, plan_memory, smallest_world_size
+
+    n = smallest_world_size(plan.model, plan.run)
+    if n is None:
+        return "no number of these GPUs fits it: what does not shrink with more GPUs is too large alone"
+    peak = plan_memory(plan.model, dataclasses.replace(plan.run, world_size=n)).peak_bytes
+    return f"fewest GPUs of {plan.run.total_bytes / GIB:.0f} GiB it fits on: {n} (--nproc {n}: {peak / GIB:.1f} GiB each)"
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the config's memory plan; exit code 0 when it fits, 2 when it does not or the config cannot be planned."""
     from ptgpo_algos.commands.train import parse_set
     from ptgpo_algos.memory import plan_for_config
 
     try:
+        if args.nproc < 1:
+            raise ValueError(f"--nproc must be a positive number of GPUs, got {args.nproc}")
         config = _training_config(args.config, parse_set(args.set))
         device, total = _device_and_memory(args, config)
-        plan = plan_for_config(config, device, total)
+        if device == "cpu" and args.nproc > 1:
+            raise ValueError("--nproc plans GPUs (ranks on CPUs share one machine's memory): leave --device cpu out")
+        plan = plan_for_config(config, device, total, args.nproc)
     except (ValueError, OSError) as error:
         hint = ""
         if "policy.model" in str(error) or "config.json" in str(error):
@@ -93,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"ptgpo plan: {error}{hint}", file=sys.stderr)
         return 2
     print(plan.table())
+    if device == "cuda":
+        print(_fewest_gpus(plan))
     if plan.fits:
         print(f"fits: {plan.peak_bytes / plan.run.total_bytes:.0%} of the {'GPU' if device == 'cuda' else 'memory'}")
         return 0

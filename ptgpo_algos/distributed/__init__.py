@@ -1,0 +1,21 @@
+"""Training across processes: one process per GPU (or per CPU rank on gloo), the model sharded with
+PyTorch's FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+One module per concept, each importing only from below it:
+
+* :mod:`~ptgpo_algos.distributed.process_group` -- the process group's start and end, and who this
+  process is (:class:`~ptgpo_algos.distributed.process_group.RankInfo`);
+* :mod:`~ptgpo_algos.distributed.launch` -- running a function on N local processes, or as one of the
+  processes ``torchrun`` started (also across nodes, through its rendezvous);
+* :mod:`~ptgpo_algos.distributed.fsdp` -- :class:`~ptgpo_algos.distributed.fsdp.FsdpConfig` and the
+  sharding of a Qwen2-architecture model, one unit per decoder layer;
+* :mod:`~ptgpo_algos.distributed.step` -- one optimisation step of the policy-gradient loss over a
+  batch split across ranks, equal to the single-process step over the whole batch;
+* :mod:`~ptgpo_algos.distributed.work_split` -- pure: which rank plays which task, each rank's share
+  of the exact global decision budget, evaluation episodes by rank;
+* :mod:`~ptgpo_algos.distributed.collectives` -- metrics all-reduced, lists gathered in order;
+* :mod:`~ptgpo_algos.distributed.sharded_checkpoint` -- checkpoints written shard by shard with
+  ``torch.distributed.checkpoint``, read on any world size, nothing executable in a file;
+* :mod:`~ptgpo_algos.distributed.gather` -- each layer's full weights gathered from the shards, for
+  a rollout engine's weight sync.
+"""

@@ -1,0 +1,156 @@
+"""What each rank runs in the multi-rank tests (tests/test_distributed.py): module-level functions,
+so that spawned processes can import them by name. Each returns plain data (numpy arrays) to the test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ptgpo_algos.distributed.fsdp import FsdpConfig, shard_model
+from ptgpo_algos.distributed.gather import gathered_weights
+from ptgpo_algos.distributed.step import PgSample, TokenScorer, policy_gradient_step
+from ptgpo_algos.distributed.work_split import split_evenly
+
+#: The two architectures the tests shard: the tiny model's (TinyModelSpec's defaults: tied
+#: embeddings, 2 heads of 32, 1 key-value head) and a 2-layer Qwen2.5-7B look-alike (untied output
+#: layer, grouped-query attention with 2 key-value heads of 4 query heads), both randomly initialised.
+ARCHITECTURES = {
+    "tiny": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, vocab_size=1024, tie_word_embeddings=True),
+    "qwen2": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=320, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                  rope_theta=1000000.0),
+}
+
+
+def build_model(kind: str, seed: int = 0, lora: bool = False) -> torch.nn.Module:
+    """A randomly initialised Qwen2ForCausalLM of ``ARCHITECTURES[kind]``, the same for a seed on every rank."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**ARCHITECTURES[kind], max_position_embeddings=256, bos_token_id=0, eos_token_id=0,
+                         pad_token_id=0)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+        torch.manual_seed(seed + 1)
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if "lora_B" in name:  # peft starts B at zero: give the adapters something to gather
+                    parameter.normal_(0.0, 0.02)
+    return model
+
+
+def make_samples(kind: str, count: int = 6, seed: int = 0) -> list[PgSample]:
+    """``count`` samples of random tokens: prompts of 2-7 tokens, responses of 1-4, weights 1 or 2,
+    advantages of both signs, pi_old near the model's (so that some ratios clip)."""
+    rng = np.random.default_rng(seed)
+    vocab = ARCHITECTURES[kind]["vocab_size"]
+    samples = []
+    for _ in range(count):
+        prompt = tuple(int(t) for t in rng.integers(1, vocab, int(rng.integers(2, 8))))
+        response = tuple(int(t) for t in rng.integers(1, vocab, int(rng.integers(1, 5))))
+        old = tuple(float(v) for v in -np.log(vocab) + rng.normal(0.0, 0.3, len(response)))
+        samples.append(PgSample(prompt, response, old, float(rng.normal()), float(rng.integers(1, 3))))
+    return samples
+
+
+def one_step(kind: str, samples: list[PgSample], sharded: bool, micro_batch_size: int | None = None,
+             max_grad_norm: float = 0.05, lora: bool = False) -> dict:
+    """One SGD step of the policy-gradient loss; the weights after it and the step's figures.
+
+    SGD, not AdamW: Adam's first step is about ``lr * sign(gradient)``, which would hide a gradient
+    scaled wrongly; SGD's moves each weight by ``lr`` times its gradient."""
+    scorer = TokenScorer(build_model(kind, lora=lora), chunk=3)
+    if sharded:
+        shard_model(scorer, FsdpConfig(), "cpu")
+    optimizer = torch.optim.SGD(scorer.parameters(), lr=0.5)
+    figures = policy_gradient_step(scorer, optimizer, samples, max_grad_norm=max_grad_norm,
+                                     micro_batch_size=micro_batch_size)
+    weights = _full_numpy(scorer)
+    return {"figures": figures, "weights": weights}
+
+
+def step_on_rank(info, kind: str, count: int, micro_batch_size: int | None, max_grad_norm: float = 0.05,
+                 lora: bool = False) -> dict:
+    """This rank's block of the batch, one sharded step; the gathered weights (rank 0) and figures."""
+    samples = make_samples(kind, count)
+    mine = [samples[i] for i in split_evenly(len(samples), info.world_size)[info.rank]]
+    out = one_step(kind, mine, sharded=True, micro_batch_size=micro_batch_size, max_grad_norm=max_grad_norm, lora=lora)
+    if not info.is_main:
+        out["weights"] = None
+    return out
+
+
+def _full_numpy(module: torch.nn.Module, prefix: str = "model.", **keywords) -> dict[str, np.ndarray]:
+    return {name: tensor.numpy().copy() for name, tensor in gathered_weights(module, prefix=prefix, **keywords)}
+
+
+def resume_on_rank(info, folder: str) -> dict:
+    """AdamW on the tiny model: a step on batch A, a checkpoint, a step on batch B; then a fresh
+    model loads the checkpoint and takes the step on B again. Both weights (rank 0)."""
+    from ptgpo_algos.distributed.sharded_checkpoint import load_sharded, save_sharded
+
+    def sharded(seed: int):
+        scorer = shard_model(TokenScorer(build_model("tiny", seed), chunk=3), FsdpConfig(), "cpu")
+        return scorer, torch.optim.AdamW(scorer.parameters(), lr=1e-2)
+
+    def mine(seed: int) -> list[PgSample]:
+        samples = make_samples("tiny", 4, seed)
+        return [samples[i] for i in split_evenly(len(samples), info.world_size)[info.rank]]
+
+    scorer, optimizer = sharded(0)
+    policy_gradient_step(scorer, optimizer, mine(1))
+    save_sharded(folder, scorer, optimizer, {"iteration": 1, "rank_rng": [info.rank]})
+    policy_gradient_step(scorer, optimizer, mine(2))
+    uninterrupted = _full_numpy(scorer)
+    scorer, optimizer = sharded(7)
+    extra = load_sharded(folder, scorer, optimizer)
+    policy_gradient_step(scorer, optimizer, mine(2))
+    resumed = _full_numpy(scorer)
+    return {"uninterrupted": uninterrupted, "resumed": resumed, "extra": extra} if info.is_main else {}
+
+
+def collectives_on_rank(info) -> dict:
+    """Rank-dependent metrics and lists, combined and gathered."""
+    from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_in_order, reduce_metrics
+
+    r = info.rank
+    local = {"decisions": Metric(10.0 + r, kind="sum"), "success": Metric([0.5, 1.0][r], count=[2, 6][r]),
+             "longest": Metric(float(3 - 2 * r), kind="max")}
+    if r == 1:
+        local["only_one"] = Metric(4.0, count=3)
+    episodes = [f"episode {i}" for i in split_evenly(5, info.world_size)[r]]
+    return {"metrics": reduce_metrics(local), "sum_max": (all_reduce([r + 1, 2.5]), all_reduce([r, -r], op="max")),
+            "gathered": gather_in_order(episodes)}
+
+
+def sync_on_rank(info, limit: int) -> dict:
+    """The LoRA model sharded: its full weights and its adapters gathered, and the weight stream's
+    messages of ``limit`` bytes reassembled (rank 0)."""
+    from ptgpo_algos.distributed.gather import gathered_messages
+    from ptgpo_algos.policy.weight_stream import assemble
+
+    scorer = shard_model(TokenScorer(build_model("qwen2", lora=True)), FsdpConfig(), "cpu")
+    adapters = _full_numpy(scorer, adapters_only=True)
+    messages = list(gathered_messages(scorer, limit, main=info.is_main, prefix="model."))
+    sizes = [sum(piece.size for piece in pieces) for pieces, _ in messages]
+    streamed = {name: tensor.numpy().copy() for name, tensor in assemble(messages)}
+    return {"adapters": adapters, "streamed": streamed, "sizes": sizes} if info.is_main else {"sizes": sizes}
+
+
+def all_on_rank(info, folder: str) -> dict:
+    """Every multi-rank scenario in one launch (starting ranks is the slow part: torch and transformers
+    are imported by each)."""
+    return {
+        "tiny": step_on_rank(info, "tiny", 5, 2),
+        "qwen2": step_on_rank(info, "qwen2", 5, 2, max_grad_norm=1e3),
+        "lonely": step_on_rank(info, "tiny", 1, None),
+        "lora": step_on_rank(info, "qwen2", 5, 2, max_grad_norm=1e3, lora=True),
+        "resume": resume_on_rank(info, folder),
+        "collectives": collectives_on_rank(info),
+        "sync": sync_on_rank(info, limit=20_000),
+    }

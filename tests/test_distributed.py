@@ -1,0 +1,303 @@
+"""Training across ranks (ptgpo_algos.distributed): the pure parts by hand, the collective parts on
+2 gloo ranks on CPUs, each compared with a single process.
+
+One launch of 2 ranks runs every multi-rank scenario (tests/distributed_scenarios.py); the tests
+compare its results with single-process references computed here.
+
+Tolerance of the 2-rank against the 1-process step: the same float32 arithmetic, but sums taken
+in another order (each rank sums its half of the batch, then the halves are added; the output
+layer's chunked backward adds positions in other groups), so gradients differ by a few units in
+the last place of float32 (relative ~1e-7). A weight moves by ``lr`` times its gradient (SGD, lr 0.5;
+clipped to a norm of 0.05, or not clipped), so weights agree within 1e-6 absolute, a thousandth of
+the smallest move the test checks (a step moves the weights by more than 1e-3). AdamW's step
+(resume) is ``lr`` times m / sqrt(v), free of the gradient's scale: an element whose gradient is
+the near-cancellation of larger terms (relative error up to ~1e-4) still moves by up to ``lr``,
+carrying that relative error; so AdamW's weights agree within 1e-3 of ``lr`` (1e-5 at lr 1e-2;
+measured 1.8e-6), and bit for bit when the world size, hence the order of every sum, is the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from ptgpo_algos.checkpoint import CheckpointError
+from ptgpo_algos.distributed.collectives import Metric, combine_metrics
+from ptgpo_algos.distributed.fsdp import FsdpConfig
+from ptgpo_algos.distributed.launch import launch
+from ptgpo_algos.distributed.step import PgSample, TokenScorer, policy_gradient_step
+from ptgpo_algos.distributed.work_split import share_budget, split_evenly
+
+import distributed_scenarios as scenarios
+
+TOLERANCE = 1e-6
+ADAM_TOLERANCE = 1e-5
+
+
+def _largest_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float(np.abs(a[k] - b[k]).max()) for k in a)
+
+
+# ----------------------------------------------------------------------------------------- pure parts
+def test_split_evenly_gives_consecutive_blocks():
+    assert split_evenly(5, 2) == [range(0, 3), range(3, 5)]
+    assert split_evenly(1, 3) == [range(0, 1), range(1, 1), range(1, 1)]
+    assert split_evenly(0, 2) == [range(0, 0), range(0, 0)]
+    with pytest.raises(ValueError, match="world_size"):
+        split_evenly(3, 0)
+
+
+def test_share_budget_by_hand():
+    # Tasks [0, 1] and [2]: 20 and 20 planned decisions.
+    assert share_budget([10, 10, 20], 2, None).caps == (None, None)
+    assert share_budget([10, 10, 20], 2, 100).caps == (20, 20)  # more left than the tasks can spend
+    # 7 of 40: 3.5 each; the left-over decision goes to the lower rank on a tie.
+    assert share_budget([10, 10, 20], 2, 7).caps == (4, 3)
+    # 10 of 15 as 10:5 -> 6.67 and 3.33: floors 6 and 3, the larger remainder takes the last one.
+    plan = share_budget([9, 1, 5], 2, 10)
+    assert plan.caps == (7, 3) and plan.for_rank(1) == (range(2, 3), 3)
+    assert share_budget([4], 3, 2).caps == (2, 0, 0)  # ranks without tasks spend nothing
+
+
+def test_share_budget_is_exact_and_never_over_a_rank_s_tasks():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        planned = [int(p) for p in rng.integers(0, 60, int(rng.integers(0, 9)))]
+        world, remaining = int(rng.integers(1, 5)), int(rng.integers(0, 400))
+        plan = share_budget(planned, world, remaining)
+        per_rank = [sum(planned[i] for i in block) for block in plan.tasks]
+        assert sum(plan.caps) == min(remaining, sum(planned))
+        assert all(0 <= cap <= most for cap, most in zip(plan.caps, per_rank))
+        assert plan == share_budget(planned, world, remaining)  # deterministic: every rank computes the same
+
+
+def test_share_budget_refuses_bad_input():
+    with pytest.raises(ValueError, match="planned"):
+        share_budget([3, -1], 2, 5)
+    with pytest.raises(ValueError, match="remaining"):
+        share_budget([3], 2, -5)
+
+
+def test_combine_metrics_by_hand():
+    ranks = [{"decisions": Metric(10, kind="sum"), "success": Metric(0.5, count=2), "longest": Metric(3, kind="max")},
+             {"decisions": Metric(11, kind="sum"), "success": Metric(1.0, count=6), "longest": Metric(1, kind="max"),
+              "idle": Metric(0.0, count=0)}]
+    assert combine_metrics(ranks) == {"decisions": 21, "success": 0.875, "longest": 3, "idle": 0.0}
+    with pytest.raises(ValueError, match="combined as max and sum"):
+        combine_metrics([{"x": Metric(1, kind="sum")}, {"x": Metric(1, kind="max")}])
+    with pytest.raises(ValueError, match="kind"):
+        Metric(1.0, kind="median")
+
+
+def test_fsdp_config_is_validated_with_the_key_named():
+    assert FsdpConfig.from_dict(None) == FsdpConfig()
+    assert FsdpConfig().dtypes("cuda") == (torch.bfloat16, torch.float32)
+    assert FsdpConfig().dtypes("cpu") == (torch.float32, torch.float32)
+    assert FsdpConfig.from_dict({"param_dtype": "float32"}).dtypes("cuda")[0] == torch.float32
+    with pytest.raises(ValueError, match=r"optim.fsdp: unknown key\(s\) 'param_dtyp' \(did you mean 'param_dtype'\?\)"):
+        FsdpConfig.from_dict({"param_dtyp": "bfloat16"})
+    with pytest.raises(ValueError, match="optim.fsdp.param_dtype: 'int8' is not valid"):
+        FsdpConfig(param_dtype="int8")
+    with pytest.raises(ValueError, match="optim.fsdp.cpu_offload: expected true or false"):
+        FsdpConfig(cpu_offload="yes")
+    with pytest.raises(ValueError, match="optim.fsdp.cpu_offload: true needs GPUs"):
+        FsdpConfig(cpu_offload=True).policies("cpu")
+
+
+def test_samples_are_validated():
+    with pytest.raises(ValueError, match="old_logprobs has 1 values for 2 response tokens"):
+        PgSample((1,), (2, 3), (-1.0,), 1.0)
+
+
+def test_launch_refuses_a_bad_process_count():
+    with pytest.raises(ValueError, match="--nproc: expected a positive number"):
+        launch(print, 0)
+
+
+def _launched_by_torchrun(monkeypatch, rank: int, local: int, world: int) -> None:
+    for key, value in {"RANK": rank, "LOCAL_RANK": local, "WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": 29500}.items():
+        monkeypatch.setenv(key, str(value))
+
+
+def test_rank_info_reads_torchrun_s_variables(monkeypatch):
+    from ptgpo_algos.distributed.launch import under_launcher
+    from ptgpo_algos.distributed.process_group import RankInfo, backend_for, rank_info
+
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    assert rank_info() == RankInfo(0, 1, 0, "cpu") and rank_info().is_main and not under_launcher()
+    _launched_by_torchrun(monkeypatch, rank=5, local=1, world=8)  # node 2 of a 2-node x 4-GPU run
+    assert rank_info("cuda") == RankInfo(5, 8, 1, "cuda:1") and under_launcher()
+    assert (backend_for("cuda:1"), backend_for("cpu")) == ("nccl", "gloo")
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
+        rank_info("tpu")
+    monkeypatch.setenv("RANK", "8")
+    with pytest.raises(ValueError, match="RANK=8 is not below WORLD_SIZE=8"):
+        rank_info()
+    monkeypatch.setenv("RANK", "one")
+    with pytest.raises(ValueError, match="RANK='one' is not an integer"):
+        rank_info()
+
+
+def test_launch_under_torchrun_keeps_torchrun_s_world(monkeypatch):
+    _launched_by_torchrun(monkeypatch, rank=0, local=0, world=4)
+    with pytest.raises(ValueError, match="one of 4 that torchrun started; leave --nproc out under torchrun, or give "
+                                         "--nproc 4"):
+        launch(print, 2)
+
+
+# ----------------------------------------------------------------------------------------- 2 ranks
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Every scenario's results on 2 gloo ranks (one launch), and the resume checkpoint's folder."""
+    folder = tmp_path_factory.mktemp("sharded") / "checkpoint"
+    ranks = launch(scenarios.all_on_rank, 2, str(folder))
+    return {"ranks": ranks, "folder": folder}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("case, kind, count, micro, clip", [("tiny", "tiny", 5, 2, 0.05), ("qwen2", "qwen2", 5, 2, 1e3),
+                                                            ("lonely", "tiny", 1, None, 0.05),
+                                                            ("lora", "qwen2", 5, 2, 1e3)])
+def test_a_step_on_two_ranks_equals_the_single_process_step(two_ranks, case, kind, count, micro, clip):
+    sharded = [rank[case] for rank in two_ranks["ranks"]]
+    lora = case == "lora"  # adapters trained on a frozen base, both sharded
+    single = scenarios.one_step(kind, scenarios.make_samples(kind, count), sharded=False, micro_batch_size=micro,
+                                max_grad_norm=clip, lora=lora)
+    before = {name: t.detach().numpy() for name, t in scenarios.build_model(kind, lora=lora).state_dict().items()
+              if name in single["weights"]}
+    assert _largest_difference(before, single["weights"]) > 1e-3  # the step moved the weights
+    if lora:
+        moved = {name for name in before if not np.array_equal(before[name], single["weights"][name])}
+        assert moved and all("lora_" in name for name in moved)
+    assert _largest_difference(sharded[0]["weights"], single["weights"]) < TOLERANCE
+    figures = [s["figures"] for s in sharded]
+    assert figures[0]["grad_norm"] == figures[1]["grad_norm"] == pytest.approx(single["figures"]["grad_norm"], rel=1e-5)
+    assert figures[0]["loss"] + figures[1]["loss"] == pytest.approx(single["figures"]["loss"], rel=1e-5, abs=1e-7)
+    assert figures[0]["units"] == single["figures"]["units"]
+    if case == "lonely":  # rank 1 had no sample and ran a placeholder micro-batch
+        assert figures[1]["loss"] == 0.0
+    if kind == "tiny":  # tied embeddings: the output layer is the embedding, sent once
+        assert "lm_head.weight" not in single["weights"] and "model.embed_tokens.weight" in single["weights"]
+
+
+@pytest.mark.distributed
+def test_metrics_and_lists_are_combined_across_ranks(two_ranks):
+    for rank in two_ranks["ranks"]:
+        out = rank["collectives"]
+        assert out["metrics"] == {"decisions": 21.0, "success": 0.875, "longest": 3.0, "only_one": 4.0}
+        assert out["sum_max"] == ([3.0, 5.0], [1.0, 0.0])
+        assert out["gathered"] == [f"episode {i}" for i in range(5)]
+
+
+@pytest.mark.distributed
+def test_a_two_rank_checkpoint_resumes_on_two_ranks_and_on_one(two_ranks):
+    resume = two_ranks["ranks"][0]["resume"]
+    assert resume["extra"] == {"iteration": 1, "rank_rng": [0], "world_size": 2}
+    assert _largest_difference(resume["resumed"], resume["uninterrupted"]) == 0.0  # same world size: bit for bit
+    scorer = TokenScorer(scenarios.build_model("tiny", seed=7), chunk=3)
+    optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2)
+    fresh = {n: t.detach().numpy().copy() for n, t in scenarios.gathered_weights(scorer, prefix="model.")}
+    from ptgpo_algos.distributed.sharded_checkpoint import load_sharded
+
+    assert load_sharded(two_ranks["folder"], scorer, optimizer)["world_size"] == 2
+    policy_gradient_step(scorer, optimizer, scenarios.make_samples("tiny", 4, seed=2))
+    one_rank = {n: t.detach().numpy().copy() for n, t in scenarios.gathered_weights(scorer, prefix="model.")}
+    assert _largest_difference(one_rank, resume["uninterrupted"]) < ADAM_TOLERANCE
+    assert _largest_difference(fresh, resume["uninterrupted"]) > 1e-2  # loading mattered
+
+
+@pytest.mark.distributed
+def test_gathered_weights_and_adapters_equal_the_unsharded_model(two_ranks):
+    sync = two_ranks["ranks"][0]["sync"]
+    model = scenarios.build_model("qwen2", lora=True)
+    state = {name: tensor.detach().numpy() for name, tensor in model.state_dict().items()}
+    adapters = {name: value for name, value in state.items() if "lora_" in name}
+    assert adapters and _largest_difference(sync["adapters"], adapters) == 0.0
+    assert _largest_difference(sync["streamed"], state) == 0.0
+    assert max(sync["sizes"]) <= 20_000 and len(sync["sizes"]) > 1  # bounded messages
+    assert two_ranks["ranks"][1]["sync"]["sizes"] == []  # only the main rank sends
+
+
+# ----------------------------------------------------------------------------------------- crafted files
+class _Payload:
+    """Unpickling this runs ``touch PATH``."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.path}",)
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A single-process sharded checkpoint of the tiny model, and a model and optimiser to load it into."""
+    from ptgpo_algos.distributed.sharded_checkpoint import save_sharded
+
+    scorer = TokenScorer(scenarios.build_model("tiny"))
+    optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2)
+    save_sharded(tmp_path / "checkpoint", scorer, optimizer, {"iteration": 4})
+    return tmp_path / "checkpoint", scorer, optimizer
+
+
+def test_a_checkpoint_round_trips_in_one_process(saved):
+    from ptgpo_algos.distributed.sharded_checkpoint import load_sharded
+
+    folder, scorer, optimizer = saved
+    assert sorted(os.listdir(folder)) == ["__0_0.distcp", "manifest.json", "state.pt"]  # no pickled .metadata
+    assert load_sharded(folder, scorer, optimizer) == {"iteration": 4, "world_size": 1}
+
+
+def test_dcp_s_pickled_metadata_is_never_read(saved, tmp_path):
+    from ptgpo_algos.distributed.sharded_checkpoint import load_sharded
+
+    folder, scorer, optimizer = saved
+    marker = tmp_path / "ran"
+    (folder / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+    (folder / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match=r"no manifest.json \(a .metadata file is there"):
+        load_sharded(folder, scorer, optimizer)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["storage"][0].update(path="../../etc/passwd"), "not a shard file of this folder"),
+    (lambda m: next(iter(m["tensors"].values())).update(dtype="object"), "has no dtype among"),
+    (lambda m: next(iter(m["tensors"].values())).update(size=[-1]), "size is not a list of integers"),
+    (lambda m: m.update(format="torch-dcp"), "format 'torch-dcp'"),
+])
+def test_a_crafted_manifest_is_refused(saved, change, message):
+    from ptgpo_algos.distributed.sharded_checkpoint import load_sharded
+
+    folder, scorer, optimizer = saved
+    manifest = json.loads((folder / "manifest.json").read_text())
+    change(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=f"manifest.json: refused: .*{message}"):
+        load_sharded(folder, scorer, optimizer)
+
+
+@pytest.mark.parametrize("target", ["state.pt", "__0_0.distcp"])
+def test_a_pickled_object_in_a_data_file_is_refused_without_running(saved, tmp_path, target):
+    from ptgpo_algos.distributed.sharded_checkpoint import load_sharded
+
+    folder, scorer, optimizer = saved
+    marker = tmp_path / "ran"
+    torch.save({"x": _Payload(marker)}, folder / target)
+    if target.endswith(".distcp"):  # every chunk points at the whole crafted file, so that it is unpickled
+        manifest = json.loads((folder / "manifest.json").read_text())
+        for entry in manifest["storage"]:
+            entry.update(start=0, length=(folder / target).stat().st_size)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="refused|cannot be read") as refused:
+        load_sharded(folder, scorer, optimizer)
+    assert "refused" in str(refused.value) and "system" in str(refused.value) or target == "state.pt"
+    assert not marker.exists()
