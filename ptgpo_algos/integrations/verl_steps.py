@@ -29,8 +29,9 @@ import torch
 from ptgpo_algos.advantages import compute_advantages
 from ptgpo_algos.data import Step, Trajectory
 
-__all__ = ["DECISION_KEY", "DecisionSpan", "STEPS_KEY", "TRAJECTORY_KEY", "compute_step_advantage", "decision_columns",
-           "episodes_to_batch", "spans_to_token_advantages"]
+__all__ = ["DECISION_KEY", "DecisionSpan", "STEPS_KEY", "TRAJECTORY_KEY", "compute_decision_advantage",
+           "compute_step_advantage", "decision_advantages", "decision_columns", "episodes_to_batch",
+           "spans_to_token_advantages"]
 
 #: ``extra_fields`` / ``non_tensor_batch`` key of a row's decisions (a list of :meth:`DecisionSpan.to_dict`).
 STEPS_KEY = "ptgpo_steps"
@@ -160,3 +161,70 @@ def decision_columns(decisions: Sequence[Any]) -> dict[str, np.ndarray]:
         columns["anchor_obs"].append(str(decision["state_key"]))
         columns["is_action_valid"].append(bool(decision["valid"]))
     return {key: np.array(values, dtype=object) for key, values in columns.items()}
+
+
+def _decision_rows(groups: Sequence[Any], decisions: Sequence[Any], lengths: Sequence[int] | None,
+                   ) -> tuple[list[list[Trajectory]], list[list[tuple[int, int, int]]]]:
+    """Decision rows as our groups of trajectories and, per row, the ``(group, trajectory, step)`` of
+    every trajectory through it: a tree node's row lies on each leaf it ``leaves`` names (one
+    :class:`Step` object shared by them, as in our own trees); a linear row on its ``trajectory``."""
+    if len(groups) != len(decisions) or (lengths is not None and len(lengths) != len(decisions)):
+        raise ValueError(f"uid, {DECISION_KEY} and the response lengths must have one entry per row; got "
+                         f"{len(groups)}, {len(decisions)} and {len(lengths) if lengths is not None else '-'}")
+    paths: dict[str, dict[str, dict[int, int]]] = {}  # group -> leaf -> step index -> row
+    steps: list[Step] = []
+    for row, decision in enumerate(decisions):
+        if not isinstance(decision, Mapping) or not {"trajectory", "state_key", "action", "reward", "valid",
+                                                     "index"} <= set(decision):
+            raise ValueError(f"{DECISION_KEY}[{row}]: expected a decision's fields (trajectory, index, state_key, "
+                             f"action, reward, valid), as the ptgpo_env_steps and ptgpo_tree agent loops record "
+                             f"them; got {decision!r:.120}")
+        group = f"{groups[row]}/{decision.get('tree', '')}"
+        steps.append(Step(str(decision["state_key"]), str(decision["action"]), float(decision["reward"]),
+                          bool(decision["valid"]), response_ids=[0] * int(lengths[row] if lengths is not None else 1)))
+        for leaf in decision.get("leaves") or [decision["trajectory"]]:
+            where = paths.setdefault(group, {}).setdefault(str(leaf), {})
+            if int(decision["index"]) in where:
+                raise ValueError(f"{DECISION_KEY}[{row}]: step {decision['index']} of trajectory {leaf} is also row "
+                                 f"{where[int(decision['index'])]}; each decision must come once")
+            where[int(decision["index"])] = row
+    batch: list[list[Trajectory]] = []
+    placed: list[list[tuple[int, int, int]]] = [[] for _ in decisions]
+    for g, leaves in enumerate(paths.values()):
+        batch.append([])
+        for t, (leaf, rows) in enumerate(leaves.items()):
+            if sorted(rows) != list(range(len(rows))):
+                raise ValueError(f"{DECISION_KEY}: trajectory {leaf} has steps {sorted(rows)}, not 0..{len(rows) - 1}: "
+                                 "keep every decision row of a group in the batch")
+            batch[g].append(Trajectory([steps[rows[k]] for k in range(len(rows))], {"trajectory": leaf}))
+            for k in range(len(rows)):
+                placed[rows[k]].append((g, t, k))
+    return batch, placed
+
+
+def decision_advantages(groups: Sequence[Any], decisions: Sequence[Any], name: str,
+                        lengths: Sequence[int] | None = None, **config: Any) -> list[float]:
+    """Our estimator ``name`` on rows that each hold one decision (``extra_fields[DECISION_KEY]``):
+    one advantage per row. ``groups`` is each row's group (verl's ``uid``; a tree's rows also carry
+    their ``tree``). A node shared by several leaves of a prefix tree gets the mean of the advantages
+    its leaves give it, as our trainer gives a shared step
+    (:func:`~ptgpo_algos.update.flatten_batch`); ``lengths`` (response tokens per row) reach the
+    estimators that weigh turns by their length. The rewards are the decisions' own (``reward``)."""
+    batch, placed = _decision_rows(groups, decisions, lengths)
+    advantages = compute_advantages(name, batch, **config)
+    return [sum(advantages[g][t][k] for g, t, k in where) / len(where) for where in placed]
+
+
+def compute_decision_advantage(data: Any, name: str, **config: Any) -> Any:
+    """:func:`decision_advantages` on a verl ``DataProto`` of decision rows (``non_tensor_batch`` ``uid``
+    and :data:`DECISION_KEY`, as verl's ``_postprocess`` makes a column of each extra field): each
+    row's advantage on its ``response_mask`` tokens in ``data.batch["advantages"]`` and ``["returns"]``."""
+    extras = data.non_tensor_batch
+    if DECISION_KEY not in extras:
+        raise ValueError(f"non_tensor_batch has no {DECISION_KEY!r}: the agent loop must return each row's decision in "
+                         f"AgentLoopOutput.extra_fields[{DECISION_KEY!r}] (ptgpo_env_steps, ptgpo_tree)")
+    mask = data.batch["response_mask"]
+    values = decision_advantages(extras["uid"], extras[DECISION_KEY], name, mask.sum(dim=-1).tolist(), **config)
+    scores = torch.tensor(values, dtype=torch.float32, device=mask.device).unsqueeze(-1) * mask.to(torch.float32)
+    data.batch["advantages"], data.batch["returns"] = scores, scores.clone()
+    return data
