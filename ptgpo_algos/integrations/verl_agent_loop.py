@@ -155,7 +155,8 @@ class EnvStepsAgentLoop(EnvAgentLoop):
             outputs.append(AgentLoopOutput(
                 prompt_ids=self._cap_text_prompt_length(context), response_ids=generated[:limit],
                 response_mask=[1] * len(generated[:limit]), reward_score=span.reward, num_turns=2, metrics={},
-                extra_fields={DECISION_KEY: decision, TRAJECTORY_KEY: episode.trajectory}))
+                # verl's v1 worker copies the last output's reward_extra_info onto the others: it must be there.
+                extra_fields={DECISION_KEY: decision, TRAJECTORY_KEY: episode.trajectory, "reward_extra_info": {}}))
         return outputs
 
 
