@@ -11,5 +11,5 @@ pip install torch==2.13.0
 pip install -e ".[verl]" "pytest>=8"
 export OMP_WAIT_POLICY=PASSIVE
 # Fail here, not as skipped tests, if verl does not import.
-python -c "import verl.trainer.ppo.ray_trainer"
-python -m pytest tests/test_verl_integration.py tests/test_verl_steps.py "$@"
+python -c "import verl.trainer.ppo.ray_trainer, verl.trainer.ppo.v1.agent_loop_tq"
+python -m pytest tests/test_verl_integration.py tests/test_verl_steps.py tests/test_verl_tree.py "$@"
