@@ -186,83 +186,82 @@ def test_bad_tree_settings_are_refused_with_the_key():
         tree_spec({"branch": "entropy"}, {"logprobs": False})
 
 
-class _Store:
-    """TransferQueue's key-value calls the v1 worker and trainer make, on rows in memory."""
+@pytest.fixture(scope="module")
+def transfer_queue():
+    """verl's v1 storage, for real: TransferQueue's controller and storage units on a local Ray instance."""
+    pytest.importorskip("transfer_queue", reason="transferqueue is not installed: bash scripts/test_verl_cpu.sh")
+    import ray
+    import transfer_queue as tq
 
-    def __init__(self):
-        self.rows: dict[str, dict] = {}
-
-    async def async_kv_batch_put(self, keys, fields, tags, partition_id):
-        self.kv_batch_put(keys, partition_id, fields)
-
-    def kv_batch_put(self, keys, partition_id, fields):
-        for i, key in enumerate(keys):
-            row = self.rows.setdefault(key, {})
-            for name in fields.keys():
-                value = fields[name]
-                row[name] = value.unbind()[i] if getattr(value, "is_nested", False) else value[i]
-
-    def kv_batch_get(self, keys, partition_id, select_fields):
-        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
-
-        return list_of_dict_to_tensordict([{name: self.rows[key][name] for name in select_fields} for key in keys])
+    # Logical CPUs: the controller and its two storage units each ask for one. The setup hook is the
+    # one a run gives verl's Ray workers, so that they know our trainer mode and agent loops.
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": "ptgpo_algos.integrations.verl_trainer.register"})
+    try:
+        tq.init()
+        yield tq
+        tq.close()
+    finally:
+        ray.shutdown()
 
 
 @pytest.mark.verl
 @pytest.mark.parametrize("name", ["ptgpo", "gigpo"])
-def test_the_trainer_mode_gives_our_trainers_tree_credit_through_verls_v1_storage(monkeypatch, name):
-    pytest.importorskip("transfer_queue", reason="transferqueue is not installed: bash scripts/test_verl_cpu.sh")
+def test_the_trainer_mode_gives_our_trainers_tree_credit_through_verls_v1_storage(monkeypatch, transfer_queue, name):
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
+    from transfer_queue import KVBatchMeta
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.trainer.ppo.v1 import get_trainer_cls
-    from verl.trainer.ppo.v1 import agent_loop_tq
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     from ptgpo_algos.integrations import verl_trainer
 
     outputs, (batch, _), _ = _grow(TREE, monkeypatch, seed=1)
-    store = _Store()
-    monkeypatch.setattr(agent_loop_tq.tq, "async_kv_batch_put", store.async_kv_batch_put)
+    # verl's v1 worker stores the outputs (its Ray actor's method, called here on a stand-in worker).
     worker = SimpleNamespace(reward_loop_worker_handles=None, distillation_enabled=False, processor=None,
-                             _compute_score=lambda *a, **k: AgentLoopWorker._compute_score(worker, *a, **k),
-                             _compute_teacher_logprobs=lambda *a, **k: AgentLoopWorker._compute_teacher_logprobs(
-                                 worker, *a, **k),
                              _compute_multi_modal_inputs=lambda *a: {},
                              _compute_position_ids=lambda ids, mask, *a: torch.clamp(mask.cumsum(-1) - 1, min=0))
+    worker._compute_score = lambda *a, **k: AgentLoopWorker._compute_score(worker, *a, **k)
+    worker._compute_teacher_logprobs = lambda *a, **k: AgentLoopWorker._compute_teacher_logprobs(worker, *a, **k)
     postprocess = AgentLoopWorkerTQ.__ray_metadata__.modified_class._agent_loop_postprocess
-    asyncio.run(postprocess(worker, outputs, False, uid="prompt-7", session_id=0, global_steps=1))
-    keys = [f"prompt-7_0_{i}" for i in range(len(outputs))]
-    assert set(store.rows) == set(keys)
+    uid = f"prompt-{name}"
+    asyncio.run(postprocess(worker, outputs, False, uid=uid, session_id=0, global_steps=1))
+    keys = [f"{uid}_0_{i}" for i in range(len(outputs))]
+    stored = transfer_queue.kv_batch_get(keys=keys, partition_id="train", select_fields=["rm_scores", "extra_fields"])
+    assert [extra[DECISION_KEY] for extra in stored["extra_fields"]] == [o.extra_fields[DECISION_KEY] for o in outputs]
     # What verl's v1 worker does to rewards: every row's rm_scores ends with the last output's.
-    assert all(float(store.rows[key]["rm_scores"][-1]) == outputs[-1].reward_score for key in keys)
+    assert all(float(row[-1]) == outputs[-1].reward_score for row in stored["rm_scores"].unbind())
 
     trainer_cls = get_trainer_cls(verl_trainer.TRAINER_MODE)
     assert trainer_cls is verl_trainer.PTGPOTrainer
-    trainer = trainer_cls.__new__(trainer_cls)  # the advantage step alone: no workers, no Ray
+    trainer = trainer_cls.__new__(trainer_cls)  # the advantage step alone: no workers
     trainer.config = OmegaConf.create({"algorithm": {"adv_estimator": name, "use_kl_in_reward": False,
                                                      "rollout_correction": {"rollout_is": None, "rollout_rs": None}}})
-    monkeypatch.setattr(verl_trainer.tq, "kv_batch_get", store.kv_batch_get)
-    monkeypatch.setattr(verl_trainer.tq, "kv_batch_put", store.kv_batch_put)
     shuffled = keys[::-1]  # verl balances rows across ranks in any order
-    trainer._compute_advantage(_Meta(shuffled), {})
+    trainer._compute_advantage(KVBatchMeta(keys=shuffled, tags=[{}] * len(keys), partition_id="train"), {})
+    written = transfer_queue.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages", "returns"])
     expected = [sample.advantage for sample in flatten_batch(batch, compute_advantages(name, batch))]
     assert any(value != 0 for value in expected)
-    for key, value in zip(keys, expected):
-        row = store.rows[key]
-        assert torch.allclose(row["advantages"], torch.full_like(row["advantages"], value), atol=1e-6)
-        assert torch.equal(row["advantages"], row["returns"])
+    for row, (advantages, returns) in enumerate(zip(written["advantages"].unbind(), written["returns"].unbind())):
+        assert len(advantages) == len(outputs[row].response_ids)
+        assert torch.allclose(advantages, torch.full_like(advantages, expected[row]), atol=1e-6)
+        assert torch.equal(advantages, returns)
 
 
-class _Meta:
-    """verl's ``KVBatchMeta`` as the advantage step reads it: keys, partition, length."""
+@pytest.mark.verl
+def test_rays_setup_hook_registers_the_trainer_mode_and_the_loops_in_verls_workers(transfer_queue):
+    import ray
 
-    def __init__(self, keys):
-        self.keys, self.partition_id = keys, "train"
+    @ray.remote
+    def registered():
+        from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+        from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
-    def __len__(self):
-        return len(self.keys)
+        return "ptgpo" in TRAINER_REGISTRY, sorted(name for name in _agent_loop_registry if name.startswith("ptgpo"))
+
+    assert ray.get(registered.remote(), timeout=300) == (True, ["ptgpo_env", "ptgpo_env_steps", "ptgpo_tree"])
 
 
 @pytest.mark.verl

@@ -18,8 +18,12 @@ What verl's own advantage step adds and this one does not is refused when the tr
 KL penalty in the reward (``algorithm.use_kl_in_reward``; use the actor's KL loss) and rollout
 correction's importance weights outside bypass mode.
 
-Importing this module registers the mode; it needs ``transfer_queue`` (``pip install transferqueue``),
-which verl imports only in its v1 trainer and lists only in its heavy ``verl-core`` extra.
+verl looks the trainer mode and the agent loops up in the processes that run them, its TaskRunner
+and agent-loop workers, which are Ray actors: importing this module registers the mode and our agent
+loops (:func:`register`) in the importing process, and a run makes every Ray worker do so with Ray's
+setup hook, ``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=ptgpo_algos.integrations.verl_trainer.register``.
+The module needs ``transfer_queue`` (``pip install transferqueue``), which verl imports only in its
+v1 trainer and lists only in its heavy ``verl-core`` extra.
 """
 
 from __future__ import annotations
@@ -29,14 +33,17 @@ from typing import Any, Mapping
 import torch
 import transfer_queue as tq
 from tensordict import TensorDict
+from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
 from ptgpo_algos.integrations.verl import PREFIX
+from ptgpo_algos.integrations.verl_agent_loop import AGENT_NAME, STEPS_AGENT_NAME, EnvAgentLoop, EnvStepsAgentLoop
 from ptgpo_algos.integrations.verl_steps import DECISION_KEY, decision_advantages
+from ptgpo_algos.integrations.verl_tree import TREE_AGENT_NAME, TreeAgentLoop
 
-__all__ = ["PTGPOTrainer", "TRAINER_MODE", "decision_token_advantages", "trainer_estimator"]
+__all__ = ["PTGPOTrainer", "TRAINER_MODE", "decision_token_advantages", "register", "trainer_estimator"]
 
 #: The trainer mode's name in verl's registry (``trainer.v1.trainer_mode=ptgpo``).
 TRAINER_MODE = "ptgpo"
@@ -79,7 +86,6 @@ def decision_token_advantages(fields: TensorDict, name: str, **config: Any) -> t
     return torch.nested.as_nested_tensor(scores, layout=torch.jagged) if mask.is_nested else torch.stack(scores)
 
 
-@register_trainer(TRAINER_MODE)
 class PTGPOTrainer(PPOTrainerSync):
     """verl's synchronous v1 trainer whose advantage step runs our estimators on decision rows."""
 
@@ -96,3 +102,14 @@ class PTGPOTrainer(PPOTrainerSync):
         scores = decision_token_advantages(fields, name, **config)
         output = TensorDict({"advantages": scores, "returns": scores.clone()}, batch_size=len(batch))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+
+
+def register() -> None:
+    """Register the ``ptgpo`` trainer mode and our agent loops (``ptgpo_env``, ``ptgpo_env_steps``,
+    ``ptgpo_tree``) in verl's registries of this process; registering again changes nothing."""
+    register_trainer(TRAINER_MODE)(PTGPOTrainer)
+    for name, loop in {AGENT_NAME: EnvAgentLoop, STEPS_AGENT_NAME: EnvStepsAgentLoop, TREE_AGENT_NAME: TreeAgentLoop}.items():
+        register_agent_loop(name)(loop)
+
+
+register()
