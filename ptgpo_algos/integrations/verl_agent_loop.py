@@ -16,8 +16,8 @@ as its own row (key ``{uid}_{session}_{index}``): the decision's context as prom
 tokens as response, the step's reward as ``reward_score`` and, in
 ``extra_fields[DECISION_KEY]``, the trajectory, node, parent, state key, action and validity; verl's
 one-row-per-step layout for :func:`ptgpo_algos.integrations.verl.compute_advantage` follows from
-:func:`~ptgpo_algos.integrations.verl_steps.decision_columns`. Both play linear episodes: growing a
-prefix tree from snapshots inside one ``run`` is not done here.
+:func:`~ptgpo_algos.integrations.verl_steps.decision_columns`. Both play linear episodes; PTGPO's
+prefix tree, grown from snapshots, is the ``ptgpo_tree`` loop's (:mod:`ptgpo_algos.integrations.verl_tree`).
 """
 
 from __future__ import annotations

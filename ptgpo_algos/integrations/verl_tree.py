@@ -149,6 +149,7 @@ class ServerPolicy:
             params["temperature"] = temperature
         if greedy:
             params.update(temperature=0, top_p=1.0, top_k=-1)
+
         async def all_decisions() -> list[Decision]:
             return list(await asyncio.gather(*(self.agent.decision(c, params) for c in contexts)))
 
