@@ -107,14 +107,13 @@ def _grow(tree: dict, monkeypatch, seed: int = 0):
     from ptgpo_algos.integrations import verl_tree
     from test_verl_steps import _chat_tokenizer
 
-    grown = []
+    grown, collect = [], verl_tree.collect_rollouts
 
     def recording(*args, **kwargs):
-        batch, stats = verl_tree.collect_rollouts.__wrapped__(*args, **kwargs)
+        batch, stats = collect(*args, **kwargs)
         grown.append((batch, stats))
         return batch, stats
 
-    recording.__wrapped__ = verl_tree.collect_rollouts
     monkeypatch.setattr(verl_tree, "collect_rollouts", recording)
     tokenizer = _chat_tokenizer()
     server = _TreeServer(tokenizer)
@@ -148,6 +147,7 @@ def test_the_tree_loop_grows_ptgpos_prefix_tree_one_output_per_node(monkeypatch)
     distinct = {id(step): step for trajectory in group for step in trajectory.steps}
     assert len(group) == 5 and len(outputs) == len(distinct)
     assert stats.decisions_saved > 0 and server.calls == stats.decisions  # branches reuse their prefix
+    _check_restored(outputs)
     fields = [output.extra_fields[DECISION_KEY] for output in outputs]
     nodes = {f["node"]: f for f in fields}
     assert any(len(f["leaves"]) > 1 for f in fields)  # a node shared by leaves
@@ -163,6 +163,15 @@ def test_the_tree_loop_grows_ptgpos_prefix_tree_one_output_per_node(monkeypatch)
 
             context = _chat_tokenizer().decode(output.prompt_ids)
             assert f"<|im_start|>assistant\n{nodes[f['parent']]['action']}<|im_end|>" in context
+
+
+def _check_restored(outputs):
+    """Siblings were taken in the state their parent led to: each branch was restored to its point."""
+    state_after: dict = {}
+    for output in outputs:
+        fields = output.extra_fields[DECISION_KEY]
+        assert state_after.setdefault(fields["parent"], fields["state_key"]) == fields["state_key"]
+    assert len(state_after) < len(outputs)  # some node has several children: the tree branched
 
 
 @pytest.mark.verl
@@ -262,6 +271,25 @@ def test_rays_setup_hook_registers_the_trainer_mode_and_the_loops_in_verls_worke
         return "ptgpo" in TRAINER_REGISTRY, sorted(name for name in _agent_loop_registry if name.startswith("ptgpo"))
 
     assert ray.get(registered.remote(), timeout=300) == (True, ["ptgpo_env", "ptgpo_env_steps", "ptgpo_tree"])
+
+
+@pytest.mark.verl
+def test_the_tree_loop_steps_its_environments_on_ray_actors_when_configured(monkeypatch, transfer_queue):
+    from ptgpo_envs.ray_vector import RayVectorTextEnv
+
+    made = []
+    original = RayVectorTextEnv.__init__
+
+    def recording(self, *args, **kwargs):
+        made.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RayVectorTextEnv, "__init__", recording)
+    # A tenth of a CPU per actor: the local instance's logical CPUs also hold TransferQueue's actors.
+    tree = {**TREE, "env_backend": "ray", "env_options": {"num_cpus": 0.1}}
+    outputs, (batch, stats), _ = _grow(tree, monkeypatch)
+    assert len(made) == 1 and len(batch[0]) == 5 and stats.decisions_saved > 0
+    _check_restored(outputs)
 
 
 @pytest.mark.verl
