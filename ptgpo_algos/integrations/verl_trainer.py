@@ -21,7 +21,8 @@ correction's importance weights outside bypass mode.
 verl looks the trainer mode and the agent loops up in the processes that run them, its TaskRunner
 and agent-loop workers, which are Ray actors: importing this module registers the mode and our agent
 loops (:func:`register`) in the importing process, and a run makes every Ray worker do so with Ray's
-setup hook, ``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=ptgpo_algos.integrations.verl_trainer.register``.
+setup hook: ``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=``
+``ptgpo_algos.integrations.verl_trainer.register``.
 The module needs ``transfer_queue`` (``pip install transferqueue``), which verl imports only in its
 v1 trainer and lists only in its heavy ``verl-core`` extra.
 """
@@ -108,7 +109,8 @@ def register() -> None:
     """Register the ``ptgpo`` trainer mode and our agent loops (``ptgpo_env``, ``ptgpo_env_steps``,
     ``ptgpo_tree``) in verl's registries of this process; registering again changes nothing."""
     register_trainer(TRAINER_MODE)(PTGPOTrainer)
-    for name, loop in {AGENT_NAME: EnvAgentLoop, STEPS_AGENT_NAME: EnvStepsAgentLoop, TREE_AGENT_NAME: TreeAgentLoop}.items():
+    loops = {AGENT_NAME: EnvAgentLoop, STEPS_AGENT_NAME: EnvStepsAgentLoop, TREE_AGENT_NAME: TreeAgentLoop}
+    for name, loop in loops.items():
         register_agent_loop(name)(loop)
 
 

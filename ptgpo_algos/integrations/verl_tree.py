@@ -5,8 +5,8 @@ so no loop sees its siblings; a tree must grow in one place, because its leaves 
 other's snapshots. Here one sample carries the whole group: with ``actor_rollout_ref.rollout.n=1``
 the sample's ``extra_info`` names the episode (as for ``ptgpo_env``) and the tree
 (``extra_info["tree"]``: :class:`TreeSpec`), and :class:`TreeAgentLoop` grows it with our own tree
-rollouts (:func:`ptgpo_algos.rollout.collect_rollouts`, ``mode="tree"``): ``initial_rollouts``
-episodes from reset, then each new leaf restored from a snapshot at a decision point of the finished
+rollouts (:func:`ptgpo_algos.rollout.collect_rollouts`, ``mode="tree"``, in a thread of its own):
+``initial_rollouts`` episodes from reset, then each new leaf restored from a snapshot at a decision point of the finished
 ones (``branch``: ``uniform``, ``entropy`` or ``novel``), until ``group_size`` leaves or
 ``max_decisions`` decisions are spent. The environments step where ``env_backend`` says (``ray``:
 on Ray actors). Every decision of the group is one request to verl's LLM server; a decision step
@@ -25,7 +25,9 @@ within the budget returns no output (verl's v1 worker logs it and stores nothing
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Mapping, Sequence
 from uuid import uuid4
 
@@ -73,7 +75,8 @@ def tree_spec(value: Any, sampling_params: Mapping[str, Any]) -> TreeSpec:
     defaults); a bad key or value raises ``ValueError`` saying what it takes."""
     value = {} if value is None else value
     if not isinstance(value, Mapping):
-        raise ValueError(f"extra_info.tree: a mapping such as {{'group_size': 8, 'branch': 'uniform'}}, got {value!r:.80}")
+        raise ValueError("extra_info.tree: a mapping such as {'group_size': 8, 'branch': 'uniform'}, "
+                         f"got {value!r:.80}")
     unknown = sorted(set(value) - set(TreeSpec.__dataclass_fields__))
     if unknown:
         raise ValueError(f"extra_info.tree: unknown key(s) {unknown}; known: {sorted(TreeSpec.__dataclass_fields__)}")
@@ -168,12 +171,15 @@ class TreeAgentLoop(AgentLoopBase):
         # Every leaf from reset must be the same task instance: a seed is drawn once for the group.
         task = Task(env_id, seed if seed is not None else int(np.random.SeedSequence().entropy % 2**31),
                     env_kwargs, spec.max_steps)
-        policy = ServerPolicy(self, asyncio.get_running_loop(), dict(sampling_params))
-        batch, _ = await asyncio.to_thread(
-            collect_rollouts, policy, [task], group_size=spec.group_size, mode="tree",
-            initial_rollouts=spec.initial_rollouts, branch=spec.branch, rng=np.random.default_rng(spec.branch_seed),
-            env_backend=spec.env_backend, env_workers=spec.env_workers, env_options=spec.env_options,
-            max_decisions=spec.max_decisions)
+        loop = asyncio.get_running_loop()
+        grow = partial(collect_rollouts, ServerPolicy(self, loop, dict(sampling_params)), [task],
+                       group_size=spec.group_size, mode="tree", initial_rollouts=spec.initial_rollouts,
+                       branch=spec.branch, rng=np.random.default_rng(spec.branch_seed), env_backend=spec.env_backend,
+                       env_workers=spec.env_workers, env_options=spec.env_options, max_decisions=spec.max_decisions)
+        # A thread of its own: the tree's thread waits on the server while the decisions' tokens are built
+        # in the loop's default executor, which many trees growing at once would otherwise fill.
+        with ThreadPoolExecutor(max_workers=1) as thread:
+            batch, _ = await loop.run_in_executor(thread, grow)
         tree = uuid4().hex
         return [self._output(step, fields) for step, fields in tree_nodes(batch[0] if batch else [], tree)]
 
