@@ -67,6 +67,7 @@ from ptgpo_algos.policy.backends import (
     sync_weights,
 )
 from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
+from ptgpo_algos.preflight import check_machine
 from ptgpo_algos.rollout import RolloutStats
 from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
@@ -177,8 +178,9 @@ class Trainer:
     # ================================================================== the run
     def train(self) -> TrainSummary:
         """Check everything that can be checked before a model is built or a file written (the device,
-        the environment, the run folder: one writer at a time, a resume only of the same run; the
-        checkpoint to resume), then run until the budget is spent."""
+        what the run needs of this machine (:mod:`ptgpo_algos.preflight`), the environment, the run
+        folder: one writer at a time, a resume only of the same run; the checkpoint to resume), then run
+        until the budget is spent."""
         config = self.config
         self.device = resolve_device(config.policy.device, where="policy.device (device)")
         if config.run.reproducible:
@@ -186,6 +188,7 @@ class Trainer:
                 raise ValueError(f"run.reproducible (--reproducible): pins CPU kernels, but the run is on "
                                  f"{self.device}; pass --device cpu, or leave it off")
             check_reproducible_kernels("run.reproducible (--reproducible)")
+        check_machine(config)
         check_environment(config)
         if self.device.startswith("cuda"):
             self.check_memory()
