@@ -68,7 +68,7 @@ from ptgpo_algos.policy.backends import (
 )
 from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
 from ptgpo_algos.preflight import check_machine
-from ptgpo_algos.rollout import RolloutStats
+from ptgpo_algos.rollout import RolloutStats, Spend
 from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_envs import check_env_kwargs, held_out, make_env
@@ -110,7 +110,7 @@ _REDRAWS = 1000
 
 
 @dataclass
-class TrainState:
+class TrainState(Spend):
     """What changes during a run besides the weights and the optimiser: counters, the random
     generators every draw comes from (task seeds, branching, mini-batch order: ``rng``; token and
     action sampling: ``sampler``), and the last evaluation."""
@@ -118,10 +118,6 @@ class TrainState:
     rng: np.random.Generator
     sampler: torch.Generator
     iteration: int = 0
-    decisions: int = 0
-    tokens: int = 0
-    decisions_saved: int = 0
-    tokens_saved: int = 0
     wall_time_s: float = 0.0
     best_success: float = 0.0
     last_eval_iteration: int = -1
@@ -161,8 +157,7 @@ class TrainState:
 
     def add(self, stats: RolloutStats, batch: Batch) -> None:
         """Add an iteration's rollout counts and the layouts its episodes started in."""
-        for key in ("decisions", "tokens", "decisions_saved", "tokens_saved"):
-            setattr(self, key, getattr(self, key) + getattr(stats, key))
+        self.add_spend(stats)
         if self.train_layouts is not None:
             self.train_layouts.update(t.meta["layout"] for group in batch for t in group if t.meta.get("layout"))
 
