@@ -258,7 +258,8 @@ def _validate_counts(data: dict[str, Any]) -> None:
 
 def _validate_results(data: dict[str, Any]) -> None:
     if data["provenance"] is not None and not isinstance(data["provenance"], dict):
-        _fail(data, "provenance", "null or an object (commit, dirty, python, versions, cpu, cores, threads, platform, config)")
+        _fail(data, "provenance",
+              "null or an object (commit, dirty, python, versions, cpu, cores, threads, platform, config)")
     protocol = data["protocol"]
     if protocol is not None and (
         not isinstance(protocol, dict)

@@ -623,7 +623,8 @@ def _tex_measured(board: Leaderboard) -> list[str]:
     lines += _tex_tabular(["Rank", "Method", "Kind", "Mean", "IQM"], board.columns, body)
     lines += ["", f"% {_COMPUTE_TITLE}: {_COMPUTE_NOTE}"]
     lines += _tex_tabular(["Method"], _compute_columns(board),
-                          [[tex_escape(row.method), *map(tex_escape, _compute_cells(board, row))] for row in board.rows])
+                          [[tex_escape(row.method), *map(tex_escape, _compute_cells(board, row))]
+                           for row in board.rows])
     return lines + _tex_comparisons(board)
 
 

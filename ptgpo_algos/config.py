@@ -49,7 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import yaml
+
+from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
+from ptgpo_algos.advantages.config import validate_config
 from ptgpo_algos.patr import PatrConfig
+from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
+from ptgpo_algos.policy.recipes import load_recipe, recipe_names
+from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
+from ptgpo_algos.policy.tiny import TinyModelSpec
+from ptgpo_algos.rollout import BRANCH_STRATEGIES
+from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (
     check_bool,
     check_choice,
@@ -61,6 +71,8 @@ from ptgpo_algos.validation import (
     numbers_as_floats,
     unknown_keys,
 )
+from ptgpo_algos.yaml_safe import load_yaml
+from ptgpo_envs import check_env_id
 
 __all__ = [
     "EVAL_SEED_BASE", "FLAT_KEYS", "MAX_SEED", "RESUMABLE_FIELDS", "SECTIONS", "AlgorithmConfig", "CliField",
@@ -120,8 +132,6 @@ class EnvConfig:
                                     "layout falls there is redrawn (none: train on every layout)")
 
     def __post_init__(self) -> None:
-        from ptgpo_envs import check_env_id
-
         check_string(label("env.id"), self.id)
         check_env_id(self.id, label("env.id"))
         object.__setattr__(self, "kwargs", check_mapping(label("env.kwargs"), self.kwargs))
@@ -160,11 +170,12 @@ class AlgorithmConfig:
     placebo: bool = _field(False, "a negative control: the estimator's advantages randomly permuted over the "
                            "batch's steps each iteration (the same magnitudes, no information)")
     objectives: list[dict[str, Any]] = _field(help="auxiliary objectives beside the RL loss, each with its weight "
-                                              "and keys, e.g. [{name: isdpo, weight: 1.0}] (isdpo, seed, mcgpo)", factory=list)
+                                              "and keys, e.g. [{name: isdpo, weight: 1.0}] (isdpo, seed, mcgpo)",
+                                              factory=list)
 
     def __post_init__(self) -> None:
-        from ptgpo_algos.advantages import ESTIMATORS
-        from ptgpo_algos.advantages.config import validate_config
+        # The losses and objectives import torch: imported here, they load only when a config is built,
+        # not with every module that names TrainConfig (the leaderboard, the CLI's help).
         from ptgpo_algos.losses import LOSS_AGGREGATIONS, LOSSES
         from ptgpo_algos.objectives import validate_objectives
 
@@ -237,15 +248,11 @@ class PolicyConfig:
                                 "(memory: about 4 x chunk x vocabulary floats)")
 
     def __post_init__(self) -> None:
-        from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
-
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"{label('policy.model')}: give 'tiny', a local model folder or a hub name, got "
                              f"{self.model!r}")
         object.__setattr__(self, "tiny", check_mapping(label("policy.tiny"), self.tiny))
         if self.is_tiny:
-            from ptgpo_algos.policy.tiny import TinyModelSpec
-
             unknown_keys(label("policy.tiny"), self.tiny, TinyModelSpec.FIELDS)
             TinyModelSpec(**self.tiny)
         check_choice(label("policy.mode"), self.mode, ACTION_MODES)
@@ -269,11 +276,9 @@ class PolicyConfig:
             object.__setattr__(self, "lora", check_mapping(label("policy.lora"), self.lora))
             targets = self.lora.get("target_modules", "all-linear")
             if "lm_head" in ([targets] if isinstance(targets, str) else list(targets)):
-                raise ValueError(f"{label('policy.lora')}: adapters on lm_head are not supported (scores go through the "
-                                 "output layer's weight directly); leave lm_head out of target_modules")
+                raise ValueError(f"{label('policy.lora')}: adapters on lm_head are not supported (scores go through "
+                                 "the output layer's weight directly); leave lm_head out of target_modules")
         if self.recipe is not None:
-            from ptgpo_algos.policy.recipes import recipe_names
-
             check_choice(label("policy.recipe"), self.recipe, recipe_names())
         if self.prompt_template is not None:
             object.__setattr__(self, "prompt_template", _prompt_template(self.prompt_template))
@@ -313,9 +318,6 @@ class RolloutsConfig:
                                 flag="async-rollouts")
 
     def __post_init__(self) -> None:
-        from ptgpo_algos.rollout import BRANCH_STRATEGIES
-        from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
-
         check_string(label("rollouts.backend"), self.backend)
         object.__setattr__(self, "vllm", check_mapping(label("rollouts.vllm"), self.vllm))
         if self.sync_tolerance is not None:
@@ -462,7 +464,8 @@ class RunConfig:
     out_dir: str | None = _field(None, "output folder [runs/<env>-<algo>-s<seed>]", flag="out")
     resume: bool = _field(False, "continue the run in out_dir from its checkpoint", flag="resume")
     reproducible: bool = _field(False, "CPU kernels and one thread that give the same numbers on every x86-64 "
-                                "processor (slower; the ptgpo command sets them before torch starts)", flag="reproducible")
+                                "processor (slower; the ptgpo command sets them before torch starts)",
+                                flag="reproducible")
 
     def __post_init__(self) -> None:
         check_int(label("run.iterations"), self.iterations, 1)
@@ -640,10 +643,6 @@ class TrainConfig:
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
         """A YAML file of config keys, with ``overrides`` (dotted or flat keys) on top."""
-        import yaml
-
-        from ptgpo_algos.yaml_safe import load_yaml
-
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"config file {str(path)!r} does not exist")
@@ -728,9 +727,6 @@ def _apply_recipe(values: dict[str, dict[str, Any]]) -> None:
     name = values.get("policy", {}).get("recipe")
     if name is None:
         return
-    from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
-    from ptgpo_algos.policy.recipes import load_recipe
-
     try:
         recipe = load_recipe(name)
     except ValueError as error:
@@ -752,8 +748,6 @@ def _apply_recipe(values: dict[str, dict[str, Any]]) -> None:
 
 def _prompt_template(value: Any) -> dict[str, str]:
     """A template file's text (or a saved template, checked again), as the config keeps it."""
-    from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
-
     where = f"{label('policy.prompt_template')}"
     try:
         if isinstance(value, (str, os.PathLike)):

@@ -153,7 +153,8 @@ def test_ppo_clip_loss_shape():
         ({"optim": {"lrr": 1}}, "optim: unknown key(s) 'lrr' (did you mean 'lr'?)"),
         ({"optim.lr": 2e-3, "learning_rate": 3e-3}, "optim.lr is given twice"),
         ({"policy": 5}, "policy: expected a mapping"),
-        ({"algorithm.loss": "ppo-clap"}, "algorithm.loss (loss): unknown policy loss 'ppo-clap' (did you mean 'ppo-clip'?)"),
+        ({"algorithm.loss": "ppo-clap"},
+         "algorithm.loss (loss): unknown policy loss 'ppo-clap' (did you mean 'ppo-clip'?)"),
     ],
 )
 def test_bad_configs_fail_with_clear_messages(change, message):
