@@ -14,7 +14,7 @@ from ptgpo_algos.bench import (
     run_bench,
     run_cell,
 )
-from ptgpo_algos.bench.pool import _finish
+from ptgpo_algos.bench.pool import finish_cell
 
 HOUSEHOLD = "ptgpo/Household-v0"
 
@@ -149,7 +149,7 @@ def test_a_process_that_dies_without_a_record_is_recorded_as_failed(tmp_path):
     import logging
 
     cell = plan_cells(BenchConfig.from_dict(_config()))[0]
-    assert _finish(cell, -9, tmp_path, 1.5, logging.getLogger("test")) == "failed"
+    assert finish_cell(cell, -9, tmp_path, 1.5, logging.getLogger("test")) == "failed"
     record = read_record(record_path(tmp_path, cell.name))
     assert "signal 9" in record.error and record.wall_time_s == 1.5
 
