@@ -368,3 +368,11 @@ def test_a_method_or_baseline_may_run_its_own_seeds(tmp_path):
     quick = BenchConfig.from_dict({**_config(methods=[{"name": "m", "algo": "grpo", "seeds": [3, 4]}]),
                                    "quick": {"seeds": [0]}}, quick=True)
     assert [cell.seed for cell in plan_cells(quick)] == [0, 0, 0]
+
+
+def test_a_model_this_machine_lacks_is_refused_before_the_first_cell():
+    from ptgpo_algos.bench import check_train_configs
+
+    config = BenchConfig.from_dict(_config(methods=[{"algo": "grpo"}], policy={"model": "/no/such/model"}))
+    with pytest.raises(BenchError, match=r"method 'grpo' on 'easy': policy.model \(model\): no model folder"):
+        check_train_configs(plan_cells(config))
