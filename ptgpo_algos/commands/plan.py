@@ -99,11 +99,13 @@ def run(args: argparse.Namespace) -> int:
     """Print the config's memory plan; exit code 0 when it fits, 2 when it does not or the config cannot be planned."""
     from ptgpo_algos.commands.train import parse_set
     from ptgpo_algos.memory import plan_for_config
+    from ptgpo_algos.preflight import check_model_source
 
     try:
         if args.nproc < 1:
             raise ValueError(f"--nproc must be a positive number of GPUs, got {args.nproc}")
         config = _training_config(args.config, parse_set(args.set))
+        check_model_source(config.policy.model)  # the plan reads the model's config.json
         device, total = _device_and_memory(args, config)
         if device == "cpu" and args.nproc > 1:
             raise ValueError("--nproc plans GPUs (ranks on CPUs share one machine's memory): leave --device cpu out")
