@@ -58,3 +58,16 @@ def test_functions_are_short_or_say_why():
             for module, function, line, length, docstring in code_shape.functions(SOURCES)
             if length > code_shape.MAX_FUNCTION_LINES and "Long because" not in docstring]
     assert long == [], "functions over 60 lines without a reason ('Long because ...') in their docstring"
+
+
+def test_no_module_imports_another_modules_private_name():
+    # A name with a leading underscore is its module's own; a second module that needs it makes it public.
+    found = []
+    for module, source in SOURCES.items():
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level or (node.module or "").split(".")[0] in code_shape.PACKAGES:
+                found += [f"{module}: {node.module}.{alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert found == []
