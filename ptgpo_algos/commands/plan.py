@@ -4,10 +4,10 @@ Examples::
 
     ptgpo plan configs/train_household_hard_qwen7b.yaml                   # on this machine's GPU
     ptgpo plan configs/bench/alfworld_qwen2.5-7b.yaml --gpu-memory 141 \\
-        --set model=configs/models/qwen2.5-7b                              # anywhere: the shipped architecture
+        --set policy.model=configs/models/qwen2.5-7b                       # anywhere: the shipped architecture
     ptgpo plan my.yaml --device cpu                                       # resident memory of a CPU run
     ptgpo plan configs/bench/alfworld_qwen2.5-7b.yaml --gpu-memory 80 --nproc 8 \
-        --set model=configs/models/qwen2.5-7b --set lora=null               # one rank of 8 (FSDP), full fine-tuning
+        --set policy.model=configs/models/qwen2.5-7b --set policy.lora=null # one rank of 8 (FSDP), full fine-tuning
 
 CONFIG is a training config (as ``ptgpo train --config``) or a benchmark config (its first RL cell is
 planned). The model's ``config.json`` is read from its folder or the Hugging Face cache; the
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as error:
         hint = ""
         if "policy.model" in str(error) or "config.json" in str(error):
-            hint = " (configs/models/ holds the Qwen2.5 architectures: --set model=configs/models/qwen2.5-7b)"
+            hint = " (configs/models/ holds the Qwen2.5 architectures: --set policy.model=configs/models/qwen2.5-7b)"
         print(f"ptgpo plan: {error}{hint}", file=sys.stderr)
         return 2
     print(plan.table())
