@@ -126,17 +126,9 @@ class SB3Agent:
         ]
 
 
-def run(job: BaselineRun) -> BaselineOutcome:
-    """Train SB3 PPO for ``job.budget`` decisions, logging an eval curve; return the final evaluation.
-
-    ``job.options`` may hold ``max_slots``, ``text_dims``, ``slot_dims`` (the featurizer),
-    ``eval_points`` (evaluations along training, default 4) and ``ppo`` (keyword arguments of
-    :class:`stable_baselines3.PPO`, over :data:`DEFAULT_PPO_KWARGS`).
-    """
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-
+def _options(job: BaselineRun) -> tuple[SlotFeaturizer, int, dict[str, Any]]:
+    """``job.options`` and the budget checked: the featurizer, the number of evaluations and PPO's keyword
+    arguments."""
     options = dict(job.options)
     featurizer = SlotFeaturizer(
         max_slots=options.pop("max_slots", SlotFeaturizer.max_slots),
@@ -154,17 +146,38 @@ def run(job: BaselineRun) -> BaselineOutcome:
         )
     if job.budget < 1:
         raise ValueError(f"sb3_ppo needs a positive decision budget, got {job.budget}")
+    return featurizer, eval_points, ppo_kwargs
 
+
+def _spread_budget(budget: int, ppo_kwargs: dict[str, Any]) -> int:
+    """The timesteps to train for, with ``n_steps`` (and ``batch_size``) set in ``ppo_kwargs``.
+
+    SB3 always collects whole rollouts of n_steps, so it would overshoot a budget that n_steps does
+    not divide: the budget is spread over equal rollouts instead (losing < one step per rollout).
+    """
+    rollouts = -(-budget // int(ppo_kwargs["n_steps"]))
+    ppo_kwargs["n_steps"] = budget // rollouts
+    ppo_kwargs["batch_size"] = min(int(ppo_kwargs["batch_size"]), ppo_kwargs["n_steps"])
+    return ppo_kwargs["n_steps"] * rollouts
+
+
+def run(job: BaselineRun) -> BaselineOutcome:
+    """Train SB3 PPO for ``job.budget`` decisions, logging an eval curve; return the final evaluation.
+
+    ``job.options`` may hold ``max_slots``, ``text_dims``, ``slot_dims`` (the featurizer),
+    ``eval_points`` (evaluations along training, default 4) and ``ppo`` (keyword arguments of
+    :class:`stable_baselines3.PPO`, over :data:`DEFAULT_PPO_KWARGS`).
+    """
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    featurizer, eval_points, ppo_kwargs = _options(job)
     torch.manual_seed(job.seed)
     env = SlotActionEnv(
         make_env(job.env_id, job.env_kwargs, job.max_steps), featurizer, job.train_seeds, seed=job.seed
     )
-    # SB3 always collects whole rollouts of n_steps, so it would overshoot a budget that n_steps does
-    # not divide: spread the budget over equal rollouts instead (losing < one step per rollout).
-    rollouts = -(-job.budget // int(ppo_kwargs["n_steps"]))
-    ppo_kwargs["n_steps"] = job.budget // rollouts
-    ppo_kwargs["batch_size"] = min(int(ppo_kwargs["batch_size"]), ppo_kwargs["n_steps"])
-    total_timesteps = ppo_kwargs["n_steps"] * rollouts
+    total_timesteps = _spread_budget(job.budget, ppo_kwargs)
     model = PPO("MlpPolicy", env, seed=job.seed, device="cpu", verbose=0, **ppo_kwargs)
     agent = SB3Agent(model, featurizer)
 

@@ -354,50 +354,44 @@ def _iterations_message(env_label: str, items: list[tuple[Path, ResultRecord]]) 
     )
 
 
-def check_records(
-    records: list[tuple[Path, ResultRecord]],
-    problems: Sequence[RecordProblem] = (),
-    decisions_tolerance: float = DECISIONS_TOLERANCE,
-) -> None:
-    """Raise :class:`LeaderboardError` listing every refusal found (see the module docstring)."""
+def _environment_refusals(env_label: str, items: list[tuple[Path, ResultRecord]],
+                          decisions_tolerance: float) -> list[str]:
+    """What refuses one environment's records: one label for two environments, mixed RL budgets, or
+    spent budgets that differ."""
     messages = []
-    wrong_version = [p for p in problems if p.kind == "schema_version"]
-    if wrong_version:
+    identities = defaultdict(list)
+    for path, record in items:
+        key = (record.env_id, repr(sorted(record.env_kwargs.items())))
+        identities[key].append((path, record))
+    if len(identities) > 1:
+        lines = [
+            f"  {env_id} {kwargs}: {_files(group)}" for (env_id, kwargs), group in identities.items()
+        ]
         messages.append(
-            "records written under another schema version (re-run those cells or move the files "
-            "out of the results directory):\n" + "\n".join(f"  {p}" for p in wrong_version)
+            f"env label {env_label!r} is used for different environments (give each its own "
+            "label):\n" + "\n".join(lines)
         )
-    by_env: dict[str, list[tuple[Path, ResultRecord]]] = defaultdict(list)
-    for item in records:
-        by_env[item[1].env_label].append(item)
-    for env_label, items in sorted(by_env.items()):
-        identities = defaultdict(list)
-        for path, record in items:
-            key = (record.env_id, repr(sorted(record.env_kwargs.items())))
-            identities[key].append((path, record))
-        if len(identities) > 1:
-            lines = [
-                f"  {env_id} {kwargs}: {_files(group)}" for (env_id, kwargs), group in identities.items()
-            ]
-            messages.append(
-                f"env label {env_label!r} is used for different environments (give each its own "
-                "label):\n" + "\n".join(lines)
-            )
-        rl = [(p, r) for p, r in items if r.method_kind == "rl" and r.status == "ok"]
-        budgets = defaultdict(list)
-        for path, record in rl:
-            budgets[record.budget, record.budget_unit].append((path, record))
-        if len(budgets) > 1:
-            lines = [f"  budget {b} {unit}: {_files(group)}" for (b, unit), group in sorted(budgets.items(), key=str)]
-            messages.append(
-                f"RL records for {env_label!r} have different budgets; a column compares methods at one "
-                "budget (move the others to their own results directory):\n" + "\n".join(lines)
-            )
-        elif rl and rl[0][1].budget_unit == "iterations":
-            if (message := _iterations_message(env_label, rl)) is not None:
-                messages.append(message)
-        elif (message := _spent_decisions_message(env_label, rl, decisions_tolerance)) is not None:
+    rl = [(p, r) for p, r in items if r.method_kind == "rl" and r.status == "ok"]
+    budgets = defaultdict(list)
+    for path, record in rl:
+        budgets[record.budget, record.budget_unit].append((path, record))
+    if len(budgets) > 1:
+        lines = [f"  budget {b} {unit}: {_files(group)}" for (b, unit), group in sorted(budgets.items(), key=str)]
+        messages.append(
+            f"RL records for {env_label!r} have different budgets; a column compares methods at one "
+            "budget (move the others to their own results directory):\n" + "\n".join(lines)
+        )
+    elif rl and rl[0][1].budget_unit == "iterations":
+        if (message := _iterations_message(env_label, rl)) is not None:
             messages.append(message)
+    elif (message := _spent_decisions_message(env_label, rl, decisions_tolerance)) is not None:
+        messages.append(message)
+    return messages
+
+
+def _cell_refusals(records: list[tuple[Path, ResultRecord]]) -> list[str]:
+    """Two records of one cell (environment, method, seed), and a method recorded as two kinds."""
+    messages = []
     cells = defaultdict(list)
     kinds = defaultdict(lambda: defaultdict(list))
     for path, record in records:
@@ -416,6 +410,28 @@ def check_records(
         if len(by_kind) > 1:
             lines = [f"  {kind}: {_files(group)}" for kind, group in sorted(by_kind.items())]
             messages.append(f"method {method!r} is recorded with different method_kind:\n" + "\n".join(lines))
+    return messages
+
+
+def check_records(
+    records: list[tuple[Path, ResultRecord]],
+    problems: Sequence[RecordProblem] = (),
+    decisions_tolerance: float = DECISIONS_TOLERANCE,
+) -> None:
+    """Raise :class:`LeaderboardError` listing every refusal found (see the module docstring)."""
+    messages = []
+    wrong_version = [p for p in problems if p.kind == "schema_version"]
+    if wrong_version:
+        messages.append(
+            "records written under another schema version (re-run those cells or move the files "
+            "out of the results directory):\n" + "\n".join(f"  {p}" for p in wrong_version)
+        )
+    by_env: dict[str, list[tuple[Path, ResultRecord]]] = defaultdict(list)
+    for item in records:
+        by_env[item[1].env_label].append(item)
+    for env_label, items in sorted(by_env.items()):
+        messages += _environment_refusals(env_label, items, decisions_tolerance)
+    messages += _cell_refusals(records)
     if messages:
         raise LeaderboardError("refusing to build the leaderboard:\n" + "\n".join(messages))
 
@@ -619,6 +635,28 @@ def _paper_rows(reported: ReportedResults, measured: Sequence[ResultRecord], col
     return rows
 
 
+def _reported_table(
+    reported_records: list[ResultRecord], reported: ReportedResults | None, measured: list[ResultRecord],
+    reference_methods: Sequence[str],
+) -> tuple[list[Column], list[Row], dict[str, ReportedSource], str | None]:
+    """The reported table: its columns and rows (reported records, then the papers' numbers for the
+    measured environments), the sources those rows cite and the papers' caveat."""
+    reported_by_env: dict[str, list[ResultRecord]] = defaultdict(list)
+    for record in reported_records:
+        reported_by_env[record.env_label].append(record)
+    reported_columns = [c for env in sorted(reported_by_env) for c in _env_columns(env, reported_by_env[env])]
+    reported_rows = _rows_from_records(reported_records, reported_columns, reference_methods)
+    sources: dict[str, ReportedSource] = {}
+    caveat = None
+    if reported is not None:
+        paper_rows = _paper_rows(reported, measured, reported_columns)
+        reported_rows += paper_rows
+        sources = {key: source for key, source in reported.sources.items()
+                   if any(row.source == key for row in paper_rows)}
+        caveat = reported.caveat if paper_rows else None
+    return _ordered(reported_columns), reported_rows, sources, caveat
+
+
 def aggregate(
     records: list[tuple[Path, ResultRecord]],
     problems: Sequence[RecordProblem] = (),
@@ -651,21 +689,8 @@ def aggregate(
     for env, env_records in by_env.items():
         rl_budgets = {(r.budget, r.budget_unit) for r in env_records if r.method_kind == "rl"}
         budgets[env], budget_units[env] = rl_budgets.pop() if rl_budgets else (None, "decisions")
-
-    reported_by_env: dict[str, list[ResultRecord]] = defaultdict(list)
-    for record in reported_records:
-        reported_by_env[record.env_label].append(record)
-    reported_columns = [c for env in sorted(reported_by_env) for c in _env_columns(env, reported_by_env[env])]
-    reported_rows = _rows_from_records(reported_records, reported_columns, reference_methods)
-    sources: dict[str, ReportedSource] = {}
-    caveat = None
-    if reported is not None:
-        paper_rows = _paper_rows(reported, measured, reported_columns)
-        reported_rows += paper_rows
-        sources = {key: source for key, source in reported.sources.items()
-                   if any(row.source == key for row in paper_rows)}
-        caveat = reported.caveat if paper_rows else None
-    reported_columns = _ordered(reported_columns)
+    reported_columns, reported_rows, sources, caveat = _reported_table(reported_records, reported, measured,
+                                                                       reference_methods)
 
     board = Leaderboard(
         columns=columns,

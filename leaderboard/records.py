@@ -209,21 +209,24 @@ def _is_number(value: Any) -> bool:
     return finite_number(value) is not None
 
 
-def _validate(data: dict[str, Any]) -> None:
-    def fail(name: str, expected: str) -> None:
-        raise RecordError(f"field {name!r} must be {expected}, got {data[name]!r}")
+def _fail(data: dict[str, Any], name: str, expected: str) -> None:
+    raise RecordError(f"field {name!r} must be {expected}, got {data[name]!r}")
 
+
+def _validate(data: dict[str, Any]) -> None:
+    """Refuse a record whose fields do not hold what the schema says, naming the first such field:
+    what the record is, then its counts, then its results."""
     if data["schema_version"] != SCHEMA_VERSION or not _is_int(data["schema_version"]):
         raise SchemaVersionError(
             f"schema_version {data['schema_version']!r} is not {SCHEMA_VERSION}", data["schema_version"]
         )
     for name in ("method", "env_id", "env_label", "created_at"):
         if not isinstance(data[name], str) or not data[name].strip():
-            fail(name, "a non-empty string")
+            _fail(data, name, "a non-empty string")
     if data["method_kind"] not in METHOD_KINDS:
-        fail("method_kind", f"one of {METHOD_KINDS}")
+        _fail(data, "method_kind", f"one of {METHOD_KINDS}")
     if data["status"] not in STATUSES:
-        fail("status", f"one of {STATUSES}")
+        _fail(data, "status", f"one of {STATUSES}")
     if data["status"] == "failed" and not data["error"]:
         raise RecordError("a record with status 'failed' must say why in field 'error'")
     if data["status"] == "ok" and data["final_success"] is None:
@@ -231,51 +234,60 @@ def _validate(data: dict[str, Any]) -> None:
             "a record with status 'ok' must carry its result in field 'final_success' (a fraction in "
             "[0, 1]); a run that produced none is status 'failed' with the reason in 'error'"
         )
+    _validate_counts(data)
+    _validate_results(data)
+
+
+def _validate_counts(data: dict[str, Any]) -> None:
     for name in ("seed",):
         if not _is_int(data[name]):
-            fail(name, "an integer")
+            _fail(data, name, "an integer")
     for name in ("decisions", "tokens", "eval_episodes"):
         if not _is_int(data[name]) or data[name] < 0:
-            fail(name, "a non-negative integer")
+            _fail(data, name, "a non-negative integer")
     if data["budget"] is not None and (not _is_int(data["budget"]) or data["budget"] <= 0):
-        fail("budget", "a positive integer or null")
+        _fail(data, "budget", "a positive integer or null")
     if data["budget_unit"] not in BUDGET_UNITS:
-        fail("budget_unit", f"one of {BUDGET_UNITS}")
+        _fail(data, "budget_unit", f"one of {BUDGET_UNITS}")
     for name in ("iterations", "episodes", "trained_tokens", "eval_layouts"):
         if data[name] is not None and (not _is_int(data[name]) or data[name] < 0):
-            fail(name, "a non-negative integer or null")
+            _fail(data, name, "a non-negative integer or null")
     if data["cpu_time_s"] is not None and not (_is_number(data["cpu_time_s"]) and data["cpu_time_s"] >= 0):
-        fail("cpu_time_s", "a non-negative number or null")
+        _fail(data, "cpu_time_s", "a non-negative number or null")
+
+
+def _validate_results(data: dict[str, Any]) -> None:
     if data["provenance"] is not None and not isinstance(data["provenance"], dict):
-        fail("provenance", "null or an object (commit, dirty, python, versions, cpu, cores, threads, platform, config)")
+        _fail(data, "provenance",
+              "null or an object (commit, dirty, python, versions, cpu, cores, threads, platform, config)")
     protocol = data["protocol"]
     if protocol is not None and (
         not isinstance(protocol, dict)
         or set(protocol) - set(PROTOCOL_KEYS)
         or not all(value is None or isinstance(value, str) for value in protocol.values())
     ):
-        fail("protocol", f"null or an object of {', '.join(PROTOCOL_KEYS)} (strings or null)")
+        _fail(data, "protocol", f"null or an object of {', '.join(PROTOCOL_KEYS)} (strings or null)")
     for name in ("final_success", "best_success", "eval_overlap"):
         if data[name] is not None and not (_is_number(data[name]) and 0.0 <= data[name] <= 1.0):
-            fail(name, "a fraction in [0, 1] or null")
+            _fail(data, name, "a fraction in [0, 1] or null")
     for name in ("score", "final_return"):
         if data[name] is not None and not (_is_number(data[name]) and abs(data[name]) <= _MAX_SCORE):
-            fail(name, f"a number of magnitude at most {_MAX_SCORE:.0e}, or null")
+            _fail(data, name, f"a number of magnitude at most {_MAX_SCORE:.0e}, or null")
     if not _is_number(data["wall_time_s"]) or data["wall_time_s"] < 0:
-        fail("wall_time_s", "a non-negative number")
+        _fail(data, "wall_time_s", "a non-negative number")
     for name in ("env_kwargs", "config", "success_by_type"):
         if not isinstance(data[name], dict):
-            fail(name, "an object")
+            _fail(data, name, "an object")
     for task_type, value in data["success_by_type"].items():
         if not isinstance(task_type, str) or not (_is_number(value) and 0.0 <= value <= 1.0):
-            fail("success_by_type", "an object mapping task-type names to fractions in [0, 1]")
+            _fail(data, "success_by_type", "an object mapping task-type names to fractions in [0, 1]")
     for name in ("error", "curve_path", "source"):
         if data[name] is not None and not isinstance(data[name], str):
-            fail(name, "a string or null")
+            _fail(data, name, "a string or null")
     try:
         datetime.fromisoformat(data["created_at"])
     except ValueError:
-        fail("created_at", "an ISO-8601 time such as 2026-01-31T12:00:00+00:00")
+        _fail(data, "created_at", "an ISO-8601 time such as 2026-01-31T12:00:00+00:00")
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")

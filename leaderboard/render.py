@@ -21,7 +21,8 @@ import html
 import io
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,31 @@ def _compute_cells(board: Leaderboard, row: Row) -> list[str]:
     return cells
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """How one page format (Markdown, LaTeX, HTML) writes each part of a board; :func:`_walk` sets their
+    order once. A part left None is not in that format."""
+
+    head: list[str]
+    measured: Callable[[Leaderboard], list[str]]
+    reported: Callable[[Leaderboard], list[str]]
+    no_measured: list[str] = field(default_factory=list)
+    after_measured: list[str] = field(default_factory=list)
+    failed: Callable[[Leaderboard], list[str]] | None = None
+    problems: Callable[[Leaderboard], list[str]] | None = None
+    tail: list[str] = field(default_factory=list)
+
+
+def _walk(board: Leaderboard, parts: _Parts) -> str:
+    """The page's lines, part by part: the head, the measured table (or the line saying there is none),
+    what follows it, the reported table, the failed runs, the unreadable files, the tail."""
+    lines = [*parts.head, *(parts.measured(board) if board.rows else parts.no_measured), *parts.after_measured]
+    lines += parts.reported(board) if board.reported_rows else []
+    lines += parts.failed(board) if board.failed and parts.failed else []
+    lines += parts.problems(board) if board.problems and parts.problems else []
+    return "\n".join(lines + parts.tail) + "\n"
+
+
 # Markdown ---------------------------------------------------------------------------------------
 
 
@@ -247,71 +273,65 @@ def _md_table(header: list[str], rows: list[list[str]], align: list[str]) -> lis
     return lines
 
 
+def _md_measured(board: Leaderboard) -> list[str]:
+    """The legend, the measured table and its compute table."""
+    lines = [*_LEGEND]
+    budget = _budget_line(board)
+    lines += [_md(budget)] if budget else []
+    lines += [_md(note) for note in _notes(board)] + [""]
+    header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [column_label(c, board.columns) for c in board.columns]
+    body = []
+    for row in board.rows:
+        mean, iqm = _mean_success(board, row), _estimate(row.iqm)
+        body.append([_rank(row), _md(row.method), row.kind, f"**{mean}**" if row.best_mean_success else mean, iqm]
+                    + [_md_cell(row.cells.get(c)) for c in board.columns])
+    lines += _md_table(header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns))
+    compute = _compute_columns(board)
+    lines += ["", f"## {_COMPUTE_TITLE}", "", _COMPUTE_NOTE, ""]
+    lines += _md_table(["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
+                       [[_md(row.method), *_compute_cells(board, row)] for row in board.rows],
+                       ["---"] + ["---:"] * len(compute))
+    return lines
+
+
+def _md_reported(board: Leaderboard) -> list[str]:
+    """The reported table, its sources and its caveat."""
+    lines = ["", f"## {_REPORTED_TITLE}", ""]
+    header = ["Method", "Model", "Source", "Protocol"] + [
+        column_label(c, board.reported_columns) for c in board.reported_columns
+    ]
+    body = [
+        [_md(row.method), _md(row.model or ""), _md(row.source or ""), _md(row.protocols.get("", ""))]
+        + [_md_cell(row.cells.get(c)) for c in board.reported_columns]
+        for row in board.reported_rows
+    ]
+    lines += _md_table(header, body, ["---"] * 4 + ["---:"] * len(board.reported_columns))
+    lines.append("")
+    for source in board.sources.values():
+        setup = f" Setup: {_md(_one_line(source.setup, 400))}" if source.setup else ""
+        lines.append(f"- {_code(source.key)}: {_md(source.citation)}.{setup}")
+    if board.caveat:
+        lines += ["", _md(_one_line(board.caveat, 1000))]
+    return lines
+
+
+def _md_failed(board: Leaderboard) -> list[str]:
+    body = [
+        [_code(path.name), _md(r.method), _md(r.env_label), str(r.seed), _md(_one_line(r.error or ""))]
+        for path, r in board.failed
+    ]
+    return ["", "## Failed runs (not averaged)", ""] + _md_table(
+        ["File", "Method", "Env", "Seed", "Error"], body, ["---", "---", "---", "---:", "---"])
+
+
 def to_markdown(board: Leaderboard) -> str:
     """The leaderboard as Markdown: the legend, the measured table, the reported table and the failed or
     unreadable records."""
-    lines = ["# Leaderboard", ""] + ([f"> **{SMOKE_NOTICE}**", ""] if board.smoke_run else [])
-    if board.rows:
-        lines += [*_LEGEND]
-        budget = _budget_line(board)
-        lines += [_md(budget)] if budget else []
-        lines += [_md(note) for note in _notes(board)] + [""]
-        header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [
-            column_label(c, board.columns) for c in board.columns
-        ]
-        body = []
-        for row in board.rows:
-            mean, iqm = _mean_success(board, row), _estimate(row.iqm)
-            body.append(
-                [
-                    _rank(row),
-                    _md(row.method),
-                    row.kind,
-                    f"**{mean}**" if row.best_mean_success else mean,
-                    iqm,
-                ]
-                + [_md_cell(row.cells.get(c)) for c in board.columns]
-            )
-        lines += _md_table(
-            header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns)
-        )
-        compute = _compute_columns(board)
-        lines += ["", f"## {_COMPUTE_TITLE}", "", _COMPUTE_NOTE, ""]
-        lines += _md_table(["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
-                           [[_md(row.method), *_compute_cells(board, row)] for row in board.rows],
-                           ["---"] + ["---:"] * len(compute))
-    else:
-        lines.append("No measured results.")
-    if board.reported_rows:
-        lines += ["", f"## {_REPORTED_TITLE}", ""]
-        header = ["Method", "Model", "Source", "Protocol"] + [
-            column_label(c, board.reported_columns) for c in board.reported_columns
-        ]
-        body = [
-            [_md(row.method), _md(row.model or ""), _md(row.source or ""), _md(row.protocols.get("", ""))]
-            + [_md_cell(row.cells.get(c)) for c in board.reported_columns]
-            for row in board.reported_rows
-        ]
-        lines += _md_table(header, body, ["---"] * 4 + ["---:"] * len(board.reported_columns))
-        lines.append("")
-        for source in board.sources.values():
-            setup = f" Setup: {_md(_one_line(source.setup, 400))}" if source.setup else ""
-            lines.append(f"- {_code(source.key)}: {_md(source.citation)}.{setup}")
-        if board.caveat:
-            lines += ["", _md(_one_line(board.caveat, 1000))]
-    if board.failed:
-        lines += ["", "## Failed runs (not averaged)", ""]
-        body = [
-            [_code(path.name), _md(r.method), _md(r.env_label), str(r.seed), _md(_one_line(r.error or ""))]
-            for path, r in board.failed
-        ]
-        lines += _md_table(
-            ["File", "Method", "Env", "Seed", "Error"], body, ["---", "---", "---", "---:", "---"]
-        )
-    if board.problems:
-        lines += ["", "## Unreadable files (skipped)", ""]
-        lines += [f"- {_code(problem)}" for problem in board.problems]
-    return "\n".join(lines) + "\n"
+    return _walk(board, _Parts(
+        head=["# Leaderboard", ""] + ([f"> **{SMOKE_NOTICE}**", ""] if board.smoke_run else []),
+        measured=_md_measured, no_measured=["No measured results."], reported=_md_reported, failed=_md_failed,
+        problems=lambda board: ["", "## Unreadable files (skipped)", "", *(f"- {_code(p)}" for p in board.problems)],
+    ))
 
 
 def _improvement_matrix(board: Leaderboard) -> tuple[list[str], list[list[str]]]:
@@ -465,65 +485,43 @@ def to_csv(board: Leaderboard) -> str:
     writer = _CsvWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     for row in board.rows + board.reported_rows:
-        columns = board.reported_columns if row.section == "reported" else board.columns
-        common = {
-            "section": row.section,
-            "rank": "" if row.rank is None else row.rank,
-            "method": row.method,
-            "kind": row.kind,
-            "model": row.model or "",
-            "source": row.source or "",
-            "budget_unit": "",
-            "protocol_mark": "",
-            "eval_overlap": "",
-            "overlap_mark": "",
-            **dict.fromkeys(COMPUTE_FIELDS, ""),
-            "smoke_run": "1" if board.smoke_run else "",
-        }
-        if row.section != "reported":
-            for metric, estimate, best in (
-                ("mean_success", row.mean_success_estimate, row.best_mean_success),
-                ("iqm", row.iqm, False),
-            ):
-                writer.writerow(
-                    common
-                    | _csv_estimate(estimate)
-                    | {
-                        "env_label": "",
-                        "metric": metric,
-                        "se": "",
-                        "n": row.envs_covered,
-                        "best": int(best),
-                        "budget": "",
-                        "protocol": "",
-                    }
-                )
-        for column in columns:
-            cell = row.cells.get(column)
-            if cell is None:
-                continue
-            budget = board.budgets.get(column.env_label) if row.kind == "rl" else None
-            protocol = row.protocols.get("" if row.section == "reported" else column.env_label, "")
-            writer.writerow(
-                common
-                | {
-                    "budget_unit": "" if budget is None else board.budget_units.get(column.env_label, "decisions"),
-                    "protocol": protocol,
-                    "protocol_mark": "" if row.section == "reported" else int(cell.protocol_mark),
-                    **_csv_audit(row, column, cell),
-                    "env_label": column.env_label,
-                    "metric": column.metric,
-                    "mean": _csv_float(cell.mean),
-                    "se": _csv_float(cell.se),
-                    "n": "" if cell.n is None else cell.n,
-                    "best": int(cell.best),
-                    "budget": "" if budget is None else budget,
-                    "ci_low": _csv_float(cell.low),
-                    "ci_high": _csv_float(cell.high),
-                    "ci_over": cell.over or "",
-                }
-            )
+        for line in _csv_rows(board, row):  # writerow: DictWriter.writerows would pass by its escaping
+            writer.writerow(line)
     return out.getvalue()
+
+
+def _csv_rows(board: Leaderboard, row: Row) -> list[dict[str, object]]:
+    """A row's CSV lines: its ``mean_success`` and ``iqm`` (measured rows), then one per cell."""
+    common = {
+        "section": row.section, "rank": "" if row.rank is None else row.rank, "method": row.method,
+        "kind": row.kind, "model": row.model or "", "source": row.source or "", "budget_unit": "",
+        "protocol_mark": "", "eval_overlap": "", "overlap_mark": "", **dict.fromkeys(COMPUTE_FIELDS, ""),
+        "smoke_run": "1" if board.smoke_run else "",
+    }
+    lines = []
+    if row.section != "reported":
+        for metric, estimate, best in (("mean_success", row.mean_success_estimate, row.best_mean_success),
+                                       ("iqm", row.iqm, False)):
+            lines.append(common | _csv_estimate(estimate) | {"env_label": "", "metric": metric, "se": "",
+                                                             "n": row.envs_covered, "best": int(best),
+                                                             "budget": "", "protocol": ""})
+    columns = board.reported_columns if row.section == "reported" else board.columns
+    for column in columns:
+        cell = row.cells.get(column)
+        if cell is None:
+            continue
+        budget = board.budgets.get(column.env_label) if row.kind == "rl" else None
+        lines.append(common | {
+            "budget_unit": "" if budget is None else board.budget_units.get(column.env_label, "decisions"),
+            "protocol": row.protocols.get("" if row.section == "reported" else column.env_label, ""),
+            "protocol_mark": "" if row.section == "reported" else int(cell.protocol_mark),
+            **_csv_audit(row, column, cell),
+            "env_label": column.env_label, "metric": column.metric, "mean": _csv_float(cell.mean),
+            "se": _csv_float(cell.se), "n": "" if cell.n is None else cell.n, "best": int(cell.best),
+            "budget": "" if budget is None else budget, "ci_low": _csv_float(cell.low),
+            "ci_high": _csv_float(cell.high), "ci_over": cell.over or "",
+        })
+    return lines
 
 
 # LaTeX ------------------------------------------------------------------------------------------
@@ -611,47 +609,46 @@ def _tex_comparisons(board: Leaderboard) -> list[str]:
     return lines
 
 
+def _tex_measured(board: Leaderboard) -> list[str]:
+    """The measured table's notes, the table, its compute table and the mean-success comparisons."""
+    budget = _budget_line(board)
+    lines = [_tex_comment(budget)] if budget else []
+    lines += [_tex_comment(note) for note in _notes(board)]
+    body = [
+        [_rank(row), tex_escape(row.method), tex_escape(row.kind),
+         _tex_bold(tex_escape(_mean_success(board, row)), row.best_mean_success), tex_escape(_estimate(row.iqm))]
+        + [_tex_cell(row.cells.get(c)) for c in board.columns]
+        for row in board.rows
+    ]
+    lines += _tex_tabular(["Rank", "Method", "Kind", "Mean", "IQM"], board.columns, body)
+    lines += ["", f"% {_COMPUTE_TITLE}: {_COMPUTE_NOTE}"]
+    lines += _tex_tabular(["Method"], _compute_columns(board),
+                          [[tex_escape(row.method), *map(tex_escape, _compute_cells(board, row))]
+                           for row in board.rows])
+    return lines + _tex_comparisons(board)
+
+
+def _tex_reported(board: Leaderboard) -> list[str]:
+    lines = ["", _tex_comment(_REPORTED_TITLE)]
+    lines += [_tex_comment(f"{source.key}: {_one_line(source.citation, 400)}") for source in board.sources.values()]
+    if board.caveat:
+        lines.append(_tex_comment(_one_line(board.caveat, 1000)))
+    body = [
+        [tex_escape(row.method), tex_escape(row.model or ""), tex_escape(row.source or ""),
+         tex_escape(row.protocols.get("", ""))]
+        + [_tex_cell(row.cells.get(c)) for c in board.reported_columns]
+        for row in board.reported_rows
+    ]
+    return lines + _tex_tabular(["Method", "Model", "Source", "Protocol"], board.reported_columns, body)
+
+
 def to_latex(board: Leaderboard) -> str:
-    """Booktabs tabulars (needs ``\\usepackage{booktabs}``): measured, then reported."""
-    lines = [r"% Generated by `ptgpo leaderboard`; needs \usepackage{booktabs}."]
-    lines += [_tex_comment(SMOKE_NOTICE.upper())] if board.smoke_run else []
-    lines += [_tex_comment(text.replace("`", "")) for text in _LEGEND]
-    if board.rows:
-        budget = _budget_line(board)
-        if budget:
-            lines.append(_tex_comment(budget))
-        lines += [_tex_comment(note) for note in _notes(board)]
-        body = []
-        for row in board.rows:
-            body.append(
-                [
-                    _rank(row),
-                    tex_escape(row.method),
-                    tex_escape(row.kind),
-                    _tex_bold(tex_escape(_mean_success(board, row)), row.best_mean_success),
-                    tex_escape(_estimate(row.iqm)),
-                ]
-                + [_tex_cell(row.cells.get(c)) for c in board.columns]
-            )
-        lines += _tex_tabular(["Rank", "Method", "Kind", "Mean", "IQM"], board.columns, body)
-        lines += ["", f"% {_COMPUTE_TITLE}: {_COMPUTE_NOTE}"]
-        lines += _tex_tabular(["Method"], _compute_columns(board),
-                              [[tex_escape(row.method), *map(tex_escape, _compute_cells(board, row))]
-                               for row in board.rows])
-        lines += _tex_comparisons(board)
-    if board.reported_rows:
-        lines += ["", _tex_comment(_REPORTED_TITLE)]
-        lines += [_tex_comment(f"{source.key}: {_one_line(source.citation, 400)}") for source in board.sources.values()]
-        if board.caveat:
-            lines.append(_tex_comment(_one_line(board.caveat, 1000)))
-        body = [
-            [tex_escape(row.method), tex_escape(row.model or ""), tex_escape(row.source or ""),
-             tex_escape(row.protocols.get("", ""))]
-            + [_tex_cell(row.cells.get(c)) for c in board.reported_columns]
-            for row in board.reported_rows
-        ]
-        lines += _tex_tabular(["Method", "Model", "Source", "Protocol"], board.reported_columns, body)
-    return "\n".join(lines) + "\n"
+    """Booktabs tabulars (needs ``\\usepackage{booktabs}``): measured, then reported (the failed and
+    unreadable records are the other formats')."""
+    head = [r"% Generated by `ptgpo leaderboard`; needs \usepackage{booktabs}."]
+    head += [_tex_comment(SMOKE_NOTICE.upper())] if board.smoke_run else []
+    head += [_tex_comment(text.replace("`", "")) for text in _LEGEND]
+    return _walk(board, _Parts(head=head, measured=_tex_measured, reported=_tex_reported))
 
 
 # HTML -------------------------------------------------------------------------------------------
@@ -775,107 +772,89 @@ def _html_improvement(board: Leaderboard) -> list[str]:
     ]
 
 
+def _html_measured(board: Leaderboard) -> list[str]:
+    """The legend, the measured table, its compute table, the comparisons and the improvement matrix."""
+    parts = [f'<p class="note">{_esc(text.replace("`", ""))}</p>' for text in _LEGEND]
+    budget = _budget_line(board)
+    if budget:
+        parts.append(f'<p class="note">{_esc(budget)}</p>')
+    parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in _notes(board)]
+    header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [column_label(c, board.columns) for c in board.columns]
+    envs = len({c.env_label for c in board.columns})
+    rows = []
+    for row in board.rows:
+        rank_value = "" if row.rank is None else str(row.rank)
+        coverage = "" if row.envs_covered == envs else f' <span class="n">({row.envs_covered}/{envs} envs)</span>'
+        cells = [
+            f'<td data-value="{rank_value}">{_esc(_rank(row))}</td>',
+            _html_text(row.method),
+            _html_text(row.kind),
+            _html_estimate(row.mean_success_estimate, row.best_mean_success, suffix=coverage),
+            _html_estimate(row.iqm, False),
+        ] + [_html_cell(row.cells.get(c)) for c in board.columns]
+        rows.append((row.section, cells))
+    # The rank column holds numbers but is listed with the text columns so it is left-aligned.
+    parts += _html_table(header, rows, text_columns=3)
+    compute = _compute_columns(board)
+    parts += [f"<h2>{_esc(_COMPUTE_TITLE)}</h2>", f'<p class="note">{_esc(_COMPUTE_NOTE)}</p>']
+    parts += _html_table(
+        ["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
+        [(row.section, [_html_text(row.method)] + [
+            f'<td data-value="{text.replace(",", "") if text != "–" else ""}">{_esc(text)}</td>'
+            for text in _compute_cells(board, row)]) for row in board.rows],
+        text_columns=1,
+    )
+    return parts + _html_comparisons(board) + _html_improvement(board)
+
+
+def _html_reported(board: Leaderboard) -> list[str]:
+    """The reported table, its sources and its caveat."""
+    header = ["Method", "Model", "Source", "Protocol"] + [
+        column_label(c, board.reported_columns) for c in board.reported_columns
+    ]
+    rows = [
+        ("reported", [_html_text(row.method), _html_text(row.model or ""), _html_text(row.source or ""),
+                      _html_text(row.protocols.get("", ""))]
+         + [_html_cell(row.cells.get(c)) for c in board.reported_columns])
+        for row in board.reported_rows
+    ]
+    parts = [f"<h2>{_esc(_REPORTED_TITLE)}</h2>", *_html_table(header, rows, text_columns=4), "<ul>"]
+    for source in board.sources.values():
+        setup = f" Setup: {_esc(source.setup)}" if source.setup else ""
+        parts.append(f"<li><code>{_esc(source.key)}</code>: {_esc(source.citation)}.{setup}</li>")
+    parts.append("</ul>")
+    if board.caveat:
+        parts.append(f'<p class="note"><em>{_esc(board.caveat)}</em></p>')
+    return parts
+
+
+def _html_failed(board: Leaderboard) -> list[str]:
+    rows = [
+        ("failed", [_html_text(path.name), _html_text(r.method), _html_text(r.env_label),
+                    f'<td data-value="{r.seed}">{r.seed}</td>', _html_text(_one_line(r.error or ""))])
+        for path, r in board.failed
+    ]
+    return ["<h2>Failed runs (not averaged)</h2>",
+            *_html_table(["File", "Method", "Env", "Seed", "Error"], rows, text_columns=3)]
+
+
 def to_html(board: Leaderboard, images: Sequence[str] = ()) -> str:
     """A page with inline CSS and JS (click a header to sort); ``images`` are file names in the
-    page's own folder (the plots written with it), shown below the tables."""
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        '<head><meta charset="utf-8"><title>PTGPO leaderboard</title>',
-        f"<style>{_STYLE}</style></head>",
-        "<body>",
-        "<h1>Leaderboard</h1>",
-    ] + ([f'<p class="smoke"><strong>{_esc(SMOKE_NOTICE)}</strong></p>'] if board.smoke_run else [])
-    if board.rows:
-        parts += [f'<p class="note">{_esc(text.replace("`", ""))}</p>' for text in _LEGEND]
-        budget = _budget_line(board)
-        if budget:
-            parts.append(f'<p class="note">{_esc(budget)}</p>')
-        parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in _notes(board)]
-        header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [
-            column_label(c, board.columns) for c in board.columns
-        ]
-        envs = len({c.env_label for c in board.columns})
-        rows = []
-        for row in board.rows:
-            rank_value = "" if row.rank is None else str(row.rank)
-            coverage = (
-                ""
-                if row.envs_covered == envs
-                else f' <span class="n">({row.envs_covered}/{envs} envs)</span>'
-            )
-            cells = [
-                f'<td data-value="{rank_value}">{_esc(_rank(row))}</td>',
-                _html_text(row.method),
-                _html_text(row.kind),
-                _html_estimate(row.mean_success_estimate, row.best_mean_success, suffix=coverage),
-                _html_estimate(row.iqm, False),
-            ] + [_html_cell(row.cells.get(c)) for c in board.columns]
-            rows.append((row.section, cells))
-        # The rank column holds numbers but is listed with the text columns so it is left-aligned.
-        parts += _html_table(header, rows, text_columns=3)
-        compute = _compute_columns(board)
-        parts += [f"<h2>{_esc(_COMPUTE_TITLE)}</h2>", f'<p class="note">{_esc(_COMPUTE_NOTE)}</p>']
-        parts += _html_table(
-            ["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
-            [(row.section, [_html_text(row.method)] + [
-                f'<td data-value="{text.replace(",", "") if text != "–" else ""}">{_esc(text)}</td>'
-                for text in _compute_cells(board, row)]) for row in board.rows],
-            text_columns=1,
-        )
-        parts += _html_comparisons(board)
-        parts += _html_improvement(board)
-    else:
-        parts.append("<p>No measured results.</p>")
-    if images:
-        parts.append("<h2>Plots</h2>")
-        parts += [
-            f'<figure><img src="{_esc(name)}" alt="{_esc(name)}"><figcaption>{_esc(name)}</figcaption></figure>'
-            for name in images
-        ]
-    if board.reported_rows:
-        parts.append(f"<h2>{_esc(_REPORTED_TITLE)}</h2>")
-        header = ["Method", "Model", "Source", "Protocol"] + [
-            column_label(c, board.reported_columns) for c in board.reported_columns
-        ]
-        rows = [
-            (
-                "reported",
-                [_html_text(row.method), _html_text(row.model or ""), _html_text(row.source or ""),
-                 _html_text(row.protocols.get("", ""))]
-                + [_html_cell(row.cells.get(c)) for c in board.reported_columns],
-            )
-            for row in board.reported_rows
-        ]
-        parts += _html_table(header, rows, text_columns=4)
-        parts.append("<ul>")
-        for source in board.sources.values():
-            setup = f" Setup: {_esc(source.setup)}" if source.setup else ""
-            parts.append(f"<li><code>{_esc(source.key)}</code>: {_esc(source.citation)}.{setup}</li>")
-        parts.append("</ul>")
-        if board.caveat:
-            parts.append(f'<p class="note"><em>{_esc(board.caveat)}</em></p>')
-    if board.failed:
-        parts.append("<h2>Failed runs (not averaged)</h2>")
-        rows = [
-            (
-                "failed",
-                [
-                    _html_text(path.name),
-                    _html_text(r.method),
-                    _html_text(r.env_label),
-                    f'<td data-value="{r.seed}">{r.seed}</td>',
-                    _html_text(_one_line(r.error or "")),
-                ],
-            )
-            for path, r in board.failed
-        ]
-        parts += _html_table(["File", "Method", "Env", "Seed", "Error"], rows, text_columns=3)
-    if board.problems:
-        parts.append("<h2>Unreadable files (skipped)</h2>")
-        parts.append("<ul>" + "".join(f"<li><code>{_esc(p)}</code></li>" for p in board.problems) + "</ul>")
-    parts += [f"<script>{_SCRIPT}</script>", "</body>", "</html>"]
-    return "\n".join(parts) + "\n"
+    page's own folder (the plots written with it), shown below the measured tables."""
+    head = ["<!DOCTYPE html>", '<html lang="en">', '<head><meta charset="utf-8"><title>PTGPO leaderboard</title>',
+            f"<style>{_STYLE}</style></head>", "<body>", "<h1>Leaderboard</h1>"]
+    head += [f'<p class="smoke"><strong>{_esc(SMOKE_NOTICE)}</strong></p>'] if board.smoke_run else []
+    plots = ["<h2>Plots</h2>"] + [
+        f'<figure><img src="{_esc(name)}" alt="{_esc(name)}"><figcaption>{_esc(name)}</figcaption></figure>'
+        for name in images
+    ] if images else []
+    return _walk(board, _Parts(
+        head=head, measured=_html_measured, no_measured=["<p>No measured results.</p>"], after_measured=plots,
+        reported=_html_reported, failed=_html_failed,
+        problems=lambda board: ["<h2>Unreadable files (skipped)</h2>",
+                                "<ul>" + "".join(f"<li><code>{_esc(p)}</code></li>" for p in board.problems) + "</ul>"],
+        tail=[f"<script>{_SCRIPT}</script>", "</body>", "</html>"],
+    ))
 
 
 # Files ------------------------------------------------------------------------------------------

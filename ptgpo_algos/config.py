@@ -13,10 +13,12 @@ one style (:mod:`ptgpo_algos.validation`)::
     run          when to stop, checkpoints, logs, the seed and the output folder
     env_workers  where environments step: in this process, or in worker processes
 
-``TrainConfig.from_dict`` (and ``from_yaml``) take the sections as mappings, dotted keys
-(``"optim.lr": 1e-3``) and flat field names (``learning_rate: 1e-3``), which map onto the sections
-(:data:`FLAT_KEYS`), so a flat config file and a run folder's saved ``config.json`` load alike. An
-older config's ``hindsight`` section is read as the ``hindsight`` objective
+``TrainConfig.from_dict`` (and ``from_yaml``) take the sections as mappings and dotted keys
+(``"optim.lr": 1e-3``). Older config files and run folders spell fields by flat names
+(``learning_rate: 1e-3``); they are read too (:data:`FLAT_KEYS`), so every saved config loads. A
+field's flat name is its own name unless its metadata names an older one (``flat="learning_rate"``);
+fields newer than flat files have none. Messages name a field by its path and flat name
+(:func:`label`). An older config's ``hindsight`` section is read as the ``hindsight`` objective
 (``algorithm.objectives``), with the same keys.
 Defaults that depend on other fields are resolved once, when the config is built: the tiny model
 trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL, evaluated sampled at 0.4; a
@@ -29,6 +31,13 @@ text included.
 
 Each field's ``metadata`` carries its help text, its flat name and, for the common ones, its command
 line flag: ``ptgpo train``'s options are generated from it (:func:`cli_fields`).
+
+Building a config checks nothing of the machine (a model folder that exists, an optional package, a
+writable run folder): a config written on one machine builds on another, and
+:mod:`ptgpo_algos.preflight` checks the machine when a run starts. The one file it reads is a prompt
+template given by path, whose text the config keeps. The components' registries are
+read (an estimator's name and keys, a loss, the objectives, a recipe), since their rules convert the
+values the config keeps; none of those modules imports this one back.
 """
 
 from __future__ import annotations
@@ -40,7 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import yaml
+
+from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
+from ptgpo_algos.advantages.config import validate_config
 from ptgpo_algos.patr import PatrConfig
+from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
+from ptgpo_algos.policy.recipes import load_recipe, recipe_names
+from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
+from ptgpo_algos.policy.tiny import TinyModelSpec
+from ptgpo_algos.rollout import BRANCH_STRATEGIES
+from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (
     check_bool,
     check_choice,
@@ -52,12 +71,14 @@ from ptgpo_algos.validation import (
     numbers_as_floats,
     unknown_keys,
 )
+from ptgpo_algos.yaml_safe import load_yaml
+from ptgpo_envs import check_env_id
 
 __all__ = [
     "EVAL_SEED_BASE", "FLAT_KEYS", "MAX_SEED", "RESUMABLE_FIELDS", "SECTIONS", "AlgorithmConfig", "CliField",
     "EnvConfig", "EnvWorkersConfig", "EvaluationConfig", "OptimConfig", "PolicyConfig",
-    "RolloutsConfig", "RunConfig", "TrainConfig", "cli_fields", "default_evaluation_temperature", "key_paths",
-    "merge_overrides",
+    "RolloutsConfig", "RunConfig", "TrainConfig", "cli_fields", "default_evaluation_temperature", "flat_name",
+    "key_paths", "label", "merge_overrides",
 ]
 
 #: Evaluation seeds start here by default; training seeds are drawn below it, so they never overlap.
@@ -75,9 +96,10 @@ RESUMABLE_FIELDS = frozenset({"run.iterations", "run.total_decisions", "run.time
                               "run.out_dir", "run.keep_checkpoint", "run.keep_final_model"})
 
 
-def _field(default: Any = None, help: str = "", *, flat: str | None = None, flag: str | None = None,
+def _field(default: Any = None, help: str = "", *, flat: str | bool = True, flag: str | None = None,
            factory: Any = None) -> Any:
-    """A section field with its help text, its flat (legacy) name and its command-line flag."""
+    """A section field with its help text, its command-line flag and the name flat config files spell
+    it by (``True``: its own name; a string: an older name; ``False``: none, the field came later)."""
     metadata = {"help": help, "flat": flat, "flag": flag}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
@@ -104,31 +126,28 @@ class EnvConfig:
     kwargs: dict[str, Any] = _field(help="the environment's keyword arguments", flat="env_kwargs", factory=dict)
     eval_kwargs: dict[str, Any] = _field(help="keywords that override kwargs in evaluation",
                                          flat="eval_env_kwargs", factory=dict)
-    max_steps: int | None = _field(None, "episode horizon (default: the environment's)", flat="max_steps")
-    train_seeds: tuple[int, int] = _field((0, EVAL_SEED_BASE), "[start, stop) of the training task seeds",
-                                          flat="train_seeds")
+    max_steps: int | None = _field(None, "episode horizon (default: the environment's)")
+    train_seeds: tuple[int, int] = _field((0, EVAL_SEED_BASE), "[start, stop) of the training task seeds")
     held_out: float | None = _field(None, "share of start layouts kept for evaluation: a training seed whose "
-                                    "layout falls there is redrawn (none: train on every layout)", flat="held_out")
+                                    "layout falls there is redrawn (none: train on every layout)")
 
     def __post_init__(self) -> None:
-        from ptgpo_envs import check_env_id
-
-        check_string("env.id", self.id)
-        check_env_id(self.id, "env.id (env_id)")
-        object.__setattr__(self, "kwargs", check_mapping("env.kwargs (env_kwargs)", self.kwargs))
-        object.__setattr__(self, "eval_kwargs", check_mapping("env.eval_kwargs (eval_env_kwargs)", self.eval_kwargs))
+        check_string(label("env.id"), self.id)
+        check_env_id(self.id, label("env.id"))
+        object.__setattr__(self, "kwargs", check_mapping(label("env.kwargs"), self.kwargs))
+        object.__setattr__(self, "eval_kwargs", check_mapping(label("env.eval_kwargs"), self.eval_kwargs))
         if self.max_steps is not None:
-            check_int("env.max_steps", self.max_steps, 1, MAX_STEPS)
+            check_int(label("env.max_steps"), self.max_steps, 1, MAX_STEPS)
         seeds = self.train_seeds
         if isinstance(seeds, list):
             seeds = tuple(seeds)
         if (not isinstance(seeds, tuple) or len(seeds) != 2
                 or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
                 or not 0 <= seeds[0] < seeds[1]):
-            raise ValueError(f"env.train_seeds (train_seeds): give [start, stop) with 0 <= start < stop, got {seeds!r}")
+            raise ValueError(f"{label('env.train_seeds')}: give [start, stop) with 0 <= start < stop, got {seeds!r}")
         object.__setattr__(self, "train_seeds", seeds)
         if self.held_out is not None:
-            check_number("env.held_out (held_out)", self.held_out, 0.0, 1.0, exclusive_low=True)
+            check_number(label("env.held_out"), self.held_out, 0.0, 1.0, exclusive_low=True)
 
     @property
     def evaluation_kwargs(self) -> dict[str, Any]:
@@ -143,36 +162,36 @@ class AlgorithmConfig:
     name: str = _field("gigpo", "advantage estimator, e.g. grpo, rloo, gigpo, hgpo, ptgpo", flat="algo", flag="algo")
     config: dict[str, Any] = _field(help="the estimator's keys (gamma, norm, omega...)", flat="algo_config",
                                     factory=dict)
-    loss: str = _field("ppo-clip", "policy loss, by name", flat="loss")
+    loss: str = _field("ppo-clip", "policy loss, by name")
     loss_config: dict[str, Any] = _field(help="the policy loss's own keys (clip_ratio and clip_ratio_c are optim's)",
-                                         factory=dict)
+                                         flat=False, factory=dict)
     loss_agg: str = _field("token-mean", "token-mean (every action unit counts once) or trajectory-mean "
-                           "(every trajectory counts once)", flat="loss_agg")
+                           "(every trajectory counts once)")
     placebo: bool = _field(False, "a negative control: the estimator's advantages randomly permuted over the "
-                           "batch's steps each iteration (the same magnitudes, no information)", flat="placebo")
+                           "batch's steps each iteration (the same magnitudes, no information)")
     objectives: list[dict[str, Any]] = _field(help="auxiliary objectives beside the RL loss, each with its weight "
                                               "and keys, e.g. [{name: isdpo, weight: 1.0}] (isdpo, seed, mcgpo)",
-                                              flat="objectives", factory=list)
+                                              factory=list)
 
     def __post_init__(self) -> None:
-        from ptgpo_algos.advantages import ESTIMATORS
-        from ptgpo_algos.advantages.config import validate_config
+        # The losses and objectives import torch: imported here, they load only when a config is built,
+        # not with every module that names TrainConfig (the leaderboard, the CLI's help).
         from ptgpo_algos.losses import LOSS_AGGREGATIONS, LOSSES
         from ptgpo_algos.objectives import validate_objectives
 
-        object.__setattr__(self, "name", check_registered("algorithm.name (algo)", self.name, ESTIMATORS))
-        config = check_mapping("algorithm.config (algo_config)", self.config)
+        object.__setattr__(self, "name", check_registered(label("algorithm.name"), self.name, ESTIMATORS))
+        config = check_mapping(label("algorithm.config"), self.config)
         try:
             checked = validate_config(ESTIMATORS.get(self.name), config)
         except ValueError as error:
-            raise ValueError(f"algorithm.config (algo_config): {error}") from None
+            raise ValueError(f"{label('algorithm.config')}: {error}") from None
         # The keys given, as their rules convert them (a YAML "1e-3" is a number).
         object.__setattr__(self, "config", {key: checked[key] for key in config})
-        object.__setattr__(self, "loss", check_registered("algorithm.loss", self.loss, LOSSES))
+        object.__setattr__(self, "loss", check_registered(label("algorithm.loss"), self.loss, LOSSES))
         object.__setattr__(self, "loss_config", _loss_config(self.loss, self.loss_config))
-        check_bool("algorithm.placebo (placebo)", self.placebo)
-        check_choice("algorithm.loss_agg (loss_agg)", self.loss_agg, LOSS_AGGREGATIONS)
-        object.__setattr__(self, "objectives", validate_objectives("algorithm.objectives (objectives)",
+        check_bool(label("algorithm.placebo"), self.placebo)
+        check_choice(label("algorithm.loss_agg"), self.loss_agg, LOSS_AGGREGATIONS)
+        object.__setattr__(self, "objectives", validate_objectives(label("algorithm.objectives"),
                                                                    self.objectives))
 
 
@@ -180,7 +199,7 @@ def _loss_config(loss: str, given: Any) -> dict[str, Any]:
     """The policy loss's own keys as given, each converted by its rule (a YAML "1e-3" is a number)."""
     from ptgpo_algos.losses import COMMON_LOSS_KEYS, get_loss
 
-    where = "algorithm.loss_config"
+    where = label("algorithm.loss_config")
     config = check_mapping(where, given)
     common = sorted(set(config) & set(COMMON_LOSS_KEYS))
     if common:
@@ -189,7 +208,7 @@ def _loss_config(loss: str, given: Any) -> dict[str, Any]:
     try:
         spec = get_loss(loss)
     except ValueError as error:  # a function registered without following the loss protocol
-        raise ValueError(f"algorithm.loss: {error}") from None
+        raise ValueError(f"{label('algorithm.loss')}: {error}") from None
     try:
         checked = spec.keywords({key: None for key in COMMON_LOSS_KEYS}, config)
     except ValueError as error:
@@ -201,79 +220,69 @@ def _loss_config(loss: str, given: Any) -> dict[str, Any]:
 class PolicyConfig:
     """The model and how it acts (:mod:`ptgpo_algos.policy`)."""
 
-    model: str = _field("tiny", "'tiny' (built locally) or a model folder / hub name", flat="model", flag="model")
-    tiny: dict[str, Any] = _field(help="the tiny model's spec (TinyModelSpec fields)", flat="tiny", factory=dict)
-    mode: str = _field("choose", "choose (score admissible actions) or generate (ReAct text)", flat="mode",
+    model: str = _field("tiny", "'tiny' (built locally) or a model folder / hub name", flag="model")
+    tiny: dict[str, Any] = _field(help="the tiny model's spec (TinyModelSpec fields)", factory=dict)
+    mode: str = _field("choose", "choose (score admissible actions) or generate (ReAct text)",
                        flag="mode")
-    score: str = _field("mean", "choose mode: a candidate's mean or summed token log-probability", flat="score")
-    temperature: float = _field(1.0, "sampling temperature of rollouts", flat="temperature")
-    history_length: int = _field(2, "earlier observation/action pairs in the prompt", flat="history_length")
-    max_prompt_tokens: int = _field(1024, "prompt budget in tokens", flat="max_prompt_tokens")
-    max_new_tokens: int = _field(128, "generate mode: response budget in tokens", flat="max_new_tokens")
-    device: str = _field("auto", "auto, cpu, cuda or cuda:N", flat="device")
+    score: str = _field("mean", "choose mode: a candidate's mean or summed token log-probability")
+    temperature: float = _field(1.0, "sampling temperature of rollouts")
+    history_length: int = _field(2, "earlier observation/action pairs in the prompt")
+    max_prompt_tokens: int = _field(1024, "prompt budget in tokens")
+    max_new_tokens: int = _field(128, "generate mode: response budget in tokens")
+    device: str = _field("auto", "auto, cpu, cuda or cuda:N")
     dtype: str = _field("auto", "compute dtype: auto (bf16 on GPUs, fp32 on CPUs), float32 or bfloat16; trainable "
                         "weights and the optimiser are float32 always, frozen weights (a LoRA base, the KL "
-                        "reference) at this dtype on GPUs, and CPUs compute in float32", flat="dtype")
-    gradient_checkpointing: bool | None = _field(None, "None: on for pretrained models on GPUs",
-                                                 flat="gradient_checkpointing")
+                        "reference) at this dtype on GPUs, and CPUs compute in float32")
+    gradient_checkpointing: bool | None = _field(None, "None: on for pretrained models on GPUs")
     lora: dict[str, Any] | None = _field(None, "LoRA adapters (r, alpha, dropout, target_modules); None: full "
-                                         "fine-tuning", flat="lora")
+                                         "fine-tuning")
     recipe: str | None = _field(None, "a published protocol as defaults and prompts (verl-agent); settings given "
-                                "explicitly override it", flat="recipe", flag="recipe")
+                                "explicitly override it", flag="recipe")
     prompt_template: dict[str, str] | None = _field(None, "a prompt template file (YAML) instead of PTGPO's prompt; "
-                                                    "the config keeps its text", flat="prompt_template",
+                                                    "the config keeps its text",
                                                     flag="prompt-template")
-    require_think: bool = _field(False, "generate mode: a response without <think>...</think> is an invalid step",
-                                 flat="require_think")
+    require_think: bool = _field(False, "generate mode: a response without <think>...</think> is an invalid step")
     min_new_tokens: int = _field(0, "generate mode: no response ends before this many tokens (fixed-length "
-                                 "benchmarks; 0: any length)", flat="min_new_tokens")
+                                 "benchmarks; 0: any length)")
     logprob_chunk: int = _field(512, "response positions sent through the output layer at a time when scoring "
-                                "(memory: about 4 x chunk x vocabulary floats)", flat="logprob_chunk")
+                                "(memory: about 4 x chunk x vocabulary floats)")
 
     def __post_init__(self) -> None:
-        from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
-
-        _check_model(self.model)
-        object.__setattr__(self, "tiny", check_mapping("policy.tiny (tiny)", self.tiny))
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"{label('policy.model')}: give 'tiny', a local model folder or a hub name, got "
+                             f"{self.model!r}")
+        object.__setattr__(self, "tiny", check_mapping(label("policy.tiny"), self.tiny))
         if self.is_tiny:
-            from ptgpo_algos.policy.tiny import TinyModelSpec
-
-            unknown_keys("policy.tiny (tiny)", self.tiny, TinyModelSpec.FIELDS)
+            unknown_keys(label("policy.tiny"), self.tiny, TinyModelSpec.FIELDS)
             TinyModelSpec(**self.tiny)
-        check_choice("policy.mode (mode)", self.mode, ACTION_MODES)
-        check_choice("policy.score (score)", self.score, SCORE_MODES)
-        check_number("policy.temperature (temperature)", self.temperature, 0.0, exclusive_low=True)
-        check_int("policy.history_length (history_length)", self.history_length, 0)
-        check_int("policy.max_prompt_tokens (max_prompt_tokens)", self.max_prompt_tokens, 1)
-        check_int("policy.max_new_tokens (max_new_tokens)", self.max_new_tokens, 1)
+        check_choice(label("policy.mode"), self.mode, ACTION_MODES)
+        check_choice(label("policy.score"), self.score, SCORE_MODES)
+        check_number(label("policy.temperature"), self.temperature, 0.0, exclusive_low=True)
+        check_int(label("policy.history_length"), self.history_length, 0)
+        check_int(label("policy.max_prompt_tokens"), self.max_prompt_tokens, 1)
+        check_int(label("policy.max_new_tokens"), self.max_new_tokens, 1)
         if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
-            raise ValueError(f"policy.device (device): expected auto, cpu, cuda or cuda:N, got {self.device!r}")
+            raise ValueError(f"{label('policy.device')}: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype == "float16":
-            raise ValueError("policy.dtype (dtype): float16 trains only under loss scaling, which the trainer does "
+            raise ValueError(f"{label('policy.dtype')}: float16 trains only under loss scaling, which the trainer does "
                              "not do; use bfloat16 (GPUs since Ampere) or float32")
-        check_choice("policy.dtype (dtype)", self.dtype, ("auto", "float32", "bfloat16"))
-        check_int("policy.min_new_tokens (min_new_tokens)", self.min_new_tokens, 0, self.max_new_tokens,
+        check_choice(label("policy.dtype"), self.dtype, ("auto", "float32", "bfloat16"))
+        check_int(label("policy.min_new_tokens"), self.min_new_tokens, 0, self.max_new_tokens,
                   hint="at most max_new_tokens")
-        check_int("policy.logprob_chunk (logprob_chunk)", self.logprob_chunk, 1)
+        check_int(label("policy.logprob_chunk"), self.logprob_chunk, 1)
         if self.gradient_checkpointing is not None:
-            check_bool("policy.gradient_checkpointing (gradient_checkpointing)", self.gradient_checkpointing)
+            check_bool(label("policy.gradient_checkpointing"), self.gradient_checkpointing)
         if self.lora is not None:
-            object.__setattr__(self, "lora", check_mapping("policy.lora (lora)", self.lora))
-            import importlib.util
-
-            if importlib.util.find_spec("peft") is None:
-                raise ValueError("policy.lora (lora): needs the peft package; pip install 'ptgpo[lora]'")
+            object.__setattr__(self, "lora", check_mapping(label("policy.lora"), self.lora))
             targets = self.lora.get("target_modules", "all-linear")
             if "lm_head" in ([targets] if isinstance(targets, str) else list(targets)):
-                raise ValueError("policy.lora (lora): adapters on lm_head are not supported (scores go through the "
-                                 "output layer's weight directly); leave lm_head out of target_modules")
+                raise ValueError(f"{label('policy.lora')}: adapters on lm_head are not supported (scores go through "
+                                 "the output layer's weight directly); leave lm_head out of target_modules")
         if self.recipe is not None:
-            from ptgpo_algos.policy.recipes import recipe_names
-
-            check_choice("policy.recipe (recipe)", self.recipe, recipe_names())
+            check_choice(label("policy.recipe"), self.recipe, recipe_names())
         if self.prompt_template is not None:
             object.__setattr__(self, "prompt_template", _prompt_template(self.prompt_template))
-        check_bool("policy.require_think (require_think)", self.require_think)
+        check_bool(label("policy.require_think"), self.require_think)
 
     @property
     def is_tiny(self) -> bool:
@@ -286,55 +295,51 @@ class RolloutsConfig:
     """How one iteration's rollouts are collected (:mod:`ptgpo_algos.rollout`)."""
 
     backend: str = _field("transformers", "rollout backend: transformers or vllm", flat="rollout_backend")
-    vllm: dict[str, Any] = _field(help="vLLM engine arguments", flat="vllm", factory=dict)
+    vllm: dict[str, Any] = _field(help="vLLM engine arguments", factory=dict)
     sync_tolerance: float | None = _field(None, "after a weight sync, the largest mean |difference| between the "
                                           "engine's log-probabilities of its own sampled tokens and the trainer's "
                                           "(None: 4 x the noise floor measured before the first update, at "
-                                          "least 1e-3)", flat="sync_tolerance")
+                                          "least 1e-3)")
     sync_bucket_mib: int = _field(1024, "weight sync: MiB of weights per message to the rollout engine (a "
-                                  "message may not exceed 4 GiB)", flat="sync_bucket_mib")
+                                  "message may not exceed 4 GiB)")
     strategy: str | None = _field(None, "linear, tree or patr (default: tree for ptgpo, linear otherwise)",
                                   flat="rollout", flag="rollout")
-    group_size: int = _field(8, "rollouts per task", flat="group_size", flag="group-size")
+    group_size: int = _field(8, "rollouts per task", flag="group-size")
     initial_rollouts: int | None = _field(None, "tree: independent rollouts before branching (default: half "
-                                          "the group)", flat="initial_rollouts")
-    branch: str = _field("uniform", "tree: where to branch (uniform, entropy, novel)", flat="branch")
+                                          "the group)")
+    branch: str = _field("uniform", "tree: where to branch (uniform, entropy, novel)")
     patr: PatrConfig = _field(help="patr: PATR's settings (ptgpo_algos.patr.PatrConfig: initial_branches, "
                                   "children, top_k, every, alpha, repeat_limit, max_leaves, pruned_reward, scorer, "
                                   "judge, lam); its groups are its leaves, so group_size and initial_rollouts do "
-                                  "not apply", flat="patr", factory=PatrConfig)
-    tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flat="tasks_per_iteration", flag="tasks")
+                                  "not apply", factory=PatrConfig)
+    tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
                                 flag="async-rollouts")
 
     def __post_init__(self) -> None:
-        from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
-        from ptgpo_algos.rollout import BRANCH_STRATEGIES
-        from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
-
-        check_registered("rollouts.backend (rollout_backend)", self.backend, ROLLOUT_BACKENDS)
-        object.__setattr__(self, "vllm", check_mapping("rollouts.vllm (vllm)", self.vllm))
+        check_string(label("rollouts.backend"), self.backend)
+        object.__setattr__(self, "vllm", check_mapping(label("rollouts.vllm"), self.vllm))
         if self.sync_tolerance is not None:
-            check_number("rollouts.sync_tolerance (sync_tolerance)", self.sync_tolerance, 0.0, exclusive_low=True)
-        check_int("rollouts.sync_bucket_mib (sync_bucket_mib)", self.sync_bucket_mib, 1, 4095,
+            check_number(label("rollouts.sync_tolerance"), self.sync_tolerance, 0.0, exclusive_low=True)
+        check_int(label("rollouts.sync_bucket_mib"), self.sync_bucket_mib, 1, 4095,
                   hint="vLLM refuses a message of 4 GiB or more")
         if self.strategy is not None:
-            check_choice("rollouts.strategy (rollout)", self.strategy, tuple(ROLLOUT_STRATEGIES))
-        check_int("rollouts.group_size (group_size)", self.group_size, 2, MAX_EPISODES_PER_ITERATION,
+            check_choice(label("rollouts.strategy"), self.strategy, tuple(ROLLOUT_STRATEGIES))
+        check_int(label("rollouts.group_size"), self.group_size, 2, MAX_EPISODES_PER_ITERATION,
                   hint="group methods compare at least two rollouts of a task")
         if self.initial_rollouts is not None:
-            check_int("rollouts.initial_rollouts (initial_rollouts)", self.initial_rollouts, 1, self.group_size)
-        check_choice("rollouts.branch (branch)", self.branch, BRANCH_STRATEGIES)
+            check_int(label("rollouts.initial_rollouts"), self.initial_rollouts, 1, self.group_size)
+        check_choice(label("rollouts.branch"), self.branch, BRANCH_STRATEGIES)
         if not isinstance(self.patr, PatrConfig):
             object.__setattr__(self, "patr", PatrConfig.from_mapping(self.patr))
-        check_int("rollouts.tasks_per_iteration (tasks_per_iteration)", self.tasks_per_iteration, 1,
+        check_int(label("rollouts.tasks_per_iteration"), self.tasks_per_iteration, 1,
                   MAX_EPISODES_PER_ITERATION // self.group_size,
                   hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
                        "iteration")
-        check_bool("rollouts.asynchronous (async_rollouts)", self.asynchronous)
+        check_bool(label("rollouts.asynchronous"), self.asynchronous)
         if self.asynchronous and self.backend != "transformers":
-            raise ValueError("rollouts.asynchronous (async_rollouts): the rollout worker runs a transformers copy of "
+            raise ValueError(f"{label('rollouts.asynchronous')}: the rollout worker runs a transformers copy of "
                              f"the policy; with backend {self.backend!r} set it to false")
 
 
@@ -343,56 +348,51 @@ class OptimConfig:
     """The PPO update (:mod:`ptgpo_algos.update`). ``None`` values take the model's defaults."""
 
     lr: float | None = _field(None, "learning rate [5e-4 tiny, 1e-6 pretrained]", flat="learning_rate", flag="lr")
-    weight_decay: float = _field(0.0, "AdamW weight decay", flat="weight_decay")
-    clip_ratio: float = _field(0.2, "PPO clip range", flat="clip_ratio")
-    kl_coef: float | None = _field(None, "low-variance KL to the initial policy [0 tiny, 0.01 pretrained]",
-                                   flat="kl_coef")
-    entropy_coef: float = _field(0.0, "entropy bonus", flat="entropy_coef")
-    max_grad_norm: float = _field(1.0, "gradient clipping norm", flat="max_grad_norm")
+    weight_decay: float = _field(0.0, "AdamW weight decay")
+    clip_ratio: float = _field(0.2, "PPO clip range")
+    kl_coef: float | None = _field(None, "low-variance KL to the initial policy [0 tiny, 0.01 pretrained]")
+    entropy_coef: float = _field(0.0, "entropy bonus")
+    max_grad_norm: float = _field(1.0, "gradient clipping norm")
     epochs: int | None = _field(None, "PPO passes over each batch [2 tiny, 1 pretrained]", flat="ppo_epochs")
-    minibatch_size: int | None = _field(None, "steps per mini-batch [512 tiny, 64 pretrained]",
-                                        flat="minibatch_size")
+    minibatch_size: int | None = _field(None, "steps per mini-batch [512 tiny, 64 pretrained]")
     micro_batch_size: int | None = _field(None, "steps per forward/backward pass; a mini-batch's micro-batches "
-                                          "accumulate one gradient (None: the whole mini-batch at once)",
-                                          flat="micro_batch_size")
+                                          "accumulate one gradient (None: the whole mini-batch at once)")
     clip_ratio_c: float | None = _field(3.0, "dual clip: a negative advantage's unit loss is at most "
-                                        "clip_ratio_c x |A| (> 1; null: off)", flat="clip_ratio_c")
+                                        "clip_ratio_c x |A| (> 1; null: off)")
     old_logprobs: str = _field("auto", "pi_old in the PPO ratio: recompute (the trainer scores the batch without "
                                "gradients before the update, as verl does), rollout (the log-probabilities "
                                "recorded at rollout time) or auto (recompute, unless the trainer itself played "
-                               "the rollouts with these weights in float32: then they are its own already)",
-                               flat="old_logprobs")
+                               "the rollouts with these weights in float32: then they are its own already)")
     tis_cap: float | None = _field(None, "truncated importance sampling between the rollout engine and the "
                                    "trainer: weigh each unit by min(pi_trainer / pi_engine, tis_cap) (not with "
-                                   "old_logprobs: rollout; null: off)", flat="tis_cap")
+                                   "old_logprobs: rollout; null: off)")
     activation_offload: bool = _field(False, "keep the activations saved for the backward in CPU memory "
-                                      "(pinned) instead of on the GPU: slower, less GPU memory",
-                                      flat="activation_offload")
+                                      "(pinned) instead of on the GPU: slower, less GPU memory")
 
     def __post_init__(self) -> None:
         if self.lr is not None:
-            check_number("optim.lr (learning_rate)", self.lr, 0.0, 1.0, exclusive_low=True)
-        check_number("optim.weight_decay (weight_decay)", self.weight_decay, 0.0)
-        check_number("optim.clip_ratio (clip_ratio)", self.clip_ratio, 0.0, 1.0, exclusive_low=True)
+            check_number(label("optim.lr"), self.lr, 0.0, 1.0, exclusive_low=True)
+        check_number(label("optim.weight_decay"), self.weight_decay, 0.0)
+        check_number(label("optim.clip_ratio"), self.clip_ratio, 0.0, 1.0, exclusive_low=True)
         if self.kl_coef is not None:
-            check_number("optim.kl_coef (kl_coef)", self.kl_coef, 0.0)
-        check_number("optim.entropy_coef (entropy_coef)", self.entropy_coef, 0.0)
-        check_number("optim.max_grad_norm (max_grad_norm)", self.max_grad_norm, 0.0, exclusive_low=True)
+            check_number(label("optim.kl_coef"), self.kl_coef, 0.0)
+        check_number(label("optim.entropy_coef"), self.entropy_coef, 0.0)
+        check_number(label("optim.max_grad_norm"), self.max_grad_norm, 0.0, exclusive_low=True)
         if self.epochs is not None:
-            check_int("optim.epochs (ppo_epochs)", self.epochs, 1)
+            check_int(label("optim.epochs"), self.epochs, 1)
         if self.minibatch_size is not None:
-            check_int("optim.minibatch_size (minibatch_size)", self.minibatch_size, 1)
+            check_int(label("optim.minibatch_size"), self.minibatch_size, 1)
         if self.micro_batch_size is not None:
-            check_int("optim.micro_batch_size (micro_batch_size)", self.micro_batch_size, 1)
+            check_int(label("optim.micro_batch_size"), self.micro_batch_size, 1)
         if self.clip_ratio_c is not None:
-            check_number("optim.clip_ratio_c (clip_ratio_c)", self.clip_ratio_c, 1.0, exclusive_low=True)
-        check_choice("optim.old_logprobs (old_logprobs)", self.old_logprobs, ("auto", "recompute", "rollout"))
+            check_number(label("optim.clip_ratio_c"), self.clip_ratio_c, 1.0, exclusive_low=True)
+        check_choice(label("optim.old_logprobs"), self.old_logprobs, ("auto", "recompute", "rollout"))
         if self.tis_cap is not None:
-            check_number("optim.tis_cap (tis_cap)", self.tis_cap, 1.0)
+            check_number(label("optim.tis_cap"), self.tis_cap, 1.0)
             if self.old_logprobs == "rollout":
-                raise ValueError("optim.tis_cap (tis_cap): truncated importance sampling weighs the trainer's "
+                raise ValueError(f"{label('optim.tis_cap')}: truncated importance sampling weighs the trainer's "
                                  "pi_old against the engine's; set old_logprobs: recompute, or tis_cap: null")
-        check_bool("optim.activation_offload (activation_offload)", self.activation_offload)
+        check_bool(label("optim.activation_offload"), self.activation_offload)
 
     def resolved(self, tiny: bool) -> OptimConfig:
         """The tiny model's measured settings, or a pretrained LLM's, where a field is None.
@@ -423,73 +423,66 @@ class EvaluationConfig:
                                        flat="eval_temperature", flag="eval-temperature")
 
     def __post_init__(self) -> None:
-        check_int("evaluation.every (eval_every)", self.every, 1)
+        check_int(label("evaluation.every"), self.every, 1)
         seeds = self.seeds
         if isinstance(seeds, int) and not isinstance(seeds, bool):
-            check_int("evaluation.seeds (eval_seeds)", seeds, 1, MAX_EPISODES_PER_ITERATION,
+            check_int(label("evaluation.seeds"), seeds, 1, MAX_EPISODES_PER_ITERATION,
                       hint="a count of held-out seeds")
             seeds = list(range(EVAL_SEED_BASE, EVAL_SEED_BASE + seeds))
         if (not isinstance(seeds, (list, tuple)) or not seeds
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-            raise ValueError("evaluation.seeds (eval_seeds): give a non-empty list of non-negative integer seeds, "
+            raise ValueError(f"{label('evaluation.seeds')}: give a non-empty list of non-negative integer seeds, "
                              "or a count")
         object.__setattr__(self, "seeds", list(seeds))
-        check_int("evaluation.batch_size (eval_batch_size)", self.batch_size, 1, MAX_EPISODES_PER_ITERATION)
+        check_int(label("evaluation.batch_size"), self.batch_size, 1, MAX_EPISODES_PER_ITERATION)
         if self.curve_episodes is not None:
-            check_int("evaluation.curve_episodes (eval_curve_episodes)", self.curve_episodes, 1)
+            check_int(label("evaluation.curve_episodes"), self.curve_episodes, 1)
         if self.temperature is not None:
-            check_number("evaluation.temperature (eval_temperature)", self.temperature, 0.0)
+            check_number(label("evaluation.temperature"), self.temperature, 0.0)
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """When to stop, where to write, and the run's seed."""
 
-    iterations: int = _field(100, "maximum number of iterations", flat="iterations", flag="iterations")
+    iterations: int = _field(100, "maximum number of iterations", flag="iterations")
     total_decisions: int | None = _field(None, "stop once this many policy decisions are spent (a matched "
-                                         "budget)", flat="total_decisions", flag="total-decisions")
-    time_limit_s: float | None = _field(None, "stop after this many seconds of wall time", flat="time_limit_s",
+                                         "budget)", flag="total-decisions")
+    time_limit_s: float | None = _field(None, "stop after this many seconds of wall time",
                                         flag="time-limit")
-    checkpoint_every: int = _field(10, "checkpoint every N iterations", flat="checkpoint_every")
+    checkpoint_every: int = _field(10, "checkpoint every N iterations")
     keep_checkpoint: bool = _field(True, "keep checkpoint.pt once the run has finished (false: removed after "
                                    "final_model/ is saved, so a finished run cannot be extended; benchmark cells "
-                                   "default to false)", flat="keep_checkpoint")
+                                   "default to false)")
     keep_final_model: bool = _field(True, "save final_model/ when the run finishes (false: the records and "
                                     "curves are the result; a benchmark of fully fine-tuned 1.5B models keeps "
-                                    "3.1 GB a cell otherwise)", flat="keep_final_model")
+                                    "3.1 GB a cell otherwise)")
     memory_check: bool = _field(True, "predict the peak GPU memory and the disk a run needs before loading a "
-                                "model, and refuse a config that cannot fit (false: print the plan and go on)",
-                                flat="memory_check")
-    tensorboard: bool = _field(False, "also write TensorBoard logs", flat="tensorboard", flag="tensorboard")
-    seed: int = _field(0, "run seed", flat="seed", flag="seed")
-    out_dir: str | None = _field(None, "output folder [runs/<env>-<algo>-s<seed>]", flat="out_dir", flag="out")
-    resume: bool = _field(False, "continue the run in out_dir from its checkpoint", flat="resume", flag="resume")
+                                "model, and refuse a config that cannot fit (false: print the plan and go on)")
+    tensorboard: bool = _field(False, "also write TensorBoard logs", flag="tensorboard")
+    seed: int = _field(0, "run seed", flag="seed")
+    out_dir: str | None = _field(None, "output folder [runs/<env>-<algo>-s<seed>]", flag="out")
+    resume: bool = _field(False, "continue the run in out_dir from its checkpoint", flag="resume")
     reproducible: bool = _field(False, "CPU kernels and one thread that give the same numbers on every x86-64 "
                                 "processor (slower; the ptgpo command sets them before torch starts)",
-                                flat="reproducible", flag="reproducible")
+                                flag="reproducible")
 
     def __post_init__(self) -> None:
-        check_int("run.iterations (iterations)", self.iterations, 1)
+        check_int(label("run.iterations"), self.iterations, 1)
         if self.total_decisions is not None:
-            check_int("run.total_decisions (total_decisions)", self.total_decisions, 1)
+            check_int(label("run.total_decisions"), self.total_decisions, 1)
         if self.time_limit_s is not None:
-            check_number("run.time_limit_s (time_limit_s)", self.time_limit_s, 0.0, exclusive_low=True)
-        check_int("run.checkpoint_every (checkpoint_every)", self.checkpoint_every, 1)
-        check_bool("run.keep_checkpoint (keep_checkpoint)", self.keep_checkpoint)
-        check_bool("run.keep_final_model (keep_final_model)", self.keep_final_model)
-        check_bool("run.memory_check (memory_check)", self.memory_check)
-        check_bool("run.tensorboard (tensorboard)", self.tensorboard)
-        if self.tensorboard:
-            import importlib.util
-
-            if importlib.util.find_spec("tensorboard") is None:
-                raise ValueError("run.tensorboard (tensorboard): the tensorboard package is not installed; pip "
-                                 "install tensorboard, or leave it off (metrics.jsonl has it all)")
-        check_int("run.seed (seed)", self.seed, 0, MAX_SEED)
+            check_number(label("run.time_limit_s"), self.time_limit_s, 0.0, exclusive_low=True)
+        check_int(label("run.checkpoint_every"), self.checkpoint_every, 1)
+        check_bool(label("run.keep_checkpoint"), self.keep_checkpoint)
+        check_bool(label("run.keep_final_model"), self.keep_final_model)
+        check_bool(label("run.memory_check"), self.memory_check)
+        check_bool(label("run.tensorboard"), self.tensorboard)
+        check_int(label("run.seed"), self.seed, 0, MAX_SEED)
         if self.out_dir is not None and (not isinstance(self.out_dir, str) or not self.out_dir.strip()):
-            raise ValueError(f"run.out_dir (out_dir): expected a folder path (a string), got {self.out_dir!r}")
-        check_bool("run.resume (resume)", self.resume)
-        check_bool("run.reproducible (reproducible)", self.reproducible)
+            raise ValueError(f"{label('run.out_dir')}: expected a folder path (a string), got {self.out_dir!r}")
+        check_bool(label("run.resume"), self.resume)
+        check_bool(label("run.reproducible"), self.reproducible)
 
 
 @dataclass(frozen=True)
@@ -499,19 +492,20 @@ class EnvWorkersConfig:
     Ray actors of ``num_cpus`` each, on the cluster at ``address``; default one actor per ``num_cpus``
     of the cluster)."""
 
-    backend: str = _field("in-process", "in-process, processes or ray")
-    num_workers: int | None = _field(None, "worker processes or Ray actors (processes and ray backends)")
+    backend: str = _field("in-process", "in-process, processes or ray", flat=False)
+    num_workers: int | None = _field(None, "worker processes or Ray actors (processes and ray backends)",
+                                     flat=False)
     address: str | None = _field(None, "Ray cluster address (ray backend): auto, ray://host:port, or none "
-                                       "for a local cluster")
-    num_cpus: float = _field(1.0, "CPUs each Ray actor reserves (ray backend)")
+                                       "for a local cluster", flat=False)
+    num_cpus: float = _field(1.0, "CPUs each Ray actor reserves (ray backend)", flat=False)
 
     def __post_init__(self) -> None:
-        check_choice("env_workers.backend", self.backend, ("in-process", "processes", "ray"))
+        check_choice(label("env_workers.backend"), self.backend, ("in-process", "processes", "ray"))
         if self.num_workers is not None:
-            check_int("env_workers.num_workers", self.num_workers, 1)
+            check_int(label("env_workers.num_workers"), self.num_workers, 1)
         if self.address is not None:
-            check_string("env_workers.address", self.address)
-        object.__setattr__(self, "num_cpus", check_number("env_workers.num_cpus", self.num_cpus, 0.0,
+            check_string(label("env_workers.address"), self.address)
+        object.__setattr__(self, "num_cpus", check_number(label("env_workers.num_cpus"), self.num_cpus, 0.0,
                                                           exclusive_low=True))
         if self.backend != "ray" and (self.address is not None or self.num_cpus != 1.0):
             raise ValueError(f"env_workers.address and env_workers.num_cpus are Ray's: set backend: ray, "
@@ -530,18 +524,36 @@ SECTIONS: dict[str, type] = {
 }
 #: A section of older configs, read as the objective of the same name (null: off).
 LEGACY_HINDSIGHT = "hindsight"
-#: Flat field names (``learning_rate``) -> their place in the sections.
+
+
+def flat_name(section_field: dataclasses.Field) -> str | None:
+    """The name a flat config file spells a section field by, from its metadata (None: it has none)."""
+    flat = section_field.metadata.get("flat", True)
+    return section_field.name if flat is True else flat or None
+
+
+#: Flat field names (``learning_rate``) -> their place in the sections: what older flat config files
+#: and run folders' ``config.json`` spell, read by :func:`key_paths` and named in messages.
 FLAT_KEYS: dict[str, str] = {
-    f.metadata["flat"]: f"{section}.{f.name}"
-    for section, cls in SECTIONS.items() for f in dataclasses.fields(cls) if f.metadata.get("flat")
+    flat_name(f): f"{section}.{f.name}"
+    for section, cls in SECTIONS.items() for f in dataclasses.fields(cls) if flat_name(f)
+}
+_FIELDS: dict[str, dataclasses.Field] = {
+    f"{section}.{f.name}": f for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
 }
 
-#: Command-line flags that are not config keys themselves (``lr``), with the flat name a file spells them.
+#: Command-line flags that are not config keys themselves (``lr``), with the name a file spells them.
 _FLAG_ALIASES: dict[str, str] = {
-    f.metadata["flag"]: f.metadata["flat"] or f"{section}.{f.name}"
-    for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
-    if f.metadata.get("flag") and f.metadata["flag"] != f.metadata.get("flat")
+    f.metadata["flag"]: flat_name(f) or path for path, f in _FIELDS.items()
+    if f.metadata.get("flag") and f.metadata["flag"] != flat_name(f)
 }
+
+
+def label(path: str) -> str:
+    """How messages name the field at ``path`` (``section.field``): the path, and the flat name files
+    spell it by, e.g. ``optim.lr (learning_rate)``."""
+    flat = flat_name(_FIELDS[path])
+    return f"{path} ({flat})" if flat else path
 
 
 # ----------------------------------------------------------------------------------------- the config
@@ -578,13 +590,13 @@ class TrainConfig:
 
             name = objective_needs(self.algorithm.objectives).get("full_weights")
             if name is not None:
-                raise ValueError(f"algorithm.objectives (objectives): {name} needs a full copy of the model's weights, "
+                raise ValueError(f"{label('algorithm.objectives')}: {name} needs a full copy of the model's weights, "
                                  "which LoRA training (policy.lora) does not keep; train without lora or leave "
                                  f"{name} out")
         start, stop = self.env.train_seeds
         overlap = [s for s in self.evaluation.seeds if start <= s < stop]
         if overlap:
-            raise ValueError(f"evaluation.seeds (eval_seeds) overlap env.train_seeds [{start}, {stop}) (e.g. "
+            raise ValueError(f"{label('evaluation.seeds')} overlap env.train_seeds [{start}, {stop}) (e.g. "
                              f"{overlap[0]}): held-out evaluation needs seeds outside the training range")
 
     # ------------------------------------------------------------------ construction
@@ -631,10 +643,6 @@ class TrainConfig:
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
         """A YAML file of config keys, with ``overrides`` (dotted or flat keys) on top."""
-        import yaml
-
-        from ptgpo_algos.yaml_safe import load_yaml
-
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"config file {str(path)!r} does not exist")
@@ -719,13 +727,10 @@ def _apply_recipe(values: dict[str, dict[str, Any]]) -> None:
     name = values.get("policy", {}).get("recipe")
     if name is None:
         return
-    from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
-    from ptgpo_algos.policy.recipes import load_recipe
-
     try:
         recipe = load_recipe(name)
     except ValueError as error:
-        raise ValueError(f"policy.recipe (recipe): {error}") from None
+        raise ValueError(f"{label('policy.recipe')}: {error}") from None
     algorithm = values.get("algorithm", {}).get("name", AlgorithmConfig.name)
     estimator_keys = estimator_defaults(algorithm) if algorithm in ESTIMATORS else {}
     for path, value in recipe.defaults(values.get("env", {}).get("id", EnvConfig.id), algorithm).items():
@@ -743,9 +748,7 @@ def _apply_recipe(values: dict[str, dict[str, Any]]) -> None:
 
 def _prompt_template(value: Any) -> dict[str, str]:
     """A template file's text (or a saved template, checked again), as the config keeps it."""
-    from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
-
-    where = "policy.prompt_template (prompt_template)"
+    where = f"{label('policy.prompt_template')}"
     try:
         if isinstance(value, (str, os.PathLike)):
             return load_prompt_template(value).to_mapping()
@@ -810,28 +813,3 @@ def cli_fields() -> list[CliField]:
                 kind, default = int, 64  # a count of held-out seeds
             out.append(CliField(flag, f"{section}.{f.name}", kind, f.metadata["help"], default))
     return out
-
-
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def _check_model(model: Any) -> None:
-    if not isinstance(model, str) or not model:
-        raise ValueError(f"policy.model (model): give 'tiny', a local model folder or a hub name, got {model!r}")
-    if model == "tiny":
-        return
-    path = Path(model).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ValueError(f"policy.model (model): {model!r} has no config.json; point at a Hugging Face model "
-                             "folder")
-        return
-    if model.startswith((".", "/", "~")) or not _HUB_NAME.match(model):
-        raise ValueError(f"policy.model (model): no model folder at {model!r}; give 'tiny', an existing folder or "
-                         "a hub name like Qwen/Qwen2.5-7B-Instruct")
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        from huggingface_hub import try_to_load_from_cache
-
-        if not isinstance(try_to_load_from_cache(model, "config.json"), str):
-            raise ValueError(f"policy.model (model): {model!r} is not in the local Hugging Face cache and "
-                             "HF_HUB_OFFLINE=1; download it first or give a local folder")

@@ -27,7 +27,7 @@ the environment's :meth:`~ptgpo_envs.core.TextEnv.achieved_tasks` said after it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,14 +35,35 @@ import numpy as np
 from ptgpo_algos.data import Batch, Context, Decision, Step, Task, Trajectory
 from ptgpo_algos.episodes import Episode, EpisodeEngine, Transition, make_vector_env
 
-__all__ = ["ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "collect_rollouts"]
+__all__ = ["ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "Spend", "collect_rollouts"]
 
 ROLLOUT_MODES = ("linear", "tree")
 BRANCH_STRATEGIES = ("uniform", "entropy", "novel")
 
 
-@dataclass
-class RolloutStats:
+@dataclass(kw_only=True)
+class Spend:
+    """What acting cost: policy decisions and generated tokens, and those a prefix tree's shared
+    prefixes saved. One collection's (:class:`RolloutStats`) and a run's, their sum
+    (:class:`~ptgpo_algos.trainer.TrainState`), count the same things, declared once here."""
+
+    decisions: int = 0
+    tokens: int = 0
+    decisions_saved: int = 0
+    tokens_saved: int = 0
+
+    def spend(self) -> dict[str, int]:
+        """The four counts by name."""
+        return {f.name: getattr(self, f.name) for f in fields(Spend)}
+
+    def add_spend(self, other: Spend) -> None:
+        """Add ``other``'s counts to these."""
+        for name, value in other.spend().items():
+            setattr(self, name, getattr(self, name) + value)
+
+
+@dataclass(kw_only=True)
+class RolloutStats(Spend):
     """Counts of one collection: decisions and tokens generated, those a prefix tree saved, episodes
     (leaves) started and finished, wins, invalid steps and wall time.
 
@@ -54,10 +75,6 @@ class RolloutStats:
     stopped unfinished (``started - episodes``) count in neither: the shorter ones finish first.
     """
 
-    decisions: int = 0
-    tokens: int = 0
-    decisions_saved: int = 0
-    tokens_saved: int = 0
     started: int = 0
     episodes: int = 0
     wins: int = 0
@@ -74,10 +91,7 @@ class RolloutStats:
     def as_dict(self) -> dict[str, float]:
         """The counts as a metrics row."""
         return {
-            "decisions": self.decisions,
-            "tokens": self.tokens,
-            "decisions_saved": self.decisions_saved,
-            "tokens_saved": self.tokens_saved,
+            **self.spend(),
             "episodes": self.episodes,
             "episodes_cut": self.started - self.episodes,
             "rollout_episodes": self.reset_episodes,

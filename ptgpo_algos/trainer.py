@@ -67,7 +67,8 @@ from ptgpo_algos.policy.backends import (
     sync_weights,
 )
 from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
-from ptgpo_algos.rollout import RolloutStats
+from ptgpo_algos.preflight import check_machine
+from ptgpo_algos.rollout import RolloutStats, Spend
 from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_envs import check_env_kwargs, held_out, make_env
@@ -109,7 +110,7 @@ _REDRAWS = 1000
 
 
 @dataclass
-class TrainState:
+class TrainState(Spend):
     """What changes during a run besides the weights and the optimiser: counters, the random
     generators every draw comes from (task seeds, branching, mini-batch order: ``rng``; token and
     action sampling: ``sampler``), and the last evaluation."""
@@ -117,10 +118,6 @@ class TrainState:
     rng: np.random.Generator
     sampler: torch.Generator
     iteration: int = 0
-    decisions: int = 0
-    tokens: int = 0
-    decisions_saved: int = 0
-    tokens_saved: int = 0
     wall_time_s: float = 0.0
     best_success: float = 0.0
     last_eval_iteration: int = -1
@@ -160,8 +157,7 @@ class TrainState:
 
     def add(self, stats: RolloutStats, batch: Batch) -> None:
         """Add an iteration's rollout counts and the layouts its episodes started in."""
-        for key in ("decisions", "tokens", "decisions_saved", "tokens_saved"):
-            setattr(self, key, getattr(self, key) + getattr(stats, key))
+        self.add_spend(stats)
         if self.train_layouts is not None:
             self.train_layouts.update(t.meta["layout"] for group in batch for t in group if t.meta.get("layout"))
 
@@ -177,8 +173,9 @@ class Trainer:
     # ================================================================== the run
     def train(self) -> TrainSummary:
         """Check everything that can be checked before a model is built or a file written (the device,
-        the environment, the run folder: one writer at a time, a resume only of the same run; the
-        checkpoint to resume), then run until the budget is spent."""
+        what the run needs of this machine (:mod:`ptgpo_algos.preflight`), the environment, the run
+        folder: one writer at a time, a resume only of the same run; the checkpoint to resume), then run
+        until the budget is spent."""
         config = self.config
         self.device = resolve_device(config.policy.device, where="policy.device (device)")
         if config.run.reproducible:
@@ -186,6 +183,7 @@ class Trainer:
                 raise ValueError(f"run.reproducible (--reproducible): pins CPU kernels, but the run is on "
                                  f"{self.device}; pass --device cpu, or leave it off")
             check_reproducible_kernels("run.reproducible (--reproducible)")
+        check_machine(config)
         check_environment(config)
         if self.device.startswith("cuda"):
             self.check_memory()

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ptgpo_envs.vector import WorkerError, _Slots, _WorkerVector
+from ptgpo_envs.vector import WorkerError, EnvSlots, WorkerVector
 
 __all__ = ["RayVectorTextEnv", "require_ray"]
 
@@ -77,7 +77,7 @@ def _check_answers(address: str) -> None:
                               "`ray start --head`, or give the address it printed") from None
 
 
-class _SlotsActorBody(_Slots):
+class _SlotsActorBody(EnvSlots):
     """What an actor holds: some slots' environments, and its process id (for tests and logs)."""
 
     def pid(self) -> int:
@@ -97,7 +97,7 @@ class _Replay:
     actions: list[str] = field(default_factory=list)
 
 
-class RayVectorTextEnv(_WorkerVector):
+class RayVectorTextEnv(WorkerVector):
     """``num_envs`` text environments of ``env_id`` on ``num_workers`` Ray actors (see the module docstring).
 
     ``address`` is used only when this process is not connected to Ray yet (``auto``, ``ray://host:port``,

@@ -29,7 +29,7 @@ import traceback
 from collections import defaultdict
 from typing import Any, Protocol, Sequence
 
-__all__ = ["InProcessVectorTextEnv", "ProcessVectorTextEnv", "VectorTextEnv", "WorkerError"]
+__all__ = ["EnvSlots", "InProcessVectorTextEnv", "ProcessVectorTextEnv", "VectorTextEnv", "WorkerError", "WorkerVector"]
 
 
 class WorkerError(RuntimeError):
@@ -71,7 +71,7 @@ class VectorTextEnv(Protocol):
         ...
 
 
-class _Slots:
+class EnvSlots:
     """The environments of some slots and the commands on them: what a worker process (or the caller,
     in process) runs."""
 
@@ -89,6 +89,7 @@ class _Slots:
             raise
 
     def run(self, command: str, items: list[Any]) -> list[Any]:
+        """Run ``command`` (reset, step, snapshot, restore or call) on each item's slot; one result per item."""
         envs = self.envs
         if command == "reset":
             return [envs[slot].reset(seed=seed, options=options) for slot, seed, options in items]
@@ -103,13 +104,14 @@ class _Slots:
         raise ValueError(f"unknown vector command {command!r}")
 
     def close(self) -> None:
+        """Close these slots' environments."""
         for env in self.envs.values():
             env.close()
 
 
 def _worker(conn, env_id: str, env_kwargs: dict[str, Any], slots: list[int]) -> None:
     try:
-        envs = _Slots(env_id, env_kwargs, slots)
+        envs = EnvSlots(env_id, env_kwargs, slots)
         conn.send(("ok", None))
     except Exception:  # noqa: BLE001  (reported to the parent, which raises it)
         conn.send(("error", traceback.format_exc()))
@@ -189,7 +191,7 @@ class InProcessVectorTextEnv(_VectorCalls):
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.env_id = env_id
         self.num_envs = num_envs
-        self._slots = _Slots(env_id, dict(env_kwargs or {}), range(num_envs))
+        self._slots = EnvSlots(env_id, dict(env_kwargs or {}), range(num_envs))
         self._closed = False
 
     def unwrapped(self, slot: int) -> Any:
@@ -214,14 +216,14 @@ class InProcessVectorTextEnv(_VectorCalls):
 class _SlotProxy:
     """A worker's unwrapped environment, seen from here: its methods run there."""
 
-    def __init__(self, vector: _WorkerVector, slot: int):
+    def __init__(self, vector: WorkerVector, slot: int):
         self._vector, self._slot = vector, slot
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args: self._vector.call(name, [self._slot], *args)[0]
 
 
-class _WorkerVector(_VectorCalls):
+class WorkerVector(_VectorCalls):
     """Slots spread over workers (``_worker_of[slot]``): a call split by worker, sent to all of them at
     once (``_exchange``), the results put back in the order of the slots given."""
 
@@ -229,6 +231,7 @@ class _WorkerVector(_VectorCalls):
     _closed: bool
 
     def unwrapped(self, slot: int) -> Any:
+        """A proxy to the slot's unwrapped environment in its worker: its methods run there."""
         self._check_slots([slot])
         return _SlotProxy(self, slot)
 
@@ -258,7 +261,7 @@ class _WorkerVector(_VectorCalls):
         """Called after every successful call (a backend that replays slots keeps what it needs)."""
 
 
-class ProcessVectorTextEnv(_WorkerVector):
+class ProcessVectorTextEnv(WorkerVector):
     """``num_envs`` text environments of ``env_id`` in ``num_workers`` processes (see module docstring)."""
 
     def __init__(

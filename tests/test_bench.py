@@ -14,7 +14,7 @@ from ptgpo_algos.bench import (
     run_bench,
     run_cell,
 )
-from ptgpo_algos.bench.pool import _finish
+from ptgpo_algos.bench.pool import finish_cell
 
 HOUSEHOLD = "ptgpo/Household-v0"
 
@@ -149,7 +149,7 @@ def test_a_process_that_dies_without_a_record_is_recorded_as_failed(tmp_path):
     import logging
 
     cell = plan_cells(BenchConfig.from_dict(_config()))[0]
-    assert _finish(cell, -9, tmp_path, 1.5, logging.getLogger("test")) == "failed"
+    assert finish_cell(cell, -9, tmp_path, 1.5, logging.getLogger("test")) == "failed"
     record = read_record(record_path(tmp_path, cell.name))
     assert "signal 9" in record.error and record.wall_time_s == 1.5
 
@@ -368,3 +368,11 @@ def test_a_method_or_baseline_may_run_its_own_seeds(tmp_path):
     quick = BenchConfig.from_dict({**_config(methods=[{"name": "m", "algo": "grpo", "seeds": [3, 4]}]),
                                    "quick": {"seeds": [0]}}, quick=True)
     assert [cell.seed for cell in plan_cells(quick)] == [0, 0, 0]
+
+
+def test_a_model_this_machine_lacks_is_refused_before_the_first_cell():
+    from ptgpo_algos.bench import check_train_configs
+
+    config = BenchConfig.from_dict(_config(methods=[{"algo": "grpo"}], policy={"model": "/no/such/model"}))
+    with pytest.raises(BenchError, match=r"method 'grpo' on 'easy': policy.model \(model\): no model folder"):
+        check_train_configs(plan_cells(config))

@@ -47,3 +47,26 @@ def test_names_are_found_in_any_case_and_misspellings_get_the_closest():
 def test_a_flag_used_as_a_config_key_points_at_the_key():
     with pytest.raises(ValueError, match=r"unknown key\(s\) 'lr' \(did you mean 'learning_rate'\?\)"):
         TrainConfig.from_dict({"lr": 1e-3})
+
+
+def test_flat_names_and_labels_come_from_the_field_metadata():
+    import dataclasses
+
+    from ptgpo_algos.config import FLAT_KEYS, SECTIONS, flat_name, label
+
+    named = [(f"{section}.{f.name}", flat_name(f)) for section, cls in SECTIONS.items()
+             for f in dataclasses.fields(cls) if flat_name(f)]
+    assert len(FLAT_KEYS) == len(named)  # no two fields share a flat name
+    assert {flat: path for path, flat in named} == FLAT_KEYS
+    # A field's own name unless its metadata names an older one; newer fields have none.
+    assert (FLAT_KEYS["group_size"], FLAT_KEYS["learning_rate"]) == ("rollouts.group_size", "optim.lr")
+    assert (label("optim.lr"), label("env_workers.backend")) == ("optim.lr (learning_rate)", "env_workers.backend")
+    assert "loss_config" not in FLAT_KEYS
+
+
+def test_a_config_whose_model_folder_is_gone_still_loads(tmp_path):
+    # A run folder copied off the machine that holds its model: the config builds (to read its
+    # records, to plan a rerun); the trainer's pre-flight is what refuses to train it here.
+    saved = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "tensorboard": True}).to_dict()
+    saved["policy"]["model"] = str(tmp_path / "moved-away")
+    assert TrainConfig.from_dict(saved).policy.model == str(tmp_path / "moved-away")

@@ -230,6 +230,15 @@ def test_plan_refuses_a_gpu_memory_beyond_any_gpu(capsys, value):
     assert code == 2 and "--gpu-memory must be a number of GiB in (0, 1048576]" in err
 
 
+def test_plan_names_a_model_folder_this_machine_lacks(capsys):
+    # The config builds without asking the machine; the plan reads the model's config.json, so it
+    # checks the model's source first and says how to fix it.
+    root = Path(__file__).resolve().parents[1]
+    code, err = _cli("plan", root / "configs" / "bench" / "alfworld_qwen2.5-1.5b.yaml", "--device", "cuda",
+                     "--set", "model=/no/such/model", "--gpu-memory", "80", capsys=capsys)
+    assert code == 2 and "(model): no model folder at '/no/such/model'" in err and "configs/models/" in err
+
+
 # =========================================================================== 5. messages, not tracebacks
 def test_ray_addresses_where_no_cluster_answers_are_named_quickly(tmp_path, capsys):
     ray = pytest.importorskip("ray")

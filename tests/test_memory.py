@@ -243,6 +243,6 @@ def test_plan_reports_bad_input_naming_the_flag(tmp_path, capsys):
     assert main(["plan", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
     assert main(["plan", str(config), "--gpu-memory", "139", "--set", f"model={tmp_path}"]) == 2
-    assert "--set model=configs/models/qwen2.5-7b" in capsys.readouterr().err  # no config.json there
+    assert "--set policy.model=configs/models/qwen2.5-7b" in capsys.readouterr().err  # no config.json there
     assert main(["plan", str(config), "--device", "cpu", "--set", f"model={MODELS / 'qwen2.5-1.5b'}"]) in (0, 2)
     assert "CPU (resident memory)" in capsys.readouterr().out

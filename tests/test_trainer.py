@@ -15,7 +15,7 @@ from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Step, Trajectory
 from ptgpo_algos.losses import low_var_kl, policy_loss, ppo_clip_loss, weighted_token_mean
 from ptgpo_algos.data import Decision
-from ptgpo_algos.trainer import evaluation_agent, run_training
+from ptgpo_algos.trainer import Trainer, evaluation_agent, run_training
 from ptgpo_algos.update import flatten_batch
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
@@ -133,8 +133,6 @@ def test_ppo_clip_loss_shape():
         ({"env_id": "ptgpo/Nowhere-v0"}, "(env_id): unknown environment"),
         ({"algo": "ppo"}, "(algo): unknown advantage estimator 'ppo' (did you mean 'ptgpo'?); choose one of"),
         ({"group_size": 1}, "(group_size): expected an integer in [2, 1048576]"),
-        ({"model": "/no/such/model"}, "(model): no model folder"),
-        ({"model": "./relative/missing"}, "(model): no model folder"),
         ({"learning_rate": -1.0}, "(learning_rate): expected a number > 0"),
         ({"clip_ratio": float("nan")}, "clip_ratio"),
         ({"iterations": 0}, "(iterations): expected an integer >= 1"),
@@ -155,13 +153,30 @@ def test_ppo_clip_loss_shape():
         ({"optim": {"lrr": 1}}, "optim: unknown key(s) 'lrr' (did you mean 'lr'?)"),
         ({"optim.lr": 2e-3, "learning_rate": 3e-3}, "optim.lr is given twice"),
         ({"policy": 5}, "policy: expected a mapping"),
-        ({"algorithm.loss": "ppo-clap"}, "algorithm.loss: unknown policy loss 'ppo-clap' (did you mean 'ppo-clip'?)"),
-        ({"rollout_backend": "vlm"}, "(rollout_backend): unknown rollout backend 'vlm' (did you mean 'vllm'?)"),
+        ({"algorithm.loss": "ppo-clap"},
+         "algorithm.loss (loss): unknown policy loss 'ppo-clap' (did you mean 'ppo-clip'?)"),
     ],
 )
 def test_bad_configs_fail_with_clear_messages(change, message):
     with pytest.raises(ValueError) as error:
         TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", **change})
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model": "/no/such/model"}, "(model): no model folder"),
+        ({"model": "./relative/missing"}, "(model): no model folder"),
+        ({"rollout_backend": "vlm"}, "(rollout_backend): unknown rollout backend 'vlm' (did you mean 'vllm'?)"),
+    ],
+)
+def test_what_the_machine_lacks_is_refused_before_the_run(change, message):
+    # The config builds (it asks nothing of the machine, so a config from another one loads); the
+    # trainer's pre-flight refuses it before a model is built or a file written.
+    config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", **change})
+    with pytest.raises(ValueError) as error:
+        Trainer(config, progress=False).train()
     assert message in str(error.value)
 
 

@@ -242,7 +242,7 @@ def test_a_losss_keys_follow_the_estimators_rules(scaled_pg):
 
     LOSSES.register("old-protocol", old_protocol)
     try:
-        with pytest.raises(ValueError, match=r"algorithm.loss: policy loss 'old-protocol': a loss takes \(logprobs, "
+        with pytest.raises(ValueError, match=r"algorithm.loss \(loss\): policy loss 'old-protocol': a loss takes \(logprobs, "
                                              r"old_logprobs, advantages, \*, keys...\)"):
             TrainConfig.from_dict({"algorithm": {"loss": "old-protocol"}})
     finally:

@@ -74,13 +74,13 @@ def _default(f: dataclasses.Field) -> Any:
 
 def config_table(section: str | None) -> str:
     """Every field of one section of the training config."""
-    from ptgpo_algos.config import SECTIONS
+    from ptgpo_algos.config import SECTIONS, flat_name
 
     if section not in SECTIONS:
         raise ValueError(f"ptgpo:config needs a section, one of {', '.join(SECTIONS)}; got {section!r}")
     rows = []
     for f in dataclasses.fields(SECTIONS[section]):
-        flat = f.metadata.get("flat")
+        flat = flat_name(f)
         flag = f.metadata.get("flag")
         rows.append([f"`{section}.{f.name}`", _code(_default(f)), f"`{flat}`" if flat else "",
                      f"`--{flag}`" if flag else "", _cell(f.metadata.get("help", ""))])

@@ -7,12 +7,11 @@ A *pool* is given by an integer id per value (compact ids ``0 .. n_pools - 1``);
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:  # the table module uses compact_ids from here
-    from ptgpo_algos.advantages.table import StepTable
+# compact_ids is the table's (it interns the table's keys); the estimators take it from here, with
+# the other group-by primitives.
+from ptgpo_algos.advantages.table import StepTable, compact_ids
 
 __all__ = [
     "NORMS",
@@ -41,12 +40,6 @@ def snap_rounding(deviation: np.ndarray, reference: np.ndarray) -> np.ndarray:
     on summation order.
     """
     return np.where(np.abs(deviation) <= _ROUNDING * (1.0 + np.abs(reference)), 0.0, deviation)
-
-
-def compact_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """Map arbitrary integer keys to ``0 .. n - 1`` (equal keys, equal ids); return ``(ids, n)``."""
-    unique, ids = np.unique(keys, return_inverse=True)
-    return ids.reshape(-1), int(unique.shape[0])
 
 
 def pool_moments(

@@ -11,10 +11,15 @@ from typing import Sequence
 
 import numpy as np
 
-from ptgpo_algos.advantages.ops import compact_ids
 from ptgpo_algos.data import Step, Trajectory
 
-__all__ = ["StepTable"]
+__all__ = ["StepTable", "compact_ids"]
+
+
+def compact_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Map arbitrary integer keys to ``0 .. n - 1`` (equal keys, equal ids); return ``(ids, n)``."""
+    unique, ids = np.unique(keys, return_inverse=True)
+    return ids.reshape(-1), int(unique.shape[0])
 
 
 @dataclass(frozen=True, eq=False)

@@ -89,9 +89,11 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
 
 
 def check_train_configs(cells: Sequence[Cell]) -> None:
-    """Validate every RL cell's TrainConfig and every environment's keywords up front, as a run would,
-    so that a typo fails now rather than in every cell."""
+    """Validate every RL cell's TrainConfig, what it needs of this machine (:mod:`ptgpo_algos.preflight`)
+    and every environment's keywords up front, as a run would, so that a typo fails now rather than in
+    every cell."""
     from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.preflight import check_machine
     from ptgpo_algos.trainer import check_environment
     from ptgpo_envs import check_env_kwargs
 
@@ -110,6 +112,7 @@ def check_train_configs(cells: Sequence[Cell]) -> None:
         try:
             config = TrainConfig.from_dict(dict(cell.spec))
             if (cell.env.label, cell.method) not in checked:
+                check_machine(config)
                 check_environment(config)
                 checked.add((cell.env.label, cell.method))
         except ValueError as error:

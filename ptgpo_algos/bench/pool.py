@@ -19,7 +19,8 @@ from ptgpo_algos.bench.records import run_cell
 from ptgpo_envs.plugins import PINNED_PLUGINS_ENV
 from ptgpo_envs.progress import HF_BARS_ENV, NO_PROGRESS_ENV
 
-__all__ = ["child_env", "cell_process", "default_workers", "died_without_record", "run_cells"]
+__all__ = ["cell_process", "child_env", "default_workers", "died_without_record", "finish_cell", "read_cpu_seconds",
+           "record_failed", "run_cells"]
 
 
 def _die_with_parent(parent: int) -> None:
@@ -59,7 +60,8 @@ def cell_process(cell: Cell, out_dir: str, parent: int) -> None:
 _CPU_FILE = "cpu_seconds.txt"
 
 
-def _read_cpu_seconds(run_dir: Path) -> float | None:
+def read_cpu_seconds(run_dir: Path) -> float | None:
+    """The CPU seconds a cell's processes used, as the cell wrote them in its run folder (None: unknown)."""
     try:
         return float((run_dir / _CPU_FILE).read_text())
     except (OSError, ValueError):
@@ -131,7 +133,7 @@ def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Lo
             for process in [p for p in running if not p.is_alive()]:
                 process.join()
                 cell, began = running.pop(process)
-                status = _finish(cell, process.exitcode, out_dir, time.monotonic() - began, logger)
+                status = finish_cell(cell, process.exitcode, out_dir, time.monotonic() - began, logger)
                 if status != "ok":
                     failed.append(cell.name)
                 bar.update(1)
@@ -156,7 +158,7 @@ def died_without_record(exitcode: int | None) -> str:
     return reason
 
 
-def _finish(cell: Cell, exitcode: int | None, out_dir: Path, wall: float, logger: logging.Logger,
+def finish_cell(cell: Cell, exitcode: int | None, out_dir: Path, wall: float, logger: logging.Logger,
             reason: str | None = None) -> str:
     """Log the cell's outcome, first recording it as failed if it left no record (``reason``: why;
     by default, what ``exitcode`` says)."""
@@ -171,7 +173,7 @@ def _finish(cell: Cell, exitcode: int | None, out_dir: Path, wall: float, logger
             ),
         )
     record = read_record(record_path(out_dir, cell.name))
-    cpu = _read_cpu_seconds(out_dir / "runs" / cell.name)
+    cpu = read_cpu_seconds(out_dir / "runs" / cell.name)
     took = f"{wall:.1f} s" + ("" if cpu is None else f" ({cpu:.1f} s CPU)")
     if record.status == "ok":
         logger.info("ok %s in %s: final success %.3f, best %.3f, %d decisions", cell.name, took,
@@ -181,7 +183,8 @@ def _finish(cell: Cell, exitcode: int | None, out_dir: Path, wall: float, logger
     return record.status
 
 
-def _failed(out_dir: Path, name: str) -> bool:
+def record_failed(out_dir: Path, name: str) -> bool:
+    """Whether cell ``name``'s record says it failed; a record that cannot be read counts as failed."""
     try:
         return read_record(record_path(out_dir, name)).status == "failed"
     except (OSError, ValueError):

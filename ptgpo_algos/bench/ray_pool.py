@@ -25,7 +25,7 @@ from typing import Any
 
 from leaderboard.records import record_exists, record_path
 from ptgpo_algos.bench.plan import Cell
-from ptgpo_algos.bench.pool import _finish, cell_process, child_env, died_without_record
+from ptgpo_algos.bench.pool import finish_cell, cell_process, child_env, died_without_record
 from ptgpo_algos.files import LOCK_FILE, FolderBusyError, atomic_write_bytes, folder_lock
 
 __all__ = ["CellDied", "run_cells_on_ray"]
@@ -153,4 +153,4 @@ def _collect(ray: Any, ref: Any, cell: Cell, out_dir: Path, wall: float, logger:
         record = str(record_path(out_dir, cell.name).relative_to(out_dir))
         for relative in sorted(files, key=lambda name: name == record):
             atomic_write_bytes(out_dir / relative, files[relative])
-    return _finish(cell, None, out_dir, wall, logger, reason)
+    return finish_cell(cell, None, out_dir, wall, logger, reason)

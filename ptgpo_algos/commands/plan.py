@@ -4,10 +4,10 @@ Examples::
 
     ptgpo plan configs/train_household_hard_qwen7b.yaml                   # on this machine's GPU
     ptgpo plan configs/bench/alfworld_qwen2.5-7b.yaml --gpu-memory 141 \\
-        --set model=configs/models/qwen2.5-7b                              # anywhere: the shipped architecture
+        --set policy.model=configs/models/qwen2.5-7b                       # anywhere: the shipped architecture
     ptgpo plan my.yaml --device cpu                                       # resident memory of a CPU run
     ptgpo plan configs/bench/alfworld_qwen2.5-7b.yaml --gpu-memory 80 --nproc 8 \
-        --set model=configs/models/qwen2.5-7b --set lora=null               # one rank of 8 (FSDP), full fine-tuning
+        --set policy.model=configs/models/qwen2.5-7b --set policy.lora=null # one rank of 8 (FSDP), full fine-tuning
 
 CONFIG is a training config (as ``ptgpo train --config``) or a benchmark config (its first RL cell is
 planned). The model's ``config.json`` is read from its folder or the Hugging Face cache; the
@@ -99,11 +99,13 @@ def run(args: argparse.Namespace) -> int:
     """Print the config's memory plan; exit code 0 when it fits, 2 when it does not or the config cannot be planned."""
     from ptgpo_algos.commands.train import parse_set
     from ptgpo_algos.memory import plan_for_config
+    from ptgpo_algos.preflight import check_model_source
 
     try:
         if args.nproc < 1:
             raise ValueError(f"--nproc must be a positive number of GPUs, got {args.nproc}")
         config = _training_config(args.config, parse_set(args.set))
+        check_model_source(config.policy.model)  # the plan reads the model's config.json
         device, total = _device_and_memory(args, config)
         if device == "cpu" and args.nproc > 1:
             raise ValueError("--nproc plans GPUs (ranks on CPUs share one machine's memory): leave --device cpu out")
@@ -111,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as error:
         hint = ""
         if "policy.model" in str(error) or "config.json" in str(error):
-            hint = " (configs/models/ holds the Qwen2.5 architectures: --set model=configs/models/qwen2.5-7b)"
+            hint = " (configs/models/ holds the Qwen2.5 architectures: --set policy.model=configs/models/qwen2.5-7b)"
         print(f"ptgpo plan: {error}{hint}", file=sys.stderr)
         return 2
     print(plan.table())

@@ -20,11 +20,11 @@ import inspect
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.policy.base import SYNC_TOKENS
 from ptgpo_envs.plugins import Registry
 
 if TYPE_CHECKING:
-    from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.data import Batch
 
 __all__ = ["ROLLOUT_BACKENDS", "SYNC_FLOOR_MULTIPLE", "SYNC_MIN_TOLERANCE", "SYNC_PROMPTS", "SYNC_TOKENS",
@@ -106,7 +106,7 @@ def _lora_rank_slot(rank: int) -> int:
     for slot in _VLLM_LORA_RANKS:
         if slot >= rank:
             return slot
-    raise ValueError(f"policy.lora (lora): rank {rank} is above vLLM's largest LoRA rank ({_VLLM_LORA_RANKS[-1]})")
+    raise ValueError(f"{label('policy.lora')}: rank {rank} is above vLLM's largest LoRA rank ({_VLLM_LORA_RANKS[-1]})")
 
 
 def _base_checkpoint(policy: Any) -> str | None:

@@ -392,37 +392,10 @@ def generate_games(
         task_type = TASK_SHORT_TO_LONG[short_types[index % len(short_types)]]
         rooms = sorted(constants.GOALS_VALID[task_type])
         for _attempt in range(max_attempts_per_game):
-            game_seed = rng.randrange(10**12)
-            pick = random.Random(game_seed)
-            floor_plan = pick.choice(plans_by_room[pick.choice(rooms)])
-            scene_rng = random.Random(game_seed)
-            scene = _Scene(floor_plan, scene_rng)
-            if task_type == "look_at_obj_in_light" and not scene.add_lamps(scene_rng):
-                continue
-            candidates = _task_candidates(scene, task_type)
-            if not candidates:
-                continue
-            otype, rtype, toggle = pick.choice(candidates)
-            spec = GameSpec(task_type, otype, rtype, toggle, floor_plan, game_seed)
-            files = build_game(spec)
-            if files is None:
-                continue
-            folder = root / _folder_name(spec) / files["name"]
-            folder.mkdir(parents=True, exist_ok=True)
-            game_path = folder / "game.tw-pddl"
-            _write_json(game_path, files["game"])
-            plan = _validate(str(game_path))
-            if plan is None:
-                for child in folder.iterdir():
-                    child.unlink()
-                folder.rmdir()
-                continue
-            files["game"].update(solvable=True, walkthrough=plan)
-            _write_text(folder / "initial_state.pddl", files["problem"])
-            _write_json(folder / "traj_data.json", files["traj_data"])
-            _write_json(game_path, files["game"])
-            written.append(game_path)
-            break
+            game_path = _attempt_game(rng.randrange(10**12), task_type, rooms, plans_by_room, root)
+            if game_path is not None:
+                written.append(game_path)
+                break
         else:
             raise RuntimeError(
                 f"no playable {task_type} game in {max_attempts_per_game} attempts (seed {seed}, game {index})"
@@ -432,6 +405,41 @@ def generate_games(
     if bar is not None:
         bar.close()
     return written
+
+
+def _attempt_game(game_seed: int, task_type: str, rooms: list[str], plans_by_room: dict[str, list[str]],
+                  root: Path) -> Path | None:
+    """One try at a game of ``task_type`` from ``game_seed``: its ``game.tw-pddl`` once the planner has
+    solved it, or None (no room for the task, no candidate objects, or no plan; nothing is left behind)."""
+    pick = random.Random(game_seed)
+    floor_plan = pick.choice(plans_by_room[pick.choice(rooms)])
+    scene_rng = random.Random(game_seed)
+    scene = _Scene(floor_plan, scene_rng)
+    if task_type == "look_at_obj_in_light" and not scene.add_lamps(scene_rng):
+        return None
+    candidates = _task_candidates(scene, task_type)
+    if not candidates:
+        return None
+    otype, rtype, toggle = pick.choice(candidates)
+    spec = GameSpec(task_type, otype, rtype, toggle, floor_plan, game_seed)
+    files = build_game(spec)
+    if files is None:
+        return None
+    folder = root / _folder_name(spec) / files["name"]
+    folder.mkdir(parents=True, exist_ok=True)
+    game_path = folder / "game.tw-pddl"
+    _write_json(game_path, files["game"])
+    plan = _validate(str(game_path))
+    if plan is None:
+        for child in folder.iterdir():
+            child.unlink()
+        folder.rmdir()
+        return None
+    files["game"].update(solvable=True, walkthrough=plan)
+    _write_text(folder / "initial_state.pddl", files["problem"])
+    _write_json(folder / "traj_data.json", files["traj_data"])
+    _write_json(game_path, files["game"])
+    return game_path
 
 
 def _write_text(path: Path, text: str) -> None:

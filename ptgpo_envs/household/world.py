@@ -265,6 +265,55 @@ def _choose_goal(
     return obj, _pick(rng, targets)
 
 
+def _place_objects(rng: np.random.Generator, difficulty: Difficulty, task_type: TaskType, scene: Scene,
+                   receptacles: list[tuple[str, int]], openable: list[bool], present: set[str],
+                   goal: tuple[str, str]) -> list[tuple[str, int]]:
+    """``(object kind, receptacle index)`` of every object: the goal's copies, the distractors, the lamp."""
+    goal_obj, target = goal
+
+    def place(allowed: tuple[str, ...], hidden: bool = False) -> int:
+        spots = [
+            r for r, (kind, _) in enumerate(receptacles)
+            if kind in allowed and kind != target and (openable[r] or not hidden)
+        ]
+        weights = [difficulty.hide_weight if openable[r] else 1.0 for r in spots]
+        return _pick_weighted(rng, spots, weights)
+
+    placed: list[tuple[str, int]] = []
+    copies = int(rng.integers(difficulty.goal_copies[0], difficulty.goal_copies[1] + 1))
+    copies += task_type.short == "Pick2"
+    for _ in range(copies):
+        placed.append((goal_obj, place(scene.places[goal_obj], difficulty.hide_goal)))
+    distractor_kinds = [
+        obj for obj, places in scene.places.items()
+        if obj != goal_obj and any(kind in present and kind != target for kind in places)
+    ]
+    for _ in range(int(rng.integers(difficulty.distractors[0], difficulty.distractors[1] + 1))):
+        obj = _pick(rng, distractor_kinds)
+        placed.append((obj, place(scene.places[obj])))
+    if scene.has_lamp:
+        holders = [r for r, (kind, _) in enumerate(receptacles) if kind in LAMP_HOLDERS]
+        placed.append((LAMP, _pick(rng, holders)))
+    return placed
+
+
+def _numbered(
+    placed: list[tuple[str, int]], n_receptacles: int
+) -> tuple[list[tuple[str, int, int]], list[list[int]]]:
+    """The objects numbered per kind (``(kind, number, receptacle)``, sorted) and each receptacle's
+    object indices."""
+    numbered: dict[str, int] = {}
+    objects: list[tuple[str, int, int]] = []
+    for obj, where in placed:
+        numbered[obj] = numbered.get(obj, 0) + 1
+        objects.append((obj, numbered[obj], where))
+    objects.sort()
+    contents: list[list[int]] = [[] for _ in range(n_receptacles)]
+    for index, (_, _, where) in enumerate(objects):
+        contents[where].append(index)
+    return objects, contents
+
+
 def generate(
     rng: np.random.Generator, difficulty: Difficulty, task_type: TaskType | None
 ) -> tuple[Layout, State]:
@@ -280,43 +329,10 @@ def generate(
         if goal is not None:
             break
     goal_obj, target = goal
-
     receptacles = [(kind, i) for kind in counts for i in range(1, counts[kind] + 1)]
     openable = [scene.kind(kind).openable for kind, _ in receptacles]
-
-    def place(allowed: tuple[str, ...], hidden: bool = False) -> int:
-        spots = [
-            r for r, (kind, _) in enumerate(receptacles)
-            if kind in allowed and kind != target and (openable[r] or not hidden)
-        ]
-        weights = [difficulty.hide_weight if openable[r] else 1.0 for r in spots]
-        return _pick_weighted(rng, spots, weights)
-
-    placed: list[tuple[str, int]] = []  # (object kind, receptacle index), numbered below
-    copies = int(rng.integers(difficulty.goal_copies[0], difficulty.goal_copies[1] + 1))
-    copies += task_type.short == "Pick2"
-    for _ in range(copies):
-        placed.append((goal_obj, place(scene.places[goal_obj], difficulty.hide_goal)))
-    distractor_kinds = [
-        obj for obj, places in scene.places.items()
-        if obj != goal_obj and any(kind in present and kind != target for kind in places)
-    ]
-    for _ in range(int(rng.integers(difficulty.distractors[0], difficulty.distractors[1] + 1))):
-        obj = _pick(rng, distractor_kinds)
-        placed.append((obj, place(scene.places[obj])))
-    if scene.has_lamp:
-        holders = [r for r, (kind, _) in enumerate(receptacles) if kind in LAMP_HOLDERS]
-        placed.append((LAMP, _pick(rng, holders)))
-
-    numbered: dict[str, int] = {}
-    objects: list[tuple[str, int, int]] = []
-    for obj, where in placed:
-        numbered[obj] = numbered.get(obj, 0) + 1
-        objects.append((obj, numbered[obj], where))
-    objects.sort()
-    contents: list[list[int]] = [[] for _ in receptacles]
-    for index, (_, _, where) in enumerate(objects):
-        contents[where].append(index)
+    placed = _place_objects(rng, difficulty, task_type, scene, receptacles, openable, present, goal)
+    objects, contents = _numbered(placed, len(receptacles))
 
     sentence = _pick(rng, list(task_type.templates)).format(obj=goal_obj, recep=target)
     object_kinds = tuple(kind for kind, _, _ in objects)

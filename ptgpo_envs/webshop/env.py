@@ -290,7 +290,7 @@ class WebShopEnv(TextEnv):
         """The next action of the scripted expert (:func:`ptgpo_envs.webshop.expert.expert_action`)."""
         from ptgpo_envs.webshop.expert import expert_action
 
-        return expert_action(self)
+        return expert_action(self.goal, self.page, self.catalog)
 
     # ----------------------------------------------------------------- rendering
     def _instruction_query(self) -> str:

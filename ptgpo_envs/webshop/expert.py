@@ -10,12 +10,20 @@ instruction names an option the product does not list.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Mapping
 
-from ptgpo_envs.webshop.pages import BACK_TO_SEARCH, BUY_NOW, ITEM, NEXT_PAGE, PREV_PAGE, RESULTS, SEARCH, SUB_PAGES
-
-if TYPE_CHECKING:
-    from ptgpo_envs.webshop.env import WebShopEnv
+from ptgpo_envs.webshop.data import Catalog
+from ptgpo_envs.webshop.pages import (
+    BACK_TO_SEARCH,
+    BUY_NOW,
+    ITEM,
+    NEXT_PAGE,
+    PREV_PAGE,
+    RESULTS,
+    SEARCH,
+    SUB_PAGES,
+    Page,
+)
 
 __all__ = ["expert_action"]
 
@@ -24,9 +32,9 @@ def _click(text: str) -> str:
     return f"click[{text}]"
 
 
-def expert_action(env: WebShopEnv) -> str:
-    """The expert's next action in ``env``'s current state."""
-    goal, page = env.goal, env.page
+def expert_action(goal: Mapping[str, Any], page: Page, catalog: Catalog) -> str:
+    """The expert's next action towards ``goal`` on ``page`` of ``catalog``: the environment's state
+    as values, so that the expert needs nothing of the environment's class."""
     target = goal["asin"]
     if page.name == SEARCH:
         return f"search[{goal['name'].lower()}]"
@@ -39,7 +47,7 @@ def expert_action(env: WebShopEnv) -> str:
         return _click(BACK_TO_SEARCH)
     if page.name == ITEM and page.asin == target:
         offered = {
-            value: name for name, values in env.catalog.by_asin[target]["options"].items() for value in values
+            value: name for name, values in catalog.by_asin[target]["options"].items() for value in values
         }
         selected = dict(page.options)
         for value in goal["goal_options"]:

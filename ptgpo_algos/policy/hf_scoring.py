@@ -1,0 +1,225 @@
+"""How the transformers policy scores: candidates after a shared prompt (the KV cache computed once,
+every candidate packed into one row after it) or whole prompt+response rows, a chunk of the output
+layer at a time. :class:`PolicyScoring` is the scoring half of
+:class:`~ptgpo_algos.policy.hf.CausalLMPolicy` (its module docstring tells the computation); it reads
+the policy's model, padding id, device, precision and ``score``, ``temperature`` and ``max_rows``
+settings."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ptgpo_algos.data import Decision
+from ptgpo_algos.policy.base import ScoredBatch
+from ptgpo_algos.policy.batching import distinct, forward_with_cache, left_pad, position_ids, right_pad
+from ptgpo_algos.policy.token_logprobs import token_logprobs
+
+__all__ = ["PolicyScoring"]
+
+
+class PolicyScoring:
+    """Log-probabilities of candidates and responses, with or without gradients (see the module docstring)."""
+
+    def _hidden(self, cache=None, **inputs) -> tuple[torch.Tensor, Any]:
+        """The decoder's last hidden states (after the final norm) and its cache: no output layer."""
+        return forward_with_cache(self._base().get_decoder(), cache, **inputs)
+
+    def _token_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0):
+        """``(log p, entropy)`` of ``targets`` (``(N,)``) predicted from ``hidden`` (``(N, H)``)."""
+        head = self._base().get_output_embeddings()
+        if not isinstance(head, torch.nn.Linear):
+            raise TypeError(f"the model's output layer is a {type(head).__name__}, not a linear layer: adapters on "
+                            "lm_head are not supported; leave lm_head out of lora.target_modules")
+        return token_logprobs(hidden, head.weight, targets, bias=head.bias, temperature=temperature,
+                              chunk=self.logprob_chunk, compute_dtype=self.autocast_dtype or head.weight.dtype)
+
+    # ================================================================== shared computations
+    def _candidate_logprobs(
+        self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]], cached: bool
+    ) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
+        """Per-token log-probs of each candidate given its prompt, and each candidate's score.
+
+        Returns ``token_logprobs[i][k]`` (1-D tensor) and ``scores[i]`` (1-D, one per candidate).
+        Contexts are processed in chunks of at most ``max_rows`` candidate rows. Identical contexts
+        are computed once and share their tensors (gradients add up through them).
+        """
+        index, first = distinct(zip(prompts, candidates), lambda pc: (tuple(pc[0]), tuple(map(tuple, pc[1]))))
+        if len(first) < len(prompts):
+            lp, sc = self._candidate_logprobs([prompts[i] for i in first], [candidates[i] for i in first], cached)
+            return [lp[j] for j in index], [sc[j] for j in index]
+        token_logprobs: list[list[torch.Tensor]] = []
+        scores: list[torch.Tensor] = []
+        start = 0
+        while start < len(prompts):
+            rows, stop = 0, start
+            while stop < len(prompts) and (stop == start or rows + len(candidates[stop]) <= self.max_rows):
+                rows += len(candidates[stop])
+                stop += 1
+            compute = self._cached_candidates if cached and not self.gradient_checkpointing else self._packed_candidates
+            lp, sc = compute(prompts[start:stop], candidates[start:stop])
+            token_logprobs += lp
+            scores += sc
+            start = stop
+        return token_logprobs, scores
+
+    def _flatten(self, candidates):
+        owner, flat = [], []
+        for i, cands in enumerate(candidates):
+            for cand in cands:
+                owner.append(i)
+                flat.append(cand)
+        return owner, flat
+
+    def _split(self, logp: torch.Tensor, cmask: torch.Tensor, candidates):
+        counts = cmask.sum(-1)
+        total = (logp * cmask).sum(-1)
+        score = total / counts.clamp(min=1) if self.score_mode == "mean" else total
+        token_logprobs, scores, row = [], [], 0
+        for cands in candidates:
+            k = len(cands)
+            token_logprobs.append([logp[row + j, : len(cands[j])] for j in range(k)])
+            scores.append(score[row : row + k])
+            row += k
+        return token_logprobs, scores
+
+    def _cached_candidates(self, prompts, candidates):
+        ids, mask = left_pad(prompts, self.pad_id, self.device)
+        last, cache = forward_with_cache(
+            self.model, input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True, logits_to_keep=1
+        )
+        # One row per prompt holding all its candidates end to end (rather than one row per
+        # candidate, which would copy the prompt's KV cache once per candidate): ``segment`` says
+        # which candidate a token belongs to (-1: padding), ``offset`` its index within it.
+        width = max(1, max(sum(len(c) for c in cands) for cands in candidates))
+        packed_ids, segments, offsets, starts = [], [], [], []
+        for cands in candidates:
+            row_ids, row_segment, row_offset = [], [], []
+            for k, cand in enumerate(cands):
+                starts.append(len(row_ids))
+                row_ids += cand
+                row_segment += [k] * len(cand)
+                row_offset += range(len(cand))
+            padding = width - len(row_ids)
+            packed_ids.append(row_ids + [self.pad_id] * padding)
+            segments.append(row_segment + [-1] * padding)
+            offsets.append(row_offset + [0] * padding)
+        cids = torch.tensor(packed_ids, dtype=torch.long, device=self.device)
+        segment = torch.tensor(segments, dtype=torch.long, device=self.device)
+        offset = torch.tensor(offsets, dtype=torch.long, device=self.device)
+        # A token sees the prompt and the earlier tokens of its own candidate; a padding token sees
+        # itself only (a query row with nothing to attend to would give NaNs).
+        index = torch.arange(width, device=self.device)
+        own = (segment[:, :, None] == segment[:, None, :]) & (index[None, :, None] >= index[None, None, :])
+        own &= (segment[:, :, None] >= 0) | (index[None, :, None] == index[None, None, :])
+        prompt_seen = mask.bool()[:, None, :].expand(-1, width, -1) & (segment >= 0)[:, :, None]
+        attention = torch.cat([prompt_seen, own], dim=-1)[:, None]
+        position = mask.sum(-1, keepdim=True) + offset
+        logits, _ = forward_with_cache(
+            self.model, cache, input_ids=cids, attention_mask=attention, position_ids=position, use_cache=True
+        )
+        # A candidate's first token is predicted by the prompt's last position, each later one by
+        # the token before it in the packed row. The float32 log-softmax runs a few prompts at a
+        # time (about logprob_chunk positions), so without gradients (rollouts) one slice of it lives.
+        logits = torch.cat([last[:, -1:, :], logits], dim=1)
+        source = torch.where(offset > 0, index[None, :], torch.zeros_like(offset))
+        step = max(1, self.logprob_chunk // width)
+        packed = torch.cat([
+            F.log_softmax(logits[r : r + step].gather(1, source[r : r + step, :, None].expand(-1, -1, logits.shape[-1]))
+                          .float(), dim=-1).gather(-1, cids[r : r + step, :, None]).squeeze(-1)
+            for r in range(0, len(candidates), step)
+        ])
+        owner, flat = self._flatten(candidates)
+        lengths = torch.tensor([len(c) for c in flat], dtype=torch.long, device=self.device)
+        column = torch.arange(max(1, int(lengths.max())), device=self.device)
+        cmask = (column[None, :] < lengths[:, None]).long()
+        columns = (torch.tensor(starts, dtype=torch.long, device=self.device)[:, None] + column).clamp(max=width - 1)
+        rows = torch.tensor(owner, dtype=torch.long, device=self.device)[:, None]
+        logp = packed[rows, columns] * cmask
+        return self._split(logp, cmask, candidates)
+
+    def _packed_candidates(self, prompts, candidates):
+        owner, flat = self._flatten(candidates)
+        # A candidate's score is its tokens' log-probabilities at temperature 1, as in the cached
+        # path: the policy's temperature applies once, to the softmax over the scores.
+        logp, _, cmask = self._response_logprobs([prompts[i] for i in owner], flat, temperature=1.0,
+                                                 with_entropy=False)
+        return self._split(logp, cmask, candidates)
+
+    def _response_logprobs(self, prompts, responses, *, temperature: float, with_entropy: bool,
+                           entropy_grad: bool = True):
+        """Per-token log-probs (and entropies) of ``responses`` given ``prompts`` at ``temperature``, full
+        sequences; identical (prompt, response) rows are computed once. Returns ``(B, width)`` tensors:
+        log-probs, entropies (None without ``with_entropy``; detached without ``entropy_grad``), mask."""
+        index, first = distinct(zip(prompts, responses), lambda pr: (tuple(pr[0]), tuple(pr[1])))
+        if len(first) < len(prompts):
+            logp, entropy, rmask = self._response_logprobs(
+                [prompts[i] for i in first], [responses[i] for i in first], temperature=temperature,
+                with_entropy=with_entropy, entropy_grad=entropy_grad,
+            )
+            take = torch.tensor(index, dtype=torch.long, device=self.device)
+            return logp[take], (entropy[take] if entropy is not None else None), rmask[take]
+        rows = [list(p) + list(r) for p, r in zip(prompts, responses)]
+        ids, mask = right_pad(rows, self.pad_id, self.device)
+        hidden, _ = self._hidden(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=False)
+        # Position p predicts token p+1: the response's tokens are predicted from len(prompt)-1 on.
+        row_index, positions, columns, targets = [], [], [], []
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            row_index += [i] * len(r)
+            positions += range(len(p) - 1, len(p) - 1 + len(r))
+            columns += range(len(r))
+            targets += r
+        place = (torch.tensor(row_index, dtype=torch.long, device=self.device),
+                 torch.tensor(columns, dtype=torch.long, device=self.device))
+        positions = torch.tensor(positions, dtype=torch.long, device=self.device)
+        token_logp, token_entropy = self._token_logprobs(
+            hidden[place[0], positions], torch.tensor(targets, dtype=torch.long, device=self.device), temperature)
+        shape = (len(rows), max(1, max(len(r) for r in responses)))
+        rmask = torch.zeros(shape, dtype=torch.long, device=self.device).index_put(place, torch.tensor(1, device=self.device))
+        logp = torch.zeros(shape, dtype=token_logp.dtype, device=self.device).index_put(place, token_logp)
+        entropy = None
+        if with_entropy:
+            token_entropy = token_entropy if entropy_grad else token_entropy.detach()
+            entropy = torch.zeros(shape, dtype=token_entropy.dtype, device=self.device).index_put(place, token_entropy)
+        return logp, entropy, rmask
+
+    # ================================================================== trainer side
+    def score(self, decisions: Sequence[Decision], *, entropy_grad: bool = True) -> ScoredBatch:
+        """Log-probabilities and entropies of ``decisions`` under the current weights, with gradients
+        (the entropies' only with ``entropy_grad``: an update without an entropy bonus skips them)."""
+        if self.gradient_checkpointing:
+            self.model.train()
+        with self.computing():
+            if self.mode == "choose":
+                return self._score_choices(decisions, entropy_grad)
+            logp, entropy, rmask = self._response_logprobs(
+                [d.prompt_ids for d in decisions], [d.response_ids for d in decisions], temperature=self.temperature,
+                with_entropy=True, entropy_grad=entropy_grad,
+            )
+        return ScoredBatch(logp, entropy, rmask.float())
+
+    def _score_choices(self, decisions: Sequence[Decision], entropy_grad: bool) -> ScoredBatch:
+        prompts = [d.prompt_ids for d in decisions]
+        candidates = [d.candidate_ids for d in decisions]
+        if any(c is None for c in candidates):
+            raise ValueError("choose-mode scoring needs decisions with candidate_ids")
+        _, scores = self._candidate_logprobs(prompts, candidates, cached=True)
+        logps, ents = [], []
+        for d, s in zip(decisions, scores):
+            logp = F.log_softmax(s.float() / self.temperature, dim=-1)
+            logps.append(logp[d.choice])
+            ents.append(-(logp.exp() * logp).sum())
+        logprobs = torch.stack(logps)[:, None]
+        entropy = torch.stack(ents)[:, None]
+        return ScoredBatch(logprobs, entropy if entropy_grad else entropy.detach(), torch.ones_like(logprobs))
+
+    def response_logprobs(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                          temperature: float = 1.0) -> list[list[float]]:
+        """Each response's token log-probabilities given its prompt at ``temperature``, without
+        gradients (what a rollout engine's own tokens are checked against after a weight sync)."""
+        self.model.eval()
+        with torch.no_grad(), self.computing():
+            logp, _, rmask = self._response_logprobs(prompts, responses, temperature=temperature, with_entropy=False)
+        return [row[: int(m.sum())].tolist() for row, m in zip(logp.float().cpu(), rmask.cpu())]

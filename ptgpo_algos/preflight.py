@@ -1,0 +1,61 @@
+"""What a run needs of this machine, checked before a model is built or a file written.
+
+A :class:`~ptgpo_algos.config.TrainConfig` is checked and resolved when it is built, from its own
+values and the registries' rules; it asks nothing of the machine, so a config written on one machine
+builds on any other (a run folder copied from a GPU node, a benchmark planned on a laptop). What
+depends on the machine the run starts on is checked here, by the trainer's pre-flight
+(:meth:`ptgpo_algos.trainer.Trainer.train`): the model's folder or its place in the Hugging Face
+cache, the optional packages the config asks for and the rollout backend (plugins register backends
+on the machine that runs them). The run folder is checked where it is locked
+(:func:`ptgpo_algos.files.folder_lock`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+from ptgpo_algos.config import TrainConfig, label
+from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
+from ptgpo_algos.validation import check_registered
+
+__all__ = ["check_machine", "check_model_source"]
+
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_machine(config: TrainConfig) -> None:
+    """Everything the run needs of this machine (see the module docstring); ``ValueError`` names the
+    field and says how to fix it."""
+    check_model_source(config.policy.model)
+    if config.policy.lora is not None and importlib.util.find_spec("peft") is None:
+        raise ValueError(f"{label('policy.lora')}: needs the peft package; pip install 'ptgpo[lora]'")
+    if config.run.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ValueError(f"{label('run.tensorboard')}: the tensorboard package is not installed; pip install "
+                         "tensorboard, or leave it off (metrics.jsonl has it all)")
+    check_registered(label("rollouts.backend"), config.rollouts.backend, ROLLOUT_BACKENDS)
+
+
+def check_model_source(model: str) -> None:
+    """``policy.model`` names what this machine can load: ``tiny``, a Hugging Face model folder, or a
+    hub name (in the local cache when ``HF_HUB_OFFLINE=1``)."""
+    where = label("policy.model")
+    if model == "tiny":
+        return
+    path = Path(model).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{where}: {model!r} has no config.json; point at a Hugging Face model folder")
+        return
+    if model.startswith((".", "/", "~")) or not _HUB_NAME.match(model):
+        raise ValueError(f"{where}: no model folder at {model!r}; give 'tiny', an existing folder or a hub name "
+                         "like Qwen/Qwen2.5-7B-Instruct")
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(model, "config.json"), str):
+            raise ValueError(f"{where}: {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1; "
+                             "download it first or give a local folder")
+
