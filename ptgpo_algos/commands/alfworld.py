@@ -75,16 +75,16 @@ def _make_agent(spec: str, seed: int, sample: bool):
     if not Path(spec).exists():
         raise SystemExit(f"--agent must be 'expert', 'random', a training run folder or a saved model folder; "
                          f"{spec!r} does not exist")
-    from ptgpo_algos.policy import load_policy
+    from ptgpo_algos.commands.evaluate import load_target
+    from ptgpo_algos.device import resolve_device
     from ptgpo_algos.policy.agent import PolicyAgent
-    from ptgpo_algos.run_folder import is_run_folder
-    from ptgpo_algos.trainer import load_trained_policy
 
-    policy = load_trained_policy(spec)[0] if is_run_folder(spec) else load_policy(spec)
+    policy, _ = load_target(spec, resolve_device("auto", where="--agent"))
     return PolicyAgent(policy, greedy=not sample, name=Path(spec).name, seed=seed), "rl"
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from ptgpo_algos.commands.evaluate import print_summary
     from ptgpo_algos.evaluation import evaluate
     from ptgpo_envs.alfworld import ALFWorldEnv
 
@@ -111,16 +111,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         progress=True,
     )
     wall = time.time() - started
-    summary = result.summary()
-
-    print(f"{agent.name} on {args.split}: {summary['success']:.1%} success over {count} games ({wall:.0f} s)")
-    counts: dict[str, int] = {}
-    for episode in result.episodes:
-        counts[episode.task_type] = counts.get(episode.task_type, 0) + 1
-    for task_type in ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2"):
-        if task_type in summary["success_by_type"]:
-            rate = summary["success_by_type"][task_type]
-            print(f"  {task_type:<6} {rate:6.1%}  ({counts[task_type]} games)")
+    print_summary(f"{agent.name} on {args.split} ({wall:.0f} s)", result)
 
     if args.out is not None:
         _write_results(args, agent.name, kind, games, result, count, wall)

@@ -135,23 +135,44 @@ def _plan(args: argparse.Namespace) -> _Plan:
     return plan
 
 
+def load_target(target: str | Path, device: str, history_length: int | None = None):
+    """The policy of a training run folder (as it was trained) or of a saved model folder (its saved
+    settings, ``history_length`` overriding its prompts' history), and where it came from: the one place
+    the commands that evaluate a policy resolve it."""
+    from ptgpo_algos.policy import load_policy
+    from ptgpo_algos.run_folder import is_run_folder
+    from ptgpo_algos.trainer import load_trained_policy
+
+    if is_run_folder(target):
+        policy, _, source = load_trained_policy(target, device)
+        return policy, source
+    overrides = {"history_length": history_length} if history_length is not None else {}
+    return load_policy(target, device=device, **overrides), str(target)
+
+
+def print_summary(head: str, result) -> None:
+    """One evaluation's summary lines: success, return, length, invalid actions, success per task type."""
+    summary = result.summary()
+    counts: dict[str, int] = {}
+    for episode in result.episodes:
+        counts[episode.task_type] = counts.get(episode.task_type, 0) + 1
+    print(f"{head}: {summary['success']:.1%} success over {len(result.episodes)} episodes")
+    print(f"  return {summary['return']:.3f}, length {summary['length']:.1f}, invalid actions {summary['invalid_rate']:.1%}")
+    for task_type, rate in (summary.get("success_by_type") or {}).items():
+        print(f"  {task_type:<8} {rate:6.1%}  ({counts.get(task_type, 0)} episodes)")
+
+
 def run(args: argparse.Namespace) -> int:
     """Evaluate a run folder or a saved model on held-out seeds and print (and save) the result; the exit
     status."""
     from ptgpo_algos.evaluation import evaluate
     from ptgpo_algos.files import atomic_write_text
-    from ptgpo_algos.policy import load_policy
     from ptgpo_algos.policy.agent import PolicyAgent
-    from ptgpo_algos.trainer import load_trained_policy
 
     # Everything but the weights first, so that a bad flag or environment fails before a model is loaded.
     try:
         plan = _plan(args)
-        if plan.is_run:
-            policy, _, source = load_trained_policy(args.target, plan.device)
-        else:
-            overrides = {"history_length": args.history_length} if args.history_length is not None else {}
-            policy, source = load_policy(args.target, device=plan.device, **overrides), str(args.target)
+        policy, source = load_target(args.target, plan.device, None if plan.is_run else args.history_length)
     except (ValueError, OSError) as error:
         return _fail(str(error))
     agent = PolicyAgent.at_temperature(policy, plan.temperature, name=Path(args.target).name, seed=plan.seed)
@@ -159,13 +180,9 @@ def run(args: argparse.Namespace) -> int:
     result = evaluate(agent, plan.env_id, plan.seeds, plan.env_kwargs, max_steps=plan.max_steps,
                       batch_size=plan.batch_size, progress=not args.no_progress)
     wall = time.time() - started
-    summary = result.summary()
     protocol = "greedy" if plan.temperature == 0.0 else f"sampled at {plan.temperature:g}"
-    print(f"{source} on {plan.env_id} {plan.env_kwargs or ''}: {summary['success']:.1%} success over "
-          f"{len(plan.seeds)} episodes (seeds {plan.seeds[0]}..{plan.seeds[-1]}, {protocol}, {wall:.0f} s)")
-    print(f"  return {summary['return']:.3f}, length {summary['length']:.1f}, invalid actions {summary['invalid_rate']:.1%}")
-    for task_type, rate in (summary.get("success_by_type") or {}).items():
-        print(f"  {task_type:<8} {rate:6.1%}")
+    print_summary(f"{source} on {plan.env_id} {plan.env_kwargs or ''} (seeds {plan.seeds[0]}..{plan.seeds[-1]}, "
+                  f"{protocol}, {wall:.0f} s)", result)
     if args.out:
         payload = {
             "source": source, "env_id": plan.env_id, "env_kwargs": plan.env_kwargs, "max_steps": plan.max_steps,
