@@ -7,7 +7,7 @@ one style (:mod:`ptgpo_algos.validation`)::
     algorithm    the advantage estimator (by name, with its keys), the policy loss and its aggregation,
                  the auxiliary objectives beside it
     policy       the model and how it acts: tiny or a Hugging Face model, choose/generate, prompts, dtype
-    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr
+    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr/3spo
     optim        the update: learning rate, PPO passes and mini-batches, KL, entropy, clipping
     evaluation   held-out evaluation: how often, which seeds, at which temperature
     run          when to stop, checkpoints, logs, the seed and the output folder
@@ -21,7 +21,7 @@ older config's ``hindsight`` section is read as the ``hindsight`` objective
 Defaults that depend on other fields are resolved once, when the config is built: the tiny model
 trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL, evaluated sampled at 0.4; a
 pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01, evaluated greedily;
-``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise; PATR's K
+``rollouts.strategy`` is ``tree`` for ptgpo, ``3spo`` for 3spo and ``linear`` otherwise; PATR's K
 (``rollouts.patr.every``) is the environment's default. A recipe (``policy.recipe``,
 :mod:`ptgpo_algos.policy.recipes`) fills in a published protocol's settings and prompt wherever the given
 keys say nothing, before those defaults. The saved config holds the resolved values, a prompt template's
@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ptgpo_algos.patr import PatrConfig
+from ptgpo_algos.spo3_rollout import Spo3Config
 from ptgpo_algos.validation import (
     check_bool,
     check_choice,
@@ -293,7 +294,8 @@ class RolloutsConfig:
                                           "least 1e-3)", flat="sync_tolerance")
     sync_bucket_mib: int = _field(1024, "weight sync: MiB of weights per message to the rollout engine (a "
                                   "message may not exceed 4 GiB)", flat="sync_bucket_mib")
-    strategy: str | None = _field(None, "linear, tree or patr (default: tree for ptgpo, linear otherwise)",
+    strategy: str | None = _field(None, "linear, tree, patr or 3spo (default: tree for ptgpo, 3spo for 3spo, linear "
+                                  "otherwise)",
                                   flat="rollout", flag="rollout")
     group_size: int = _field(8, "rollouts per task", flat="group_size", flag="group-size")
     initial_rollouts: int | None = _field(None, "tree: independent rollouts before branching (default: half "
@@ -303,6 +305,10 @@ class RolloutsConfig:
                                   "children, top_k, every, alpha, repeat_limit, max_leaves, pruned_reward, scorer, "
                                   "judge, lam); its groups are its leaves, so group_size and initial_rollouts do "
                                   "not apply", flat="patr", factory=PatrConfig)
+    spo3: Spo3Config = _field(help="3spo: 3SPO's settings (ptgpo_algos.spo3_rollout.Spo3Config: alpha, xi, zeta, "
+                                  "omega_k, g_max, epsilon, trajectories, explored, min_start); its groups are its search's "
+                                  "trajectories, so group_size and initial_rollouts do not apply", flat="spo3",
+                              factory=Spo3Config)
     tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flat="tasks_per_iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
@@ -328,6 +334,8 @@ class RolloutsConfig:
         check_choice("rollouts.branch (branch)", self.branch, BRANCH_STRATEGIES)
         if not isinstance(self.patr, PatrConfig):
             object.__setattr__(self, "patr", PatrConfig.from_mapping(self.patr))
+        if not isinstance(self.spo3, Spo3Config):
+            object.__setattr__(self, "spo3", Spo3Config.from_mapping(self.spo3))
         check_int("rollouts.tasks_per_iteration (tasks_per_iteration)", self.tasks_per_iteration, 1,
                   MAX_EPISODES_PER_ITERATION // self.group_size,
                   hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
@@ -336,6 +344,10 @@ class RolloutsConfig:
         if self.asynchronous and self.backend != "transformers":
             raise ValueError("rollouts.asynchronous (async_rollouts): the rollout worker runs a transformers copy of "
                              f"the policy; with backend {self.backend!r} set it to false")
+        if self.asynchronous and self.strategy is not None and ROLLOUT_STRATEGIES.get(self.strategy).memory is not None:
+            raise ValueError(f"rollouts.asynchronous (async_rollouts): the {self.strategy} strategy learns from each "
+                             "collection before the next one starts, which a collection running ahead cannot; set it "
+                             "to false")
 
 
 @dataclass(frozen=True)
@@ -564,7 +576,10 @@ class TrainConfig:
             if not isinstance(value, cls):
                 raise TypeError(f"TrainConfig.{name} must be a {cls.__name__}, got {type(value).__name__}")
         tiny = self.policy.is_tiny
-        strategy = self.rollouts.strategy or ("tree" if self.algorithm.name == "ptgpo" else "linear")
+        strategy = self.rollouts.strategy or {"ptgpo": "tree", "3spo": "3spo"}.get(self.algorithm.name, "linear")
+        if self.algorithm.name == "3spo" and strategy != "3spo":
+            raise ValueError(f"rollouts.strategy (rollout): the 3spo estimator credits the step rewards that only the "
+                             f"3spo strategy records, not {strategy}; set it to 3spo")
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
         patr = self.rollouts.patr.resolved(self.env.id) if strategy == "patr" else self.rollouts.patr
         object.__setattr__(self, "rollouts", dataclasses.replace(self.rollouts, strategy=strategy,

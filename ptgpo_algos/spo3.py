@@ -90,6 +90,18 @@ class StateStats:
             self.success[state] = self.success.get(state, 0) + int(succeeded)
         self.t += 1
 
+    def state_dict(self) -> dict:
+        """The statistics as plain data (string keys and numbers), for a checkpoint."""
+        return {"total": dict(self.total), "success": dict(self.success),
+                "explored": sorted([state, action] for state, action in self.explored), "t": self.t}
+
+    def load_state_dict(self, data: dict) -> None:
+        """Take back statistics saved by :meth:`state_dict`."""
+        self.total = {key: int(value) for key, value in data["total"].items()}
+        self.success = {key: int(value) for key, value in data["success"].items()}
+        self.explored = {(state, action) for state, action in data["explored"]}
+        self.t = int(data["t"])
+
     def counts(self, states: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
         """``(N_total, N_success)`` of each state, 0 for one never recorded."""
         total = np.array([self.total.get(state, 0) for state in states], dtype=np.float64)
@@ -161,19 +173,23 @@ class SearchResult(Generic[Node]):
 def ranked_backtracking(
     root: Node,
     key: Callable[[Node], Hashable],
-    expand: Callable[[Node, int], Sequence[Candidate[Node]]],
+    expand: Callable[[Node, int], Sequence[Candidate[Node]] | None],
     stats: StateStats,
     settings: Spo3Settings,
     *,
     max_trajectories: int,
     max_depth: int,
+    min_start: int = 0,
 ) -> SearchResult[Node]:
     """3SPO's ranked backtracking DFS from ``root``.
 
     At a state, ``expand(node, n)`` returns ``n = n(s)`` candidates (the caller samples them from its
-    policy after restoring the state); those whose ``(state, action)`` was explored before, in any
-    search, are dropped, the rest ranked by reward (ties keep the order given). The best is followed;
-    the others wait on a stack with the path that led to them. A trajectory ends when its candidate
+    policy after restoring the state; ``root`` gets at least ``min_start``); those whose ``(state,
+    action)`` is in ``stats.explored`` are dropped, and so are repeats of an action among them (the
+    same transition again); the rest are ranked by reward (ties keep the order given). ``expand``
+    returning None instead stops the search at once (a spent budget), the trajectory in progress
+    unfinished and left out. The best is followed; the others wait on a stack with the path that led
+    to them. A trajectory ends when its candidate
     ends the episode, at ``max_depth`` steps, or at a state given ``n(s) = 0`` (truncated); it is then
     recorded in ``stats`` and the search resumes from the top of the stack, with its next-best
     candidate, until ``max_trajectories`` are done or nothing is left.
@@ -192,9 +208,13 @@ def ranked_backtracking(
             state = key(node)
             total, success = stats.counts([state])
             allocation = int(rollout_allocation(state_scores(total, success, stats.t, settings), settings)[0])
+            if not path:
+                allocation = max(allocation, min_start)
             if allocation > 0 and len(path) < max_depth:
-                fresh = [c for c in expand(node, allocation) if (state, c.action) not in stats.explored]
-                ranked = sorted(fresh, key=lambda c: -c.reward)
+                candidates = expand(node, allocation)
+                if candidates is None:
+                    break
+                ranked = _ranked(state, candidates, stats.explored)
         if ranked:
             if len(ranked) > 1:
                 stack.append((list(path), state, ranked[1:]))
@@ -210,6 +230,16 @@ def ranked_backtracking(
             stack.append((saved, state, rest[1:]))
         node = _take(path, state, rest[0], stats, result)
     return result
+
+
+def _ranked(state: Hashable, candidates: Sequence[Candidate], explored: set) -> list[Candidate]:
+    """The candidates whose action is new at ``state`` (each action once), best reward first, ties in
+    the order given."""
+    fresh: dict[str, Candidate] = {}
+    for candidate in candidates:
+        if (state, candidate.action) not in explored:
+            fresh.setdefault(candidate.action, candidate)
+    return sorted(fresh.values(), key=lambda c: -c.reward)
 
 
 def _take(path: list, state: Hashable, candidate: Candidate, stats: StateStats, result: SearchResult):
