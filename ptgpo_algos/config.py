@@ -306,9 +306,9 @@ class RolloutsConfig:
                                   "judge, lam); its groups are its leaves, so group_size and initial_rollouts do "
                                   "not apply", flat="patr", factory=PatrConfig)
     spo3: Spo3Config = _field(help="3spo: 3SPO's settings (ptgpo_algos.spo3_rollout.Spo3Config: alpha, xi, zeta, "
-                                  "omega_k, g_max, epsilon, trajectories, explored, min_start); its groups are its search's "
-                                  "trajectories, so group_size and initial_rollouts do not apply", flat="spo3",
-                              factory=Spo3Config)
+                                   "omega_k, g_max, epsilon, trajectories, explored, min_start); its groups are its "
+                                   "search's trajectories, so group_size and initial_rollouts do not apply",
+                              flat="spo3", factory=Spo3Config)
     tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flat="tasks_per_iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",

@@ -121,8 +121,12 @@ def state_scores(total: np.ndarray, success: np.ndarray, t: int, settings: Spo3S
 
 
 def rollout_allocation(scores: np.ndarray, settings: Spo3Settings) -> np.ndarray:
-    """``n(s) = ceil(G_max S(s))`` (Eq. 3): 0 truncates the trajectory, 1 continues without a comparison."""
-    return np.ceil(settings.g_max * np.asarray(scores, dtype=np.float64) - 1e-12).astype(np.int64)
+    """``n(s) = ceil(G_max S(s))`` (Eq. 3): 0 truncates the trajectory (a score of 0), 1 continues without a
+    comparison. The 1e-12 keeps a product that rounding lifts past an integer (8 x 0.125) from taking
+    one more, and is never what takes a positive score to 0."""
+    scores = np.asarray(scores, dtype=np.float64)
+    rounded = np.ceil(settings.g_max * scores - 1e-12).astype(np.int64)
+    return np.where(scores > 0, np.maximum(rounded, 1), 0)
 
 
 def novelty_weight(total: np.ndarray, settings: Spo3Settings) -> np.ndarray:
