@@ -103,6 +103,17 @@ def test_statistics_carry_over_between_collections():
     assert batch[0][0].steps[0].extras["strategy_reward"] == pytest.approx(w + (0.5 - w) * (score_start - score_next))
 
 
+def test_explored_pairs_last_the_run_when_asked_as_the_official_collector_keeps_them():
+    memory = StateStats()
+    settings = Spo3Config(g_max=2, trajectories=3, explored="run")
+    collect_spo3_rollouts(Scripted(), [POND], settings, memory)
+    batch, stats = collect_spo3_rollouts(Scripted(), [POND], settings, memory)
+    # The start now gets one sample (right), explored in the first search: nothing is left to try.
+    assert batch == [] and stats.decisions == 1 and stats.started == 0
+    again, _ = collect_spo3_rollouts(Scripted(), [POND], Spo3Config(g_max=2, trajectories=3), memory)
+    assert len(again) == 1  # forgotten at the start of a search (the default)
+
+
 def test_3spo_is_a_typed_section_and_the_default_strategy_of_its_estimator():
     config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "algo": "3spo"})
     assert config.rollouts.strategy == "3spo" and config.rollouts.spo3 == Spo3Config()
