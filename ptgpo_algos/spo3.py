@@ -23,7 +23,7 @@ but a way back into a state: in this suite, the environments' ``snapshot``/``res
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -36,6 +36,7 @@ __all__ = [
     "SearchResult",
     "Spo3Settings",
     "StateStats",
+    "backtracking_search",
     "novelty_weight",
     "ranked_backtracking",
     "rollout_allocation",
@@ -185,18 +186,41 @@ def ranked_backtracking(
     max_depth: int,
     min_start: int = 0,
 ) -> SearchResult[Node]:
-    """3SPO's ranked backtracking DFS from ``root``.
+    """3SPO's ranked backtracking DFS from ``root``, asking ``expand(node, n)`` for each state's
+    candidates (:func:`backtracking_search` says how the search goes)."""
+    search = backtracking_search(root, key, stats, settings, max_trajectories=max_trajectories, max_depth=max_depth,
+                                 min_start=min_start)
+    try:
+        request = next(search)
+        while True:
+            request = search.send(expand(*request))
+    except StopIteration as done:
+        return done.value
 
-    At a state, ``expand(node, n)`` returns ``n = n(s)`` candidates (the caller samples them from its
-    policy after restoring the state; ``root`` gets at least ``min_start``); those whose ``(state,
-    action)`` is in ``stats.explored`` are dropped, and so are repeats of an action among them (the
-    same transition again); the rest are ranked by reward (ties keep the order given). ``expand``
-    returning None instead stops the search at once (a spent budget), the trajectory in progress
-    unfinished and left out. The best is followed; the others wait on a stack with the path that led
-    to them. A trajectory ends when its candidate
-    ends the episode, at ``max_depth`` steps, or at a state given ``n(s) = 0`` (truncated); it is then
-    recorded in ``stats`` and the search resumes from the top of the stack, with its next-best
-    candidate, until ``max_trajectories`` are done or nothing is left.
+
+def backtracking_search(
+    root: Node,
+    key: Callable[[Node], Hashable],
+    stats: StateStats,
+    settings: Spo3Settings,
+    *,
+    max_trajectories: int,
+    max_depth: int,
+    min_start: int = 0,
+) -> Generator[tuple[Node, int], Sequence[Candidate[Node]] | None, SearchResult[Node]]:
+    """3SPO's ranked backtracking DFS from ``root``, as a generator a caller can run beside others
+    (3SPO's rollouts step every task's search at once): it yields ``(node, n)`` where it needs a
+    state's candidates and is sent them; it returns the :class:`SearchResult`.
+
+    At a state it asks for ``n = n(s)`` candidates (the caller samples them from its policy after
+    restoring the state; ``root`` gets at least ``min_start``); those whose ``(state, action)`` is in
+    ``stats.explored`` are dropped, and so are repeats of an action among them (the same transition
+    again); the rest are ranked by reward (ties keep the order given). None sent instead stops the
+    search at once (a spent budget), the trajectory in progress unfinished and left out. The best is
+    followed; the others wait on a stack with the path that led to them. A trajectory ends when its
+    candidate ends the episode, at ``max_depth`` steps, or at a state given ``n(s) = 0`` (truncated);
+    it is then recorded in ``stats`` and the search resumes from the top of the stack, with its
+    next-best candidate, until ``max_trajectories`` are done or nothing is left.
 
     The official collector, on backtracking, samples the state's actions again and re-ranks them;
     here the stacked ranking is reused, as its docstring describes, so a state is expanded once per
@@ -215,7 +239,7 @@ def ranked_backtracking(
             if not path:
                 allocation = max(allocation, min_start)
             if allocation > 0 and len(path) < max_depth:
-                candidates = expand(node, allocation)
+                candidates = yield node, allocation
                 if candidates is None:
                     break
                 ranked = _ranked(state, candidates, stats.explored)

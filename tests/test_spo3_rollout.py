@@ -22,15 +22,25 @@ from ptgpo_envs import make_env
 #: S F
 #: H G   -- right then down wins; down from the start falls in the hole; right at (0,1) stays.
 POND = Task("ptgpo/FrozenLake-v0", 0, {"desc": ["SF", "HG"]}, max_steps=6)
+#: S F
+#: F G   -- no hole: every first move is safe.
+MEADOW = Task("ptgpo/FrozenLake-v0", 1, {"desc": ["SF", "FG"]}, max_steps=6)
 ORDER = ("go right", "go down", "go left", "go up")
 
 
 class Scripted:
-    """A policy that answers a call of n contexts with the first n actions of ``ORDER``."""
+    """A policy that answers the n equal contexts of one state with the first n actions of ``ORDER``."""
 
     def decide(self, contexts, generator=None):
-        return [Decision(text=action, action=action, prompt_ids=[1], response_ids=[2], logprobs=[0.0], entropy=0.0)
-                for action in ORDER[: len(contexts)]]
+        seen: dict = {}
+        decisions = []
+        for context in contexts:
+            same = (context.observation, tuple(context.history))
+            action = ORDER[seen.setdefault(same, 0)]
+            seen[same] += 1
+            decisions.append(Decision(text=action, action=action, prompt_ids=[1], response_ids=[2], logprobs=[0.0],
+                                      entropy=0.0))
+        return decisions
 
 
 def _replay(task: Task, trajectory) -> None:
@@ -77,14 +87,21 @@ def test_a_search_on_a_small_lake_by_hand():
 
 
 def test_the_budget_is_exact_and_an_unfinished_trajectory_is_left_out():
-    batch, stats = collect_spo3_rollouts(Scripted(), [POND, POND], Spo3Config(g_max=2, trajectories=3), StateStats(),
-                                         max_decisions=3)
-    # Start (2 decisions), then (0,1) gets the one left (right: stays), and (0,1) again finds none.
-    assert batch == [] and stats.decisions == 3
-    assert stats.as_dict()["episodes_cut"] == 1
-    whole, spent = collect_spo3_rollouts(Scripted(), [POND, POND], Spo3Config(g_max=2, trajectories=3), StateStats(),
-                                         max_decisions=7)
-    assert spent.decisions == 7 and [len(group) for group in whole] == [3]
+    # Both searches step together; each round grants the budget in task order.
+    settings = Spo3Config(g_max=2, trajectories=3)
+    batch, stats = collect_spo3_rollouts(Scripted(), [POND, MEADOW], settings, StateStats(), max_decisions=3)
+    # Round 1: the pond's start gets 2, the meadow's 1 (right). Round 2: nothing is left, both stop.
+    assert batch == [] and stats.decisions == 3 and stats.expansions == 2
+    assert stats.as_dict()["episodes_cut"] == 2
+    whole, spent = collect_spo3_rollouts(Scripted(), [POND, MEADOW], settings, StateStats(), max_decisions=7)
+    # Round 2: the pond's (0,1) gets 2 (down wins), the meadow's (0,1) the last one; round 3: none left.
+    assert spent.decisions == 7 and [[t.meta["won"] for t in group] for group in whole] == [[True]]
+    assert whole[0][0].meta["seed"] == POND.seed and [s.sent for s in whole[0][0].steps] == ["go right", "go down"]
+    # Without a budget, searching beside another changes nothing of a search: the pond's is the one by hand.
+    unlimited, _ = collect_spo3_rollouts(Scripted(), [POND, MEADOW], settings, StateStats())
+    assert [len(group) for group in unlimited] == [3, 3]
+    assert [[step.sent for step in t.steps] for t in unlimited[0]] == [["go right", "go down"],
+                                                                      ["go right", "go right"], ["go down"]]
 
 
 def test_statistics_carry_over_between_collections():
@@ -119,7 +136,7 @@ def test_3spo_is_a_typed_section_and_the_default_strategy_of_its_estimator():
     assert config.rollouts.strategy == "3spo" and config.rollouts.spo3 == Spo3Config()
     assert config.to_dict()["rollouts"]["spo3"] == {
         "alpha": 50.0, "xi": 10.0, "zeta": 0.1, "omega_k": 0.1, "g_max": 8, "epsilon": 1e-6, "trajectories": 8,
-        "explored": "search", "min_start": 1}
+        "explored": "iteration", "min_start": 1}
     assert TrainConfig.from_dict(config.to_dict()) == config
     given = TrainConfig.from_dict({"algo": "grpo", "rollout": "3spo", "rollouts.spo3.g_max": 4, "spo3": {"xi": "2e1"}})
     assert (given.rollouts.spo3.g_max, given.rollouts.spo3.xi) == (4, 20.0)
