@@ -85,6 +85,20 @@ def _field(default: Any = None, help: str = "", *, flat: str | None = None, flag
     return field(default=default, metadata=metadata)
 
 
+def _rollout_strategy(estimator: str, given: str | None) -> str:
+    """The rollout strategy of a run: the one given, else the estimator's own (3SPO's search for
+    ``3spo``, the prefix tree for ``ptgpo``), else ``linear``; an estimator that credits what only its
+    own strategy records refuses another."""
+    from ptgpo_algos.advantages import ESTIMATORS
+
+    own = ESTIMATORS.get(estimator).strategy
+    strategy = given or own or ("tree" if estimator == "ptgpo" else "linear")
+    if own is not None and strategy != own:
+        raise ValueError(f"rollouts.strategy (rollout): the {estimator} estimator credits what only the {own} "
+                         f"strategy records, not {strategy}; set it to {own}")
+    return strategy
+
+
 def default_evaluation_temperature(tiny: bool) -> float:
     """The evaluation protocol when none is given: sampled at 0.4 for the tiny model, greedy otherwise.
 
@@ -576,10 +590,7 @@ class TrainConfig:
             if not isinstance(value, cls):
                 raise TypeError(f"TrainConfig.{name} must be a {cls.__name__}, got {type(value).__name__}")
         tiny = self.policy.is_tiny
-        strategy = self.rollouts.strategy or {"ptgpo": "tree", "3spo": "3spo"}.get(self.algorithm.name, "linear")
-        if self.algorithm.name == "3spo" and strategy != "3spo":
-            raise ValueError(f"rollouts.strategy (rollout): the 3spo estimator credits the step rewards that only the "
-                             f"3spo strategy records, not {strategy}; set it to 3spo")
+        strategy = _rollout_strategy(self.algorithm.name, self.rollouts.strategy)
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
         patr = self.rollouts.patr.resolved(self.env.id) if strategy == "patr" else self.rollouts.patr
         object.__setattr__(self, "rollouts", dataclasses.replace(self.rollouts, strategy=strategy,

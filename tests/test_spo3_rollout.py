@@ -154,8 +154,8 @@ def test_3spo_is_a_typed_section_and_the_default_strategy_of_its_estimator():
         ({"rollout": "3spo", "spo3": {"min_start": 9}},
          "rollouts.spo3.min_start: expected an integer in [0, 8], got 9 (at most g_max)"),
         ({"rollout": "3spo", "spo3": 5}, "rollouts.spo3 (spo3): expected a mapping"),
-        ({"algo": "3spo", "rollout": "tree"}, "rollouts.strategy (rollout): the 3spo estimator credits the step "
-                                              "rewards that only the 3spo strategy records, not tree"),
+        ({"algo": "3spo", "rollout": "tree"}, "rollouts.strategy (rollout): the 3spo estimator credits what only "
+                                              "the 3spo strategy records, not tree; set it to 3spo"),
         ({"algo": "3spo", "async_rollouts": True}, "rollouts.asynchronous (async_rollouts): the 3spo strategy learns"),
     ],
 )

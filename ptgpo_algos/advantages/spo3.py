@@ -19,7 +19,7 @@ from ptgpo_algos.advantages.table import StepTable
 __all__ = ["spo3"]
 
 
-@register_estimator("3spo", coverage_beta=None)
+@register_estimator("3spo", coverage_beta=None, strategy="3spo")
 def spo3(table: StepTable, signal: Signal, *, norm: str = "mean_norm", invalid_penalty: float = 0.1) -> Estimate:
     """State-Score-Supervised Policy Optimization's step credit (arXiv 2606.09961).
 
