@@ -19,8 +19,9 @@ the request in flight so that a resumed run replays it. Everything else joins th
 (:mod:`ptgpo_algos.objectives`): hindsight relabelling is one.
 
 What changes during a run and must survive a resume is in plain sight: :class:`TrainState` (counters,
-random generators, the last evaluation, the rollout strategy's memory), the policy's weights, the optimiser, and the callbacks' and
-collector's own state, all in ``checkpoint.pt`` (:mod:`ptgpo_algos.checkpoint`).
+random generators, the last evaluation, the rollout strategy's memory), the policy's weights, the
+optimiser, and the callbacks' and collector's own state, all in ``checkpoint.pt``
+(:mod:`ptgpo_algos.checkpoint`).
 
 Outputs in the run folder: ``config.json`` (with the processor and kernel settings of the process
 that last started or resumed the run, :func:`~ptgpo_algos.device.kernel_record`); ``metrics.jsonl``
