@@ -18,6 +18,7 @@ Layout (``format: "ptgpo-checkpoint"``, ``version: 1``)::
     pending_rollout  {weights, tasks: [{env_id, seed, env_kwargs, max_steps}], seed, updates} | None
     hindsight_buffer [Decision fields as a dict, ...] | None
     objectives       {objective name: its state (I-SDPO: the EMA teacher's weights)} | None
+    rollout_memory   the rollout strategy's state across iterations (3SPO's statistics) | None
 
 A checkpoint written before the format was versioned loads when it holds plain data only.
 """

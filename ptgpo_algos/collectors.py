@@ -39,13 +39,14 @@ __all__ = ["AsyncCollector", "CollectingRun", "RolloutRequest", "RolloutWorker",
 
 
 def collect_iteration(config: TrainConfig, policy, tasks: list[Task], *, rng, generator,
-                      max_decisions: int | None = None) -> tuple[Batch, RolloutStats]:
+                      max_decisions: int | None = None, memory: Any = None) -> tuple[Batch, RolloutStats]:
     """One iteration's rollouts of ``tasks`` by the configured strategy (:mod:`ptgpo_algos.strategies`),
-    spending at most ``max_decisions`` (what is left of a matched budget)."""
+    spending at most ``max_decisions`` (what is left of a matched budget); ``memory`` is the strategy's
+    state across iterations, where it keeps one."""
     workers = config.env_workers
     return collect_with(config.rollouts.strategy, policy, tasks, config.rollouts, rng=rng, generator=generator,
                         env_backend=workers.backend, env_workers=workers.num_workers, env_options=workers.options,
-                        max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives))
+                        max_decisions=max_decisions, expert=needs_expert(config.algorithm.objectives), memory=memory)
 
 
 class CollectingRun(Protocol):
@@ -86,7 +87,8 @@ class SyncCollector:
         trainer = self.trainer
         batch, stats = collect_iteration(trainer.config, trainer.rollout_policy, trainer.next_tasks(),
                                          rng=trainer.state.rng, generator=trainer.state.sampler,
-                                         max_decisions=remaining_budget(trainer.config, trainer.state.decisions))
+                                         max_decisions=remaining_budget(trainer.config, trainer.state.decisions),
+                                         memory=trainer.state.rollout_memory)
         return batch, stats, 0
 
     def state_dict(self) -> None:

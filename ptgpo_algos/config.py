@@ -7,7 +7,7 @@ one style (:mod:`ptgpo_algos.validation`)::
     algorithm    the advantage estimator (by name, with its keys), the policy loss and its aggregation,
                  the auxiliary objectives beside it
     policy       the model and how it acts: tiny or a Hugging Face model, choose/generate, prompts, dtype
-    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr
+    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr/3spo
     optim        the update: learning rate, PPO passes and mini-batches, KL, entropy, clipping
     evaluation   held-out evaluation: how often, which seeds, at which temperature
     run          when to stop, checkpoints, logs, the seed and the output folder
@@ -23,7 +23,7 @@ fields newer than flat files have none. Messages name a field by its path and fl
 Defaults that depend on other fields are resolved once, when the config is built: the tiny model
 trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL, evaluated sampled at 0.4; a
 pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01, evaluated greedily;
-``rollouts.strategy`` is ``tree`` for ptgpo and ``linear`` otherwise; PATR's K
+``rollouts.strategy`` is ``tree`` for ptgpo, ``3spo`` for 3spo and ``linear`` otherwise; PATR's K
 (``rollouts.patr.every``) is the environment's default. A recipe (``policy.recipe``,
 :mod:`ptgpo_algos.policy.recipes`) fills in a published protocol's settings and prompt wherever the given
 keys say nothing, before those defaults. The saved config holds the resolved values, a prompt template's
@@ -59,6 +59,7 @@ from ptgpo_algos.policy.recipes import load_recipe, recipe_names
 from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
 from ptgpo_algos.policy.tiny import TinyModelSpec
 from ptgpo_algos.rollout import BRANCH_STRATEGIES
+from ptgpo_algos.spo3_rollout import Spo3Config
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (
     check_bool,
@@ -104,6 +105,18 @@ def _field(default: Any = None, help: str = "", *, flat: str | bool = True, flag
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def _rollout_strategy(estimator: str, given: str | None) -> str:
+    """The rollout strategy of a run: the one given, else the estimator's own (3SPO's search for
+    ``3spo``, the prefix tree for ``ptgpo``), else ``linear``; an estimator that credits what only its
+    own strategy records refuses another."""
+    own = ESTIMATORS.get(estimator).strategy
+    strategy = given or own or ("tree" if estimator == "ptgpo" else "linear")
+    if own is not None and strategy != own:
+        raise ValueError(f"{label('rollouts.strategy')}: the {estimator} estimator credits what only the {own} "
+                         f"strategy records, not {strategy}; set it to {own}")
+    return strategy
 
 
 def default_evaluation_temperature(tiny: bool) -> float:
@@ -302,7 +315,8 @@ class RolloutsConfig:
                                           "least 1e-3)")
     sync_bucket_mib: int = _field(1024, "weight sync: MiB of weights per message to the rollout engine (a "
                                   "message may not exceed 4 GiB)")
-    strategy: str | None = _field(None, "linear, tree or patr (default: tree for ptgpo, linear otherwise)",
+    strategy: str | None = _field(None, "linear, tree, patr or 3spo (default: tree for ptgpo, 3spo for 3spo, linear "
+                                  "otherwise)",
                                   flat="rollout", flag="rollout")
     group_size: int = _field(8, "rollouts per task", flag="group-size")
     initial_rollouts: int | None = _field(None, "tree: independent rollouts before branching (default: half "
@@ -312,6 +326,10 @@ class RolloutsConfig:
                                   "children, top_k, every, alpha, repeat_limit, max_leaves, pruned_reward, scorer, "
                                   "judge, lam); its groups are its leaves, so group_size and initial_rollouts do "
                                   "not apply", factory=PatrConfig)
+    spo3: Spo3Config = _field(help="3spo: 3SPO's settings (ptgpo_algos.spo3_rollout.Spo3Config: alpha, xi, zeta, "
+                                   "omega_k, g_max, epsilon, trajectories, explored, min_start); its groups are its "
+                                   "search's trajectories, so group_size and initial_rollouts do not apply",
+                              factory=Spo3Config)
     tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
@@ -333,6 +351,8 @@ class RolloutsConfig:
         check_choice(label("rollouts.branch"), self.branch, BRANCH_STRATEGIES)
         if not isinstance(self.patr, PatrConfig):
             object.__setattr__(self, "patr", PatrConfig.from_mapping(self.patr))
+        if not isinstance(self.spo3, Spo3Config):
+            object.__setattr__(self, "spo3", Spo3Config.from_mapping(self.spo3))
         check_int(label("rollouts.tasks_per_iteration"), self.tasks_per_iteration, 1,
                   MAX_EPISODES_PER_ITERATION // self.group_size,
                   hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
@@ -341,6 +361,10 @@ class RolloutsConfig:
         if self.asynchronous and self.backend != "transformers":
             raise ValueError(f"{label('rollouts.asynchronous')}: the rollout worker runs a transformers copy of "
                              f"the policy; with backend {self.backend!r} set it to false")
+        if self.asynchronous and self.strategy is not None and ROLLOUT_STRATEGIES.get(self.strategy).memory is not None:
+            raise ValueError(f"{label('rollouts.asynchronous')}: the {self.strategy} strategy learns from each "
+                             "collection before the next one starts, which a collection running ahead cannot; set it "
+                             "to false")
 
 
 @dataclass(frozen=True)
@@ -576,7 +600,7 @@ class TrainConfig:
             if not isinstance(value, cls):
                 raise TypeError(f"TrainConfig.{name} must be a {cls.__name__}, got {type(value).__name__}")
         tiny = self.policy.is_tiny
-        strategy = self.rollouts.strategy or ("tree" if self.algorithm.name == "ptgpo" else "linear")
+        strategy = _rollout_strategy(self.algorithm.name, self.rollouts.strategy)
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
         patr = self.rollouts.patr.resolved(self.env.id) if strategy == "patr" else self.rollouts.patr
         object.__setattr__(self, "rollouts", dataclasses.replace(self.rollouts, strategy=strategy,

@@ -105,6 +105,17 @@ class EpisodeEngine(Generic[D]):
         vector.restore([slot], [snapshot])
 
     @staticmethod
+    def restore_all(episodes: Sequence[Episode], snapshots: Sequence[Any]) -> None:
+        """Restore each episode's slot to its snapshot, one ``restore`` call per vector environment."""
+        _by_vector(episodes, lambda vector, slots, items: vector.restore(slots, items), snapshots)
+
+    @staticmethod
+    def step(episodes: Sequence[Episode], actions: Sequence[str]) -> list[tuple]:
+        """Each episode's ``(observation, reward, terminated, truncated, info)`` after its action, one
+        ``step`` call per vector environment."""
+        return _by_vector(episodes, lambda vector, slots, items: vector.step(slots, items), actions)
+
+    @staticmethod
     def call(episodes: Sequence[Episode], method: str) -> list[Any]:
         """``method()`` of each episode's unwrapped environment, one ``call`` per vector environment."""
         return _by_vector(episodes, lambda vector, slots: vector.call(method, slots))
@@ -145,7 +156,7 @@ class EpisodeEngine(Generic[D]):
             if len(decisions) != len(live):
                 raise RuntimeError(f"act returned {len(decisions)} decisions for {len(live)} episodes")
             actions = [send(d) for d in decisions]
-            steps = _by_vector(live, lambda vector, slots, items: vector.step(slots, items), actions)
+            steps = self.step(live, actions)
             done = [terminated or truncated for _, _, terminated, truncated, _ in steps]
             taken = [None] * len(live)
             if snapshots:

@@ -35,7 +35,7 @@ import numpy as np
 from ptgpo_algos.data import Batch, Context, Decision, Step, Task, Trajectory
 from ptgpo_algos.episodes import Episode, EpisodeEngine, Transition, make_vector_env
 
-__all__ = ["ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "Spend", "collect_rollouts"]
+__all__ = ["ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "Spend", "collect_rollouts", "expert_plans"]
 
 ROLLOUT_MODES = ("linear", "tree")
 BRANCH_STRATEGIES = ("uniform", "entropy", "novel")
@@ -238,7 +238,7 @@ class Collection:
         for episode in episodes:
             episode.state.context = episode.context()
         if self.expert:
-            for episode, plan in zip(episodes, _expert_plans(episodes)):
+            for episode, plan in zip(episodes, expert_plans(episodes)):
                 episode.state.plan = plan
         return self.policy.decide([e.state.context for e in episodes], generator=self.generator)
 
@@ -305,7 +305,7 @@ class Collection:
         return batch
 
 
-def _expert_plans(episodes: list[Episode]) -> list[list[str]]:
+def expert_plans(episodes: list[Episode]) -> list[list[str]]:
     """The expert's next actions in each episode: its reported plan, else one ``expert_action`` call
     per vector environment."""
     plans: list[list[str] | None] = [list(e.info["expert_plan"]) if e.info.get("expert_plan") else None

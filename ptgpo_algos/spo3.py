@@ -23,7 +23,7 @@ but a way back into a state: in this suite, the environments' ``snapshot``/``res
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -36,6 +36,7 @@ __all__ = [
     "SearchResult",
     "Spo3Settings",
     "StateStats",
+    "backtracking_search",
     "novelty_weight",
     "ranked_backtracking",
     "rollout_allocation",
@@ -90,6 +91,18 @@ class StateStats:
             self.success[state] = self.success.get(state, 0) + int(succeeded)
         self.t += 1
 
+    def state_dict(self) -> dict:
+        """The statistics as plain data (string keys and numbers), for a checkpoint."""
+        return {"total": dict(self.total), "success": dict(self.success),
+                "explored": sorted([state, action] for state, action in self.explored), "t": self.t}
+
+    def load_state_dict(self, data: dict) -> None:
+        """Take back statistics saved by :meth:`state_dict`."""
+        self.total = {key: int(value) for key, value in data["total"].items()}
+        self.success = {key: int(value) for key, value in data["success"].items()}
+        self.explored = {(state, action) for state, action in data["explored"]}
+        self.t = int(data["t"])
+
     def counts(self, states: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
         """``(N_total, N_success)`` of each state, 0 for one never recorded."""
         total = np.array([self.total.get(state, 0) for state in states], dtype=np.float64)
@@ -109,8 +122,12 @@ def state_scores(total: np.ndarray, success: np.ndarray, t: int, settings: Spo3S
 
 
 def rollout_allocation(scores: np.ndarray, settings: Spo3Settings) -> np.ndarray:
-    """``n(s) = ceil(G_max S(s))`` (Eq. 3): 0 truncates the trajectory, 1 continues without a comparison."""
-    return np.ceil(settings.g_max * np.asarray(scores, dtype=np.float64) - 1e-12).astype(np.int64)
+    """``n(s) = ceil(G_max S(s))`` (Eq. 3): 0 truncates the trajectory (a score of 0), 1 continues without a
+    comparison. The 1e-12 keeps a product that rounding lifts past an integer (8 x 0.125) from taking
+    one more, and is never what takes a positive score to 0."""
+    scores = np.asarray(scores, dtype=np.float64)
+    rounded = np.ceil(settings.g_max * scores - 1e-12).astype(np.int64)
+    return np.where(scores > 0, np.maximum(rounded, 1), 0)
 
 
 def novelty_weight(total: np.ndarray, settings: Spo3Settings) -> np.ndarray:
@@ -161,22 +178,49 @@ class SearchResult(Generic[Node]):
 def ranked_backtracking(
     root: Node,
     key: Callable[[Node], Hashable],
-    expand: Callable[[Node, int], Sequence[Candidate[Node]]],
+    expand: Callable[[Node, int], Sequence[Candidate[Node]] | None],
     stats: StateStats,
     settings: Spo3Settings,
     *,
     max_trajectories: int,
     max_depth: int,
+    min_start: int = 0,
 ) -> SearchResult[Node]:
-    """3SPO's ranked backtracking DFS from ``root``.
+    """3SPO's ranked backtracking DFS from ``root``, asking ``expand(node, n)`` for each state's
+    candidates (:func:`backtracking_search` says how the search goes)."""
+    search = backtracking_search(root, key, stats, settings, max_trajectories=max_trajectories, max_depth=max_depth,
+                                 min_start=min_start)
+    try:
+        request = next(search)
+        while True:
+            request = search.send(expand(*request))
+    except StopIteration as done:
+        return done.value
 
-    At a state, ``expand(node, n)`` returns ``n = n(s)`` candidates (the caller samples them from its
-    policy after restoring the state); those whose ``(state, action)`` was explored before, in any
-    search, are dropped, the rest ranked by reward (ties keep the order given). The best is followed;
-    the others wait on a stack with the path that led to them. A trajectory ends when its candidate
-    ends the episode, at ``max_depth`` steps, or at a state given ``n(s) = 0`` (truncated); it is then
-    recorded in ``stats`` and the search resumes from the top of the stack, with its next-best
-    candidate, until ``max_trajectories`` are done or nothing is left.
+
+def backtracking_search(
+    root: Node,
+    key: Callable[[Node], Hashable],
+    stats: StateStats,
+    settings: Spo3Settings,
+    *,
+    max_trajectories: int,
+    max_depth: int,
+    min_start: int = 0,
+) -> Generator[tuple[Node, int], Sequence[Candidate[Node]] | None, SearchResult[Node]]:
+    """3SPO's ranked backtracking DFS from ``root``, as a generator a caller can run beside others
+    (3SPO's rollouts step every task's search at once): it yields ``(node, n)`` where it needs a
+    state's candidates and is sent them; it returns the :class:`SearchResult`.
+
+    At a state it asks for ``n = n(s)`` candidates (the caller samples them from its policy after
+    restoring the state; ``root`` gets at least ``min_start``); those whose ``(state, action)`` is in
+    ``stats.explored`` are dropped, and so are repeats of an action among them (the same transition
+    again); the rest are ranked by reward (ties keep the order given). None sent instead stops the
+    search at once (a spent budget), the trajectory in progress unfinished and left out. The best is
+    followed; the others wait on a stack with the path that led to them. A trajectory ends when its
+    candidate ends the episode, at ``max_depth`` steps, or at a state given ``n(s) = 0`` (truncated);
+    it is then recorded in ``stats`` and the search resumes from the top of the stack, with its
+    next-best candidate, until ``max_trajectories`` are done or nothing is left.
 
     The official collector, on backtracking, samples the state's actions again and re-ranks them;
     here the stacked ranking is reused, as its docstring describes, so a state is expanded once per
@@ -192,9 +236,13 @@ def ranked_backtracking(
             state = key(node)
             total, success = stats.counts([state])
             allocation = int(rollout_allocation(state_scores(total, success, stats.t, settings), settings)[0])
+            if not path:
+                allocation = max(allocation, min_start)
             if allocation > 0 and len(path) < max_depth:
-                fresh = [c for c in expand(node, allocation) if (state, c.action) not in stats.explored]
-                ranked = sorted(fresh, key=lambda c: -c.reward)
+                candidates = yield node, allocation
+                if candidates is None:
+                    break
+                ranked = _ranked(state, candidates, stats.explored)
         if ranked:
             if len(ranked) > 1:
                 stack.append((list(path), state, ranked[1:]))
@@ -210,6 +258,16 @@ def ranked_backtracking(
             stack.append((saved, state, rest[1:]))
         node = _take(path, state, rest[0], stats, result)
     return result
+
+
+def _ranked(state: Hashable, candidates: Sequence[Candidate], explored: set) -> list[Candidate]:
+    """The candidates whose action is new at ``state`` (each action once), best reward first, ties in
+    the order given."""
+    fresh: dict[str, Candidate] = {}
+    for candidate in candidates:
+        if (state, candidate.action) not in explored:
+            fresh.setdefault(candidate.action, candidate)
+    return sorted(fresh.values(), key=lambda c: -c.reward)
 
 
 def _take(path: list, state: Hashable, candidate: Candidate, stats: StateStats, result: SearchResult):

@@ -3,9 +3,13 @@
 A strategy is a :class:`RolloutStrategy`: a ``collect`` function over the shared collection
 (:class:`~ptgpo_algos.rollout.Collection`, which PATR's extends) and what it ``needs`` of the
 environment (:data:`ptgpo_envs.FEATURES`: ``snapshot`` to fork episodes, ``progress``...), checked
-once before the run. The built-in ones: ``linear`` (independent episodes), ``tree`` (a prefix tree
-branched from earlier steps; :mod:`ptgpo_algos.rollout`) and ``patr`` (PATR's process-scored tree;
-:mod:`ptgpo_algos.patr`). Another package adds one with one line, through the
+once before the run. A strategy that learns across iterations declares its ``memory``: a factory of
+the state it keeps (given the ``rollouts`` section), with ``state_dict()``/``load_state_dict()`` of
+plain data; the trainer holds it, checkpoints it and hands it to every ``collect`` as ``memory=``.
+The built-in ones: ``linear`` (independent episodes), ``tree`` (a prefix tree branched from earlier
+steps; :mod:`ptgpo_algos.rollout`), ``patr`` (PATR's process-scored tree; :mod:`ptgpo_algos.patr`)
+and ``3spo`` (3SPO's ranked backtracking over states scored across iterations;
+:mod:`ptgpo_algos.spo3_rollout`). Another package adds one with one line, through the
 ``ptgpo.rollout_strategies`` entry points::
 
     ROLLOUT_STRATEGIES.register("mine", RolloutStrategy("mine", collect, needs))
@@ -19,9 +23,11 @@ from typing import Any, Callable, Mapping, Sequence
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.patr import collect_patr_rollouts
 from ptgpo_algos.rollout import RolloutStats, collect_rollouts
+from ptgpo_algos.spo3 import StateStats
+from ptgpo_algos.spo3_rollout import collect_spo3_rollouts
 from ptgpo_envs.plugins import Registry
 
-__all__ = ["ROLLOUT_STRATEGIES", "RolloutStrategy", "collect_with"]
+__all__ = ["ROLLOUT_STRATEGIES", "RolloutStrategy", "collect_with", "new_memory"]
 
 #: ``collect(policy, tasks, rollouts, **common)``: ``rollouts`` is the config's section and ``common``
 #: the keywords every strategy takes (``rng``, ``generator``, ``env_backend``, ``env_workers``,
@@ -35,22 +41,36 @@ def _no_needs(rollouts: Any) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RolloutStrategy:
-    """A registered rollout strategy: its collection and what it needs of the environment under a
-    given ``rollouts`` section (feature -> who needs it, for messages)."""
+    """A registered rollout strategy: its collection, what it needs of the environment under a given
+    ``rollouts`` section (feature -> who needs it, for messages) and, for one that keeps state across
+    iterations, the factory of that state (None: it keeps none)."""
 
     name: str
     collect: Collect
     needs: Callable[[Any], Mapping[str, str]] = _no_needs
     summary: str = ""
+    memory: Callable[[Any], Any] | None = None
 
 
 #: Rollout strategies by name; other packages add theirs through the ``ptgpo.rollout_strategies`` entry points.
 ROLLOUT_STRATEGIES: Registry[RolloutStrategy] = Registry("rollout strategy", "ptgpo.rollout_strategies")
 
 
-def collect_with(name: str, policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
-    """One iteration's rollouts of ``tasks`` by the strategy ``name``."""
-    return ROLLOUT_STRATEGIES.get(name).collect(policy, tasks, rollouts, **common)
+def new_memory(name: str, rollouts: Any) -> Any:
+    """A fresh memory of the strategy ``name`` under the ``rollouts`` section (None: it keeps none)."""
+    strategy = ROLLOUT_STRATEGIES.get(name)
+    return None if strategy.memory is None else strategy.memory(rollouts)
+
+
+def collect_with(name: str, policy: Any, tasks: Sequence[Task], rollouts: Any, *, memory: Any = None,
+                 **common: Any) -> tuple[Batch, RolloutStats]:
+    """One iteration's rollouts of ``tasks`` by the strategy ``name``; ``memory`` is its state across
+    iterations (updated in place), a fresh one where it keeps one and none is given."""
+    strategy = ROLLOUT_STRATEGIES.get(name)
+    if strategy.memory is None:
+        return strategy.collect(policy, tasks, rollouts, **common)
+    return strategy.collect(policy, tasks, rollouts, memory=memory if memory is not None else strategy.memory(rollouts),
+                            **common)
 
 
 def _groups(mode: str) -> Collect:
@@ -63,6 +83,12 @@ def _groups(mode: str) -> Collect:
 
 def _patr(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
     return collect_patr_rollouts(policy, tasks, rollouts.patr, **common)
+
+
+def _spo3(policy: Any, tasks: Sequence[Task], rollouts: Any, *, memory: StateStats, rng: Any = None,
+          **common: Any) -> tuple[Batch, RolloutStats]:
+    # The search draws nothing of its own (ties keep the sampled order): rng is not needed.
+    return collect_spo3_rollouts(policy, tasks, rollouts.spo3, memory, **common)
 
 
 def _forks(name: str) -> Callable[[Any], dict[str, str]]:
@@ -81,3 +107,6 @@ ROLLOUT_STRATEGIES.register("tree", RolloutStrategy("tree", _groups("tree"), _fo
                                                     "a prefix tree branched from earlier steps"))
 ROLLOUT_STRATEGIES.register("patr", RolloutStrategy("patr", _patr, _patr_needs,
                                                     "PATR's process-scored tree of up to max_leaves leaves"))
+ROLLOUT_STRATEGIES.register("3spo", RolloutStrategy("3spo", _spo3, _forks("3spo"),
+                                                    "3SPO's ranked backtracking over states scored across iterations",
+                                                    memory=lambda rollouts: StateStats()))

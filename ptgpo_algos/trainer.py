@@ -19,8 +19,9 @@ the request in flight so that a resumed run replays it. Everything else joins th
 (:mod:`ptgpo_algos.objectives`): hindsight relabelling is one.
 
 What changes during a run and must survive a resume is in plain sight: :class:`TrainState` (counters,
-random generators, the last evaluation), the policy's weights, the optimiser, and the callbacks' and
-collector's own state, all in ``checkpoint.pt`` (:mod:`ptgpo_algos.checkpoint`).
+random generators, the last evaluation, the rollout strategy's memory), the policy's weights, the
+optimiser, and the callbacks' and collector's own state, all in ``checkpoint.pt``
+(:mod:`ptgpo_algos.checkpoint`).
 
 Outputs in the run folder: ``config.json`` (with the processor and kernel settings of the process
 that last started or resumed the run, :func:`~ptgpo_algos.device.kernel_record`); ``metrics.jsonl``
@@ -70,7 +71,7 @@ from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weight
 from ptgpo_algos.preflight import check_machine
 from ptgpo_algos.rollout import RolloutStats, Spend
 from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
-from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
+from ptgpo_algos.strategies import ROLLOUT_STRATEGIES, new_memory
 from ptgpo_envs import check_env_kwargs, held_out, make_env
 from ptgpo_algos.policy.precision import precision_for
 from ptgpo_algos.update import flatten_batch
@@ -125,6 +126,8 @@ class TrainState(Spend):
     #: The ``info["layout"]`` of every training episode's start, to measure how held out the
     #: evaluation is; None when unknown (a run resumed from a checkpoint that did not keep them).
     train_layouts: set[str] | None = field(default_factory=set)
+    #: What the rollout strategy keeps across iterations (3SPO's state statistics); None for one that keeps nothing.
+    rollout_memory: Any = None
 
     @classmethod
     def seeded(cls, seed: int) -> TrainState:
@@ -154,6 +157,8 @@ class TrainState(Spend):
         self.rng.bit_generator.state = rng["numpy"]
         torch.random.set_rng_state(rng["torch"])
         self.sampler.set_state(rng["sampler"])
+        if self.rollout_memory is not None:
+            self.rollout_memory.load_state_dict(checkpoint["rollout_memory"])
 
     def add(self, stats: RolloutStats, batch: Batch) -> None:
         """Add an iteration's rollout counts and the layouts its episodes started in."""
@@ -210,6 +215,7 @@ class Trainer:
         """Build the policies, the optimiser, the state, the collector and the callbacks; restore a checkpoint."""
         config, out_dir = self.config, self.config.run_dir
         self.state = TrainState.seeded(config.run.seed)
+        self.state.rollout_memory = new_memory(config.rollouts.strategy, config.rollouts)
         self.view = RunView(config, self.state)
         self.policy = build_policy(config, self.device)
         self.rollout_policy = build_rollout_policy(config, self.policy, self.device)
@@ -473,6 +479,7 @@ class Trainer:
             "train_layouts": None if state.train_layouts is None else sorted(state.train_layouts),
             "config": self.config.to_dict(),
             "pending_rollout": self.collector.state_dict(),
+            "rollout_memory": None if state.rollout_memory is None else state.rollout_memory.state_dict(),
             "objectives": self.objectives.state_dict(),
         }
         for callback in self.callbacks:

@@ -16,7 +16,8 @@ from ptgpo_algos.trainer import run_training
 
 def S(state: str, action: str, reward: float, entropy: float | None) -> Step:
     decision = None if entropy is None else Decision(action, action, [1], [2], [-0.1], entropy)
-    return Step(state, action, reward, decision=decision)
+    # The strategy reward is what 3spo credits (its rollouts record it): x 0, y 1, z 2.
+    return Step(state, action, reward, decision=decision, extras={"strategy_reward": float(ord(action) % 3)})
 
 
 def batch(entropies=((0.0, 1.0), (2.0,))) -> list[list[Trajectory]]:

@@ -38,15 +38,18 @@ def random_group(rng: random.Random, share_objects: bool = True, action_of=None)
             parent = rng.choice(group).steps
             prefix = parent[: rng.randint(0, len(parent))]
             steps = list(prefix) if share_objects else [
-                Step(s.state_key, s.action, s.reward, s.valid, response_ids=s.response_ids) for s in prefix
+                Step(s.state_key, s.action, s.reward, s.valid, response_ids=s.response_ids, extras=dict(s.extras))
+                for s in prefix
             ]
         for t in range(len(steps), rng.randint(len(steps), 6)):
             state = rng.choice(STATES)
             history = tuple(s.state_key for s in steps) + (state,)
             action = action_of(history) if action_of else rng.choice(ACTIONS)
             tokens = (7 * len(history) + ord(action) + ord(state)) % 5
+            # A rollout strategy's own reward (3SPO's), dyadic and a function of the history like the tokens.
+            own = ((3 * len(history) + ord(action) + 2 * ord(state)) % 8) / 4 - 0.75
             steps.append(Step(state, action, rng.choice(rewards), rng.random() > 0.2,
-                              response_ids=[0] * tokens if tokens else None))
+                              response_ids=[0] * tokens if tokens else None, extras={"strategy_reward": own}))
         group.append(Trajectory(steps))
     return group
 
@@ -262,6 +265,10 @@ def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, co
             return episode(i) + omega * ref_norm(reward(i, t), pool, norm)
 
         def advantage(i, t):
+            if name == "3spo":
+                pool = [trajs[j][u].extras["strategy_reward"] - penalty(j, u) for j, u in steps_of
+                        if states[j][u] == states[i][t]]
+                return ref_norm(trajs[i][t].extras["strategy_reward"] - penalty(i, t), pool, norm)
             if name == "graphgpo":
                 return graphgpo_at(i, t)
             if name == "grpo":
@@ -370,7 +377,8 @@ def test_array_form_agrees_with_nested_form():
 
 
 def test_degenerate_batches_give_zeros():
-    lone = [Trajectory([Step("a", "x", 1.0), Step("a", "x", 0.0)])]
+    lone = [Trajectory([Step("a", "x", 1.0, extras={"strategy_reward": 1.0}),
+                        Step("a", "x", 0.0, extras={"strategy_reward": 0.0})])]
     for name in ESTIMATORS:
         assert compute_advantages(name, []) == []
         assert compute_advantages(name, [[], [Trajectory()], [Trajectory(), Trajectory()]]) == [
@@ -383,7 +391,7 @@ def test_degenerate_batches_give_zeros():
 
 
 def test_unknown_estimator_lists_the_valid_names():
-    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo, graphgpo"
+    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo, graphgpo, 3spo"
     with pytest.raises(ValueError, match=f"unknown advantage estimator .ppo. \\(did you mean .ptgpo.\\?\\); choose one of {names}$"):
         compute_advantages("ppo", [])
 

@@ -211,7 +211,9 @@ def test_gpu_configs_follow_the_literature_setting(path):
     estimators = {"grpo", "rloo", "gigpo", "hgpo", "ptgpo", "g2po", "planpo", "progpo", "covgpo", "graphgpo", "patr"}
     # The auxiliary objectives beside their base estimators; isdpo's EMA teacher needs full fine-tuning.
     objectives = {"grpo+seed", "g2po+mcgpo", "gigpo+empg"} | ({"gigpo+isdpo"} if "1.5b" in path.name else set())
-    assert set(methods) == estimators | objectives
+    # 3SPO over its own search, at the paper's 1.5B scale.
+    spo3 = {"3spo"} if "1.5b" in path.name else set()
+    assert set(methods) == estimators | objectives | spo3
     assert (methods["patr"].algo, methods["patr"].rollout) == ("grpo", "patr")
     assert methods["planpo"].algo_config["alpha_init"] == 2 * methods["planpo"].algo_config["alpha_final"] == 0.1
     for cell in plan_cells(config):
@@ -222,6 +224,8 @@ def test_gpu_configs_follow_the_literature_setting(path):
             train = TrainConfig.from_dict(merge_overrides(cell.spec, {"model": "tiny", "device": "cpu"}))
             if cell.method == "patr":
                 assert train.rollouts.patr.every == {"ptgpo/ALFWorld-v0": 5, "ptgpo/WebShop-v0": 3}[env.id]
+            if cell.method == "3spo":
+                assert train.rollouts.strategy == "3spo" and train.rollouts.spo3.trajectories == 8
             assert (train.rollouts.group_size, train.rollouts.tasks_per_iteration) == (8, 16)
             assert (train.run.iterations, train.run.total_decisions) == (150, None)
             assert train.policy.mode == "generate" and train.policy.require_think

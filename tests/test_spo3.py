@@ -40,6 +40,8 @@ def test_lower_success_rates_score_higher():
 def test_allocation_by_hand():
     settings = Spo3Settings(g_max=8)
     assert rollout_allocation(np.array([1.0, 0.0, 0.3, 0.125, 1e-9]), settings).tolist() == [8, 0, 3, 1, 1]
+    # A score that annealing has taken near 0 (2^-50) still continues, as ceil does: only 0 truncates.
+    assert rollout_allocation(np.array([2.0 ** -50]), settings).tolist() == [1]
 
 
 def test_step_rewards_and_credit_by_hand():
@@ -103,3 +105,40 @@ def test_search_stops_at_its_budget_and_truncates_deep_or_dropped_states():
 def test_bad_settings_are_named(change):
     with pytest.raises(ValueError, match=r"spo3\.(alpha|g_max|xi) must be"):
         Spo3Settings(**change)
+
+
+def test_a_spent_budget_stops_the_search_and_leaves_the_trajectory_in_progress_out():
+    expand, _ = _tree()
+    calls = []
+
+    def two_expansions(node, n):
+        calls.append(node)
+        return expand(node, n) if len(calls) <= 2 else None
+
+    stats = StateStats()
+    result = ranked_backtracking("r", str, two_expansions, stats, Spo3Settings(), max_trajectories=10, max_depth=5)
+    # r and y expanded; b-d and b-e finish; a leads to x, whose expansion the budget refuses.
+    assert _actions(result) == [["b", "d"], ["b", "e"]] and stats.t == 3
+
+
+def test_repeated_actions_count_once_and_the_start_gets_at_least_min_start():
+    def expand(node, n):
+        return [Candidate("a", 0.5, None, done=True)] * n
+
+    result = ranked_backtracking("r", str, expand, StateStats(), Spo3Settings(), max_trajectories=10, max_depth=5)
+    assert _actions(result) == [["a"]]  # eight samples of one action: one transition
+    hopeless = StateStats(total={"r": 20}, success={"r": 0}, t=30)
+    assert ranked_backtracking("r", str, expand, hopeless, Spo3Settings(), max_trajectories=10,
+                               max_depth=5).trajectories == []
+    kept = ranked_backtracking("r", str, expand, hopeless, Spo3Settings(), max_trajectories=10, max_depth=5,
+                               min_start=1)
+    assert _actions(kept) == [["a"]]
+
+
+def test_statistics_round_trip_through_plain_data():
+    stats = StateStats(total={"x": 3, "y": 1}, success={"x": 1, "y": 0}, explored={("x", "go"), ("y", "stay")}, t=4)
+    data = stats.state_dict()
+    assert data["explored"] == [["x", "go"], ["y", "stay"]]
+    back = StateStats()
+    back.load_state_dict(data)
+    assert back == stats

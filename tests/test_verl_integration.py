@@ -14,7 +14,7 @@ import torch
 
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
 from ptgpo_algos.data import Step, Trajectory
-from ptgpo_algos.integrations.verl import rows_to_batch, verl_estimator
+from ptgpo_algos.integrations.verl import bridged_estimators, rows_to_batch, verl_estimator
 
 WIDTH = 6  # response tokens per row (right-padded)
 
@@ -69,7 +69,7 @@ def _step_rows(order_seed: int = 0):
     return rewards, mask, responses, arrays, where
 
 
-@pytest.mark.parametrize("name", ESTIMATORS.names())
+@pytest.mark.parametrize("name", bridged_estimators())
 def test_step_rows_give_our_numbers_on_their_tokens(name):
     rewards, mask, responses, columns, where = _step_rows()
     expected = compute_advantages(name, _ours())
@@ -80,6 +80,12 @@ def test_step_rows_give_our_numbers_on_their_tokens(name):
         tokens = int(mask[row].sum())
         assert torch.allclose(scores[row, :tokens], torch.full((tokens,), expected[g][i][t]), atol=1e-6)
         assert torch.all(scores[row, tokens:] == 0)
+
+
+def test_an_estimator_of_our_own_rollouts_is_refused_on_verls_rows():
+    # 3SPO credits the step rewards its search records; verl's rollouts do not run the search.
+    with pytest.raises(ValueError, match="3spo credits what our 3spo rollout strategy records, which verl's rollouts"):
+        verl_estimator("3spo")
 
 
 def test_rows_map_to_groups_trajectories_and_steps_and_back():
@@ -166,7 +172,7 @@ def test_registered_in_verls_registry_under_free_names(verl):
     names = register_estimators()
     assert names["gigpo"] == "gigpo" and names["ptgpo"] == "ptgpo" and names["hgpo"] == "hgpo"
     assert names["grpo"] == "ptgpo_grpo" and names["rloo"] == "ptgpo_rloo"  # verl's own keep theirs
-    assert set(names) == set(ESTIMATORS.names())
+    assert set(names) == set(bridged_estimators()) == set(ESTIMATORS.names()) - {"3spo"}
     for ours, theirs in names.items():
         assert core_algos.get_adv_estimator_fn(theirs).ptgpo_estimator == ours
     assert register_estimators({"gigpo": {"omega": 2.0}}) == names  # again: replaced, not refused

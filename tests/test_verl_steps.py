@@ -15,7 +15,7 @@ import torch
 
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
 from ptgpo_algos.data import Step, Trajectory
-from ptgpo_algos.integrations.verl import verl_estimator
+from ptgpo_algos.integrations.verl import bridged_estimators, verl_estimator
 from ptgpo_algos.integrations.verl_steps import (
     STEPS_KEY,
     TRAJECTORY_KEY,
@@ -96,7 +96,7 @@ def _check_mask(scores, mask, columns, where, expected):
         assert torch.all(scores[row][mask[row] == 0] == 0)
 
 
-@pytest.mark.parametrize("name", ESTIMATORS.names())
+@pytest.mark.parametrize("name", bridged_estimators())
 def test_each_decision_gets_its_step_advantage_on_its_own_tokens(name):
     mask, responses, columns, where = _episode_rows()
     data = compute_step_advantage(_holder(mask, responses, columns), name)

@@ -55,6 +55,7 @@ class EstimatorSpec:
     defaults: Mapping[str, Any]  # every accepted config key and its default
     common_parameters: tuple[str, ...] = ()  # common keys the function takes itself
     keys: Mapping[str, ConfigKey] = field(default_factory=dict)  # the rule of every accepted key
+    strategy: str | None = None  # the rollout strategy whose records it credits (None: any)
 
 
 #: Advantage estimators by name; other packages add theirs through the ``ptgpo.estimators`` entry points.
@@ -62,13 +63,17 @@ ESTIMATORS: Registry[EstimatorSpec] = Registry("advantage estimator", "ptgpo.est
 
 
 def register_estimator(
-    name: str, *, coverage_beta: float | None = 0.0, keys: Mapping[str, ConfigKey] | None = None
+    name: str, *, coverage_beta: float | None = 0.0, keys: Mapping[str, ConfigKey] | None = None,
+    strategy: str | None = None,
 ) -> Callable:
     """Register ``fn`` under ``name``; ``coverage_beta`` is this estimator's default for that key, or
     ``None`` for an estimator that does not take coverage credit (one that reads the outcomes from the
     table itself, where a substituted signal would be silently ignored): it then rejects that key and
     ``coverage_when``.
-    ``keys`` gives the rules of keyword parameters that :data:`CONFIG_KEYS` does not document."""
+    ``keys`` gives the rules of keyword parameters that :data:`CONFIG_KEYS` does not document.
+    ``strategy`` names the rollout strategy whose own records (``Step.extras``) the estimator credits,
+    for one that runs on no other (3SPO's step rewards): the training config then defaults to it and
+    refuses another."""
     rules = {**CONFIG_KEYS, **(keys or {})}
 
     def decorator(function: Callable[..., Estimate]) -> Callable[..., Estimate]:
@@ -89,7 +94,7 @@ def register_estimator(
             for key in COVERAGE_KEYS:
                 del defaults[key]
         spec = EstimatorSpec(name, function, MappingProxyType(defaults), passed_on,
-                             MappingProxyType({key: rules[key] for key in defaults}))
+                             MappingProxyType({key: rules[key] for key in defaults}), strategy)
         ESTIMATORS.register(name, spec)
         return function
 

@@ -43,6 +43,9 @@ class StepTable:
     valid: np.ndarray  # (n_steps,) bool: the action was admissible
     response_tokens: np.ndarray  # (n_steps,) int64: len(response_ids), 0 where none was recorded
     entropy: np.ndarray  # (n_steps,) float64: the policy's entropy at the step's decision, NaN where none
+    #: (n_steps,) float64: the rollout strategy's own reward of the step (``Step.extras["strategy_reward"]``,
+    #: 3SPO's composite reward), NaN where none was recorded
+    strategy_reward: np.ndarray
     trajectory_group: np.ndarray  # (n_trajectories,) int64: group of each trajectory
     trajectory_length: np.ndarray  # (n_trajectories,) int64: steps of each trajectory (may be 0)
     group_size: np.ndarray  # (n_groups,) int64: trajectories per group, empty ones included
@@ -77,6 +80,8 @@ class StepTable:
             (np.nan if step.decision is None else step.decision.entropy for step in steps), dtype=np.float64,
             count=len(steps),
         )
+        strategy_reward = np.fromiter((step.extras.get("strategy_reward", np.nan) for step in steps),
+                                      dtype=np.float64, count=len(steps))
 
         lengths = np.asarray(trajectory_length, dtype=np.int64)
         n_trajectories = lengths.shape[0]
@@ -105,6 +110,7 @@ class StepTable:
             valid=valid,
             response_tokens=response_tokens,
             entropy=entropy,
+            strategy_reward=strategy_reward,
             trajectory_group=np.asarray(trajectory_group, dtype=np.int64),
             trajectory_length=lengths,
             group_size=np.asarray(group_size, dtype=np.int64),

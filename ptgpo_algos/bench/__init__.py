@@ -43,7 +43,7 @@ Config schema (YAML; unknown keys are errors)::
       - name: gigpo              # method name in records (defaults to algo)
         algo: gigpo              # estimator name
         algo_config: {}          # estimator keyword arguments
-        rollout: linear          # linear | tree | patr (PATR's settings: train: {rollouts.patr: {...}})
+        rollout: linear          # linear | tree | patr | 3spo (their settings: train: {rollouts.patr: {...}})
         train: {}                # optional: other TrainConfig fields for this method only
         objectives: []           # optional: auxiliary objectives beside the estimator, e.g.
                                  # [{name: isdpo, weight: 1.0}] (ptgpo_algos.objectives)

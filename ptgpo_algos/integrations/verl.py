@@ -45,8 +45,8 @@ import torch
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
 from ptgpo_algos.data import Step, Trajectory
 
-__all__ = ["Placement", "compute_advantage", "register_estimators", "rows_to_batch", "to_token_advantages",
-           "verl_estimator", "verl_name"]
+__all__ = ["Placement", "bridged_estimators", "check_bridged", "compute_advantage", "register_estimators",
+           "rows_to_batch", "to_token_advantages", "verl_estimator", "verl_name"]
 
 #: Prefix of our estimators whose names verl's registry already holds for its own.
 PREFIX = "ptgpo_"
@@ -136,12 +136,27 @@ def to_token_advantages(advantages: Sequence[Sequence[Sequence[float]]], placeme
     return values.unsqueeze(-1) * response_mask.to(torch.float32)
 
 
+def bridged_estimators() -> list[str]:
+    """The estimators that run on verl's rows: all but those that credit what one of our rollout
+    strategies records (3SPO's step rewards come from its search, which verl's rollouts do not run)."""
+    return [name for name in ESTIMATORS.names() if ESTIMATORS.get(name).strategy is None]
+
+
+def check_bridged(name: str) -> None:
+    """Refuse, naming why, an estimator that credits what only one of our rollout strategies records."""
+    strategy = ESTIMATORS.get(name).strategy
+    if strategy is not None:
+        raise ValueError(f"{name} credits what our {strategy} rollout strategy records, which verl's rollouts do "
+                         f"not: train it with ptgpo train; on verl: {', '.join(bridged_estimators())}")
+
+
 def verl_estimator(name: str, **config: Any) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """Estimator ``name`` (with its ``config``) as a function of verl's registry: called with verl's
     keywords (``token_level_rewards``, ``response_mask``, ``index``, ``config``...) and, in the
     one-row-per-step layout, ``traj_index``, ``anchor_obs``, ``responses``, ``is_action_valid``,
     ``active_masks``; returns ``(advantages, returns)``."""
     compute_advantages(name, [], **config)  # checks the name and the config now, not at the first batch
+    check_bridged(name)
 
     def estimator(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Sequence[Any] | None = None,
                   config: Any = None, **columns: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,7 +185,8 @@ def verl_name(name: str, taken: Sequence[str]) -> str:
 
 
 def register_estimators(config: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, str]:
-    """Register every estimator of :data:`~ptgpo_algos.advantages.ESTIMATORS` in verl's registry;
+    """Register every estimator of :data:`~ptgpo_algos.advantages.ESTIMATORS` that runs on verl's rows
+    (:func:`bridged_estimators`) in verl's registry;
     ``config`` maps an estimator's name to its config. Returns ``{our name: verl's name}``. Calling
     it again replaces the entries it made (with the new config)."""
     try:
@@ -178,16 +194,17 @@ def register_estimators(config: Mapping[str, Mapping[str, Any]] | None = None) -
     except ImportError as error:
         raise ImportError("the verl integration needs verl: pip install 'ptgpo[verl]'") from error
     config = dict(config or {})
-    unknown = sorted(set(config) - set(ESTIMATORS.names()))
+    bridged = bridged_estimators()
+    unknown = sorted(set(config) - set(bridged))
     if unknown:
-        raise ValueError(f"config: unknown estimator(s) {unknown}; registered: {', '.join(ESTIMATORS.names())}")
+        raise ValueError(f"config: unknown estimator(s) {unknown}; registered: {', '.join(bridged)}")
     registry = core_algos.ADV_ESTIMATOR_REGISTRY
     ours = {key for key, fn in registry.items() if hasattr(fn, "ptgpo_estimator")}
     for key in ours:
         del registry[key]  # verl refuses to register a name twice; these are ours, made before
     taken = list(registry)
     names = {}
-    for name in ESTIMATORS.names():
+    for name in bridged:
         names[name] = verl_name(name, taken)
         core_algos.register_adv_est(names[name])(verl_estimator(name, **config.get(name, {})))
     return names

@@ -28,6 +28,7 @@ import torch
 
 from ptgpo_algos.advantages import compute_advantages
 from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.integrations.verl import check_bridged
 
 __all__ = ["DECISION_KEY", "DecisionSpan", "STEPS_KEY", "TRAJECTORY_KEY", "compute_decision_advantage",
            "compute_step_advantage", "decision_advantages", "decision_columns", "episodes_to_batch",
@@ -129,6 +130,7 @@ def spans_to_token_advantages(advantages: Sequence[Sequence[Sequence[float]]],
 def compute_step_advantage(data: Any, name: str, **config: Any) -> Any:
     """Our estimator ``name`` (with its ``config``) on a verl ``DataProto`` of episode rows: sets
     ``data.batch["advantages"]`` and ``["returns"]`` (equal, as in verl's GRPO) and returns ``data``."""
+    check_bridged(name)
     extras = data.non_tensor_batch
     if STEPS_KEY not in extras:
         raise ValueError(f"non_tensor_batch has no {STEPS_KEY!r}: the agent loop must return each row's decisions in "
