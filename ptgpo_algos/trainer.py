@@ -68,7 +68,7 @@ from ptgpo_algos.policy.backends import (
 )
 from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
 from ptgpo_algos.rollout import RolloutStats
-from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
+from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, load_run_config, prepare_run_folder
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_envs import check_env_kwargs, held_out, make_env
 from ptgpo_algos.policy.precision import precision_for
@@ -192,41 +192,40 @@ class Trainer:
         self.check_disk()
         with folder_lock(config.run_dir, "training run"):
             resumed = prepare_run_folder(config)
+            if resumed and not (config.run_dir / "checkpoint.pt").is_file():
+                raise ValueError(f"{str(config.run_dir)!r} holds a checkpoint written across ranks "
+                                 f"({SHARDED_CHECKPOINT}/): resume it with --nproc N (any number of processes, 1 "
+                                 "included)")
             checkpoint = load_checkpoint(config.run_dir / "checkpoint.pt", self.device) if resumed else None
             self.setup(checkpoint)
-            try:
-                for callback in self.callbacks:
-                    callback.on_train_start(self.view)
-                if checkpoint is None:
-                    self.evaluate()
-                self.collector.start()
-                while not self.budget_spent():
-                    self.run_iteration()
-            finally:
-                self.collector.close()
-                if self.layout_probe is not None:
-                    self.layout_probe.close()
-            return self.finish()
+            return self.run_loop(fresh=checkpoint is None)
+
+    def run_loop(self, fresh: bool) -> TrainSummary:
+        """Evaluate the untrained policy (a ``fresh`` run), run iterations until the budget is spent, finish."""
+        try:
+            for callback in self.callbacks:
+                callback.on_train_start(self.view)
+            if fresh:
+                self.evaluate()
+            self.collector.start()
+            while not self.budget_spent():
+                self.run_iteration()
+        finally:
+            self.collector.close()
+            if self.layout_probe is not None:
+                self.layout_probe.close()
+        return self.finish()
 
     def setup(self, checkpoint: dict[str, Any] | None) -> None:
         """Build the policies, the optimiser, the state, the collector and the callbacks; restore a checkpoint."""
         config, out_dir = self.config, self.config.run_dir
         self.state = TrainState.seeded(config.run.seed)
         self.view = RunView(config, self.state)
-        self.policy = build_policy(config, self.device)
-        self.rollout_policy = build_rollout_policy(config, self.policy, self.device)
-        self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
-        self.optimizer = torch.optim.AdamW(list(self.policy.parameters()), lr=config.optim.lr,
-                                           weight_decay=config.optim.weight_decay)
+        self.build_models()
         self.updater = self.build_updater()
         self.logger = JsonlLogger(out_dir)
-        self.callbacks: list[Callback] = [self.logger]
-        if config.run.tensorboard:
-            self.callbacks.append(TensorBoardLogger(out_dir))
+        self.callbacks: list[Callback] = self.build_callbacks()
         self.objectives = Objectives.from_config(config.algorithm.objectives)
-        if self.progress:
-            self.callbacks.append(ProgressBar())
-        self.callbacks += self.extra_callbacks
         self.collector = AsyncCollector(self) if config.rollouts.asynchronous else SyncCollector(self)
         self.sync_prompts: list[list[int]] = []
         #: The sync check's noise floor, measured before this process's first update (None until then).
@@ -236,12 +235,35 @@ class Trainer:
         self.layout_probe = None  # an environment to read training seeds' layouts from (env.held_out)
         if checkpoint is not None:
             self._restore(checkpoint)
-        else:
+        self.write_run_files(fresh=checkpoint is None)
+        self.started = time.perf_counter() - self.state.wall_time_s
+
+    def build_models(self) -> None:
+        """The trainable policy, the one that plays (itself, or a separate engine), the KL reference and
+        the optimiser."""
+        config = self.config
+        self.policy = build_policy(config, self.device)
+        self.rollout_policy = build_rollout_policy(config, self.policy, self.device)
+        self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
+        self.optimizer = torch.optim.AdamW(list(self.policy.parameters()), lr=config.optim.lr,
+                                           weight_decay=config.optim.weight_decay)
+
+    def build_callbacks(self) -> list[Callback]:
+        """The logs (JSONL, TensorBoard), the progress bar and the callbacks the trainer was given."""
+        callbacks: list[Callback] = [self.logger]
+        if self.config.run.tensorboard:
+            callbacks.append(TensorBoardLogger(self.config.run_dir))
+        if self.progress:
+            callbacks.append(ProgressBar())
+        return callbacks + self.extra_callbacks
+
+    def write_run_files(self, fresh: bool) -> None:
+        """``config.json`` (with this process's machine), after emptying the logs of a ``fresh`` run."""
+        if fresh:
             for path in (self.logger.metrics_path, self.logger.curve_path):
                 path.unlink(missing_ok=True)
-        atomic_write_text(out_dir / "config.json", json.dumps({**config.to_dict(), "machine": kernel_record()},
-                                                              indent=1))
-        self.started = time.perf_counter() - self.state.wall_time_s
+        atomic_write_text(self.config.run_dir / "config.json",
+                          json.dumps({**self.config.to_dict(), "machine": kernel_record()}, indent=1))
 
     def build_updater(self) -> Updater:
         """The update, with pi_old decided once (``optim.old_logprobs``, :func:`old_logprobs_mode`): the
@@ -322,18 +344,13 @@ class Trainer:
         samples, update = self.update(batch, advantages)
         train_time = time.perf_counter() - train_start
         update.update(self.sync(samples))
-        state.add(stats, batch)
+        self.record(stats, batch)
         state.iteration = iteration
-        flat = np.array([a for g in advantages for t in g for a in t], dtype=float)
         row = {
             "iteration": iteration,
             **{f"total_{k}": getattr(state, k) for k in ("decisions", "tokens", "decisions_saved", "tokens_saved")},
             **stats.as_dict(),
-            "trained_steps": len(samples),
-            "adv_mean": float(flat.mean()) if flat.size else 0.0,
-            "adv_std": float(flat.std()) if flat.size else 0.0,
-            "adv_abs_mean": float(np.abs(flat).mean()) if flat.size else 0.0,
-            **{f"adv_{k}": v for k, v in summarize_diagnostics(diagnostics).items()},
+            **self.batch_figures(samples, advantages, diagnostics),
             **update,
             "rollout_wait_s": rollout_wait,
             "policy_lag": lag,
@@ -343,6 +360,22 @@ class Trainer:
             "wall_time_s": self.elapsed(),
         }
         self.end_iteration(row)
+
+    def record(self, stats: RolloutStats, batch: Batch) -> None:
+        """Count the iteration's rollouts into the state (:meth:`TrainState.add`)."""
+        self.state.add(stats, batch)
+
+    def batch_figures(self, samples: list, advantages, diagnostics) -> dict[str, float]:
+        """The metrics row's figures of the trained batch: its steps, its advantages and the estimator's
+        diagnostics."""
+        flat = np.array([a for g in advantages for t in g for a in t], dtype=float)
+        return {
+            "trained_steps": len(samples),
+            "adv_mean": float(flat.mean()) if flat.size else 0.0,
+            "adv_std": float(flat.std()) if flat.size else 0.0,
+            "adv_abs_mean": float(np.abs(flat).mean()) if flat.size else 0.0,
+            **{f"adv_{k}": v for k, v in summarize_diagnostics(diagnostics).items()},
+        }
 
     def collect(self) -> tuple[Batch, RolloutStats, int]:
         """This iteration's rollouts and their policy lag (updates between the acting weights and now)."""
@@ -445,8 +478,8 @@ class Trainer:
     def evaluate(self, final: bool = False) -> dict[str, Any]:
         """The run's held-out evaluation of the current weights, logged to the curve (on the first
         ``evaluation.curve_episodes`` seeds unless it is the ``final`` one)."""
-        config, state = self.config, self.state
-        summary = evaluate_policy(self.rollout_policy, config, curve=not final)
+        state = self.state
+        summary = self.evaluation_summary(curve=not final)
         if final:
             summary["overlap"] = overlap(summary["layouts"], state.train_layouts)
         state.last_eval_iteration = state.iteration
@@ -462,13 +495,25 @@ class Trainer:
             callback.on_evaluation(self.view, row)
         return summary
 
+    def evaluation_summary(self, curve: bool) -> dict[str, Any]:
+        """The held-out evaluation of the acting policy (:func:`evaluate_policy`)."""
+        return evaluate_policy(self.rollout_policy, self.config, curve=curve)
+
     def checkpoint(self) -> None:
-        """Write ``checkpoint.pt``: weights, optimiser, state, and what the collector and callbacks hold."""
+        """Write ``checkpoint.pt``: weights, optimiser, and :meth:`run_state`."""
+        payload = {"weights": snapshot_weights(self.policy), "optimizer": self.optimizer.state_dict(),
+                   **self.run_state()}
+        start = time.perf_counter()
+        path = self.config.run_dir / "checkpoint.pt"
+        save_checkpoint(path, payload)
+        self.last_checkpoint = {"seconds": time.perf_counter() - start, "bytes": path.stat().st_size}
+
+    def run_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides the weights and the optimiser: the state, the config, and
+        what the collector, the objectives and the callbacks hold (plain data)."""
         state = self.state
         state.wall_time_s = self.elapsed()
         payload = {
-            "weights": snapshot_weights(self.policy),
-            "optimizer": self.optimizer.state_dict(),
             "rng": state.rng_state(),
             "counters": state.counters(),
             "last_eval": state.last_eval,
@@ -480,10 +525,7 @@ class Trainer:
         for callback in self.callbacks:
             if callback.state_key is not None:
                 payload[callback.state_key] = callback.state_dict()
-        start = time.perf_counter()
-        path = self.config.run_dir / "checkpoint.pt"
-        save_checkpoint(path, payload)
-        self.last_checkpoint = {"seconds": time.perf_counter() - start, "bytes": path.stat().st_size}
+        return payload
 
     def finish(self) -> TrainSummary:
         """Evaluate and checkpoint if the last iteration did not, tell the callbacks, save ``final_model/``
@@ -495,10 +537,9 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_train_end(self.view)
         if self.config.run.keep_final_model:
-            with atomic_folder(self.config.run_dir / "final_model") as folder:
-                self.policy.save_pretrained(folder)
+            self.save_final_model()
         if not self.config.run.keep_checkpoint:
-            (self.config.run_dir / "checkpoint.pt").unlink(missing_ok=True)
+            self.drop_checkpoint()
         state.wall_time_s = self.elapsed()
         return TrainSummary(
             final_eval=state.last_eval, best_success=state.best_success, decisions=state.decisions,
@@ -507,6 +548,15 @@ class Trainer:
             curve_path=self.logger.curve_path, checkpoint_dir=self.config.run_dir, iterations=state.iteration,
             recipe=self.config.policy.recipe,
         )
+
+    def save_final_model(self) -> None:
+        """``final_model/``: the trained policy, ``save_pretrained``."""
+        with atomic_folder(self.config.run_dir / "final_model") as folder:
+            self.policy.save_pretrained(folder)
+
+    def drop_checkpoint(self) -> None:
+        """Delete the checkpoint (``run.keep_checkpoint`` off)."""
+        (self.config.run_dir / "checkpoint.pt").unlink(missing_ok=True)
 
 
 def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:

@@ -268,6 +268,9 @@ class CausalLMPolicy:
         self.prompts = PromptBuilder(tokenizer, mode, history_length, max_prompt_tokens, template)
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
+        #: FSDP's root unit around ``model`` when it is sharded across ranks
+        #: (:func:`ptgpo_algos.distributed.policy.shard_policy`); None otherwise.
+        self.root: torch.nn.Module | None = None
 
     @classmethod
     def from_pretrained(
@@ -327,6 +330,14 @@ class CausalLMPolicy:
                             "lm_head are not supported; leave lm_head out of lora.target_modules")
         return token_logprobs(hidden, head.weight, targets, bias=head.bias, temperature=temperature,
                               chunk=self.logprob_chunk, compute_dtype=self.autocast_dtype or head.weight.dtype)
+
+    def _through_root(self, compute, *args: Any, **kwargs: Any) -> Any:
+        """``compute(*args, **kwargs)``, run as the forward of the FSDP root when the model is sharded:
+        scoring calls the decoder and the output layer directly, and only the root's forward gathers
+        the root unit's parameters (embeddings, final norm, output layer) and reduces their gradients."""
+        if self.root is None:
+            return compute(*args, **kwargs)
+        return self.root(compute, *args, **kwargs)
 
     @property
     def gradient_checkpointing(self) -> bool:
@@ -649,6 +660,9 @@ class CausalLMPolicy:
     def score(self, decisions: Sequence[Decision], *, entropy_grad: bool = True) -> ScoredBatch:
         """Log-probabilities and entropies of ``decisions`` under the current weights, with gradients
         (the entropies' only with ``entropy_grad``: an update without an entropy bonus skips them)."""
+        return self._through_root(self._score, decisions, entropy_grad)
+
+    def _score(self, decisions: Sequence[Decision], entropy_grad: bool) -> ScoredBatch:
         if self.gradient_checkpointing:
             self.model.train()
         with self.computing():
@@ -681,7 +695,8 @@ class CausalLMPolicy:
         gradients (what a rollout engine's own tokens are checked against after a weight sync)."""
         self.model.eval()
         with torch.no_grad(), self.computing():
-            logp, _, rmask = self._response_logprobs(prompts, responses, temperature=temperature, with_entropy=False)
+            logp, _, rmask = self._through_root(self._response_logprobs, prompts, responses, temperature=temperature,
+                                                with_entropy=False)
         return [row[: int(m.sum())].tolist() for row, m in zip(logp.float().cpu(), rmask.cpu())]
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
