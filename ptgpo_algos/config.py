@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from ptgpo_algos.distributed.fsdp import FsdpConfig
 from ptgpo_algos.patr import PatrConfig
 from ptgpo_algos.validation import (
     check_bool,
@@ -368,8 +369,13 @@ class OptimConfig:
     activation_offload: bool = _field(False, "keep the activations saved for the backward in CPU memory "
                                       "(pinned) instead of on the GPU: slower, less GPU memory",
                                       flat="activation_offload")
+    fsdp: FsdpConfig = _field(help="across ranks (--nproc N, torchrun): how FSDP2 shards the model "
+                                   "(ptgpo_algos.distributed.fsdp.FsdpConfig: param_dtype, reduce_dtype, "
+                                   "reshard_after_forward, cpu_offload)", factory=FsdpConfig)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fsdp, FsdpConfig):
+            object.__setattr__(self, "fsdp", FsdpConfig.from_dict(self.fsdp))
         if self.lr is not None:
             check_number("optim.lr (learning_rate)", self.lr, 0.0, 1.0, exclusive_low=True)
         check_number("optim.weight_decay (weight_decay)", self.weight_decay, 0.0)

@@ -52,7 +52,7 @@ from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, s
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
-from ptgpo_algos.evaluation import evaluate, overlap
+from ptgpo_algos.evaluation import EvalResult, evaluate, overlap
 from ptgpo_algos.files import FileFormatError, atomic_folder, atomic_write_text, folder_lock, read_jsonl
 from ptgpo_algos.objectives import ObjectiveInputs, Objectives, objective_needs
 from ptgpo_algos.policy.agent import PolicyAgent
@@ -76,7 +76,7 @@ from ptgpo_algos.update import flatten_batch
 from ptgpo_algos.updater import Updater, old_logprobs_mode
 
 __all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evaluate_policy", "evaluation_agent",
-           "load_trained_policy", "run_needs", "run_training"]
+           "evaluation_result", "evaluation_seeds", "load_trained_policy", "run_needs", "run_training", "trim_logs"]
 
 
 @dataclass
@@ -292,8 +292,7 @@ class Trainer:
                                   f"{str(error)[:200]}); it belongs to another run") from None
         if self.rollout_policy is not self.policy:
             push_weights(self.rollout_policy, self.policy)
-        _trim_jsonl(self.logger.metrics_path, self.state.iteration)
-        _trim_jsonl(self.logger.curve_path, self.state.iteration)
+        trim_logs(self.logger, self.state.iteration)
 
     def elapsed(self) -> float:
         """Wall-clock seconds the run has spent, time before a resume included (``run.time_limit_s``'s
@@ -617,15 +616,25 @@ def evaluation_agent(policy, config: TrainConfig, name: str = "policy") -> Polic
 def evaluate_policy(policy, config: TrainConfig, curve: bool = False) -> dict[str, Any]:
     """The run's evaluation of ``policy``: its held-out seeds (the curve's first ones with ``curve``),
     protocol and seed; the summary dict."""
-    seeds = config.evaluation.seeds
+    return evaluation_result(policy, config, evaluation_seeds(config, curve)).summary()
+
+
+def evaluation_seeds(config: TrainConfig, curve: bool) -> list[int]:
+    """The held-out seeds an evaluation plays: all, or the curve's first ``evaluation.curve_episodes``."""
+    seeds = list(config.evaluation.seeds)
     if curve and config.evaluation.curve_episodes is not None:
         seeds = seeds[: config.evaluation.curve_episodes]
+    return seeds
+
+
+def evaluation_result(policy, config: TrainConfig, seeds: Sequence[int]) -> EvalResult:
+    """``policy`` played on ``seeds`` under the run's evaluation protocol."""
     return evaluate(
         evaluation_agent(policy, config), config.env.id, seeds, config.env.evaluation_kwargs,
         max_steps=config.env.max_steps, batch_size=config.evaluation.batch_size,
         env_backend=config.env_workers.backend, env_workers=config.env_workers.num_workers,
         env_options=config.env_workers.options,
-    ).summary()
+    )
 
 
 def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, TrainConfig, str]:
@@ -657,6 +666,12 @@ def _restore_checkpoint_weights(policy, checkpoint: dict[str, Any], path: Path) 
     except (KeyError, RuntimeError) as error:
         raise CheckpointError(f"{path}: its weights do not fit the run's model ({type(error).__name__}: "
                               f"{str(error)[:200]}); it belongs to another run") from None
+
+
+def trim_logs(logger: JsonlLogger, last_iteration: int) -> None:
+    """Cut both logs back to the checkpoint's iteration: a resumed run writes the later rows again."""
+    _trim_jsonl(logger.metrics_path, last_iteration)
+    _trim_jsonl(logger.curve_path, last_iteration)
 
 
 def _trim_jsonl(path: Path, last_iteration: int) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch.multiprocessing as mp
 
-from ptgpo_algos.distributed.process_group import init_process_group, is_distributed, teardown
+from ptgpo_algos.distributed.process_group import abandon, init_process_group, is_distributed, teardown
 
 __all__ = ["free_port", "launch", "under_launcher"]
 
@@ -43,9 +43,12 @@ def free_port() -> int:
 def _run_rank(fn: Callable[..., Any], device: str, args: tuple[Any, ...]) -> Any:
     info = init_process_group(device)
     try:
-        return fn(info, *args)
-    finally:
-        teardown()
+        result = fn(info, *args)
+    except BaseException:
+        abandon()
+        raise
+    teardown()
+    return result
 
 
 def _spawned(index: int, fn: Callable[..., Any], nproc: int, port: int, device: str, args: tuple[Any, ...],
