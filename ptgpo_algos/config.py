@@ -780,8 +780,11 @@ def merge_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
     for source in (data, overrides):
         for key, value in source.items():
             for path, item in key_paths(key, value):
-                if "." not in path and item == {} and path in merged:
-                    continue  # a section mentioned again adds nothing
+                if "." not in path and item == {}:
+                    # A section mentioned adds nothing (its fields follow as paths of their own): it must
+                    # not drop the fields set before it by flat names (micro_batch_size, then optim: ...).
+                    merged.setdefault(path, {})
+                    continue
                 merged = {p: v for p, v in merged.items() if not (p == path or p.startswith(path + "."))}
                 if path.startswith("hindsight.") and merged.get("hindsight", {}) is None:
                     del merged["hindsight"]  # setting a field turns hindsight on again
