@@ -294,6 +294,11 @@ class Trainer:
             push_weights(self.rollout_policy, self.policy)
         trim_logs(self.logger, self.state.iteration)
 
+    @property
+    def world_size(self) -> int:
+        """The processes the run is spread over (1: this one)."""
+        return 1
+
     def elapsed(self) -> float:
         """Wall-clock seconds the run has spent, time before a resume included (``run.time_limit_s``'s
         clock)."""
@@ -444,7 +449,7 @@ class Trainer:
         ``run.memory_check`` is off."""
         from ptgpo_algos.memory import GpuDoesNotFit, plan_for_config, total_device_memory
 
-        plan = plan_for_config(self.config, self.device, total_device_memory(self.device))
+        plan = plan_for_config(self.config, self.device, total_device_memory(self.device), self.world_size)
         if self.progress:
             print(plan.table(), flush=True)
         if not plan.fits and self.config.run.memory_check:

@@ -3,14 +3,17 @@ ranks on CPUs against the same trainer on 1, with the tiny model on FrozenLake 3
 
 One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slow part):
 
-* GiGPO (linear rollouts) under a decision budget of 200 and PTGPO (tree rollouts) for 3 iterations:
+* GiGPO (linear rollouts) with verl-agent's KL (0.01, to the sharded frozen reference) and entropy
+  (0.001) terms under a decision budget of 200, and PTGPO (tree rollouts) for 3 iterations:
   the 2-rank run's metrics equal the 1-rank run's within ``REL`` (relative) / ``ABS`` (absolute),
   and both spend exactly the budget. Why not bit for bit: the rollouts are the same (each task is
   played with generators seeded from its own seed, on a full copy of the same weights), but each
   rank sums the gradient of its own samples before FSDP adds the ranks' sums, so the float32 sums
   run in another order: gradients differ in the last bits (relative ~1e-7), AdamW carries that into
-  the weights, and the figures of the next iterations (losses, ratios) differ by ~1e-6 relative
-  (measured: 1.3e-6 at most). Counts, rewards, advantages and evaluations are equal.
+  the weights, and the figures of the next iterations differ slightly (measured: at most 1.4e-7
+  apart, 3e-6 relative for losses and gradient norms; 1.1e-5 relative for ``approx_kl_old``, a
+  mean of differences of nearly equal log-probabilities). Counts, rewards, advantages and
+  evaluations are equal.
 * A 2-rank PTGPO run stopped after 2 iterations and resumed to 3 equals the uninterrupted run bit
   for bit (the same world size: the same sums in the same order); its 2-iteration checkpoint
   resumed on 1 rank gives the uninterrupted 2-rank run's metrics within the same tolerance.
@@ -32,8 +35,9 @@ from ptgpo_algos.distributed.trainer import check_sharded_config
 
 import distributed_scenarios as scenarios
 
-REL, ABS = 1e-5, 1e-7
+REL, ABS = 1e-5, 1e-6
 BUDGET = 200
+GIGPO = {"total_decisions": BUDGET, "iterations": 4, "kl_coef": 0.01, "entropy_coef": 0.001}
 
 
 def _rows(folder, name="metrics"):
@@ -42,18 +46,15 @@ def _rows(folder, name="metrics"):
     return [{k: v for k, v in row.items() if not k.endswith(timed) and not k.startswith("sync_")} for row in rows]
 
 
-def _assert_close(a: list[dict], b: list[dict]) -> float:
-    """Rows equal key by key (numbers within REL/ABS); the largest relative difference."""
+def _assert_close(a: list[dict], b: list[dict]) -> None:
+    """Rows equal key by key, their floats within REL of each other or ABS apart."""
     assert len(a) == len(b) and [sorted(x) for x in a] == [sorted(y) for y in b]
-    largest = 0.0
     for x, y in zip(a, b):
         for key, value in x.items():
             if isinstance(value, float) and isinstance(y[key], float):
                 assert math.isclose(value, y[key], rel_tol=REL, abs_tol=ABS), (x["iteration"], key, value, y[key])
-                largest = max(largest, abs(value - y[key]) / max(abs(value), 1e-12))
             else:
                 assert value == y[key], (x["iteration"], key, value, y[key])
-    return largest
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +63,12 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("sharded_runs")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PTGPO_CACHE", str(root / "cache"))
-        two = [scenarios.training_config(str(root / "gigpo-2"), "gigpo", total_decisions=BUDGET, iterations=4),
+        two = [scenarios.training_config(str(root / "gigpo-2"), "gigpo", **GIGPO),
                scenarios.training_config(str(root / "ptgpo-2"), "ptgpo"),
                scenarios.training_config(str(root / "cut-2"), "ptgpo", iterations=2),
                scenarios.training_config(str(root / "cut-2"), "ptgpo", resume=True)]
         summaries_two = launch(scenarios.train_on_rank, 2, two, {2: str(root / "cut-1")})[0]
-        one = [scenarios.training_config(str(root / "gigpo-1"), "gigpo", total_decisions=BUDGET, iterations=4),
+        one = [scenarios.training_config(str(root / "gigpo-1"), "gigpo", **GIGPO),
                scenarios.training_config(str(root / "ptgpo-1"), "ptgpo"),
                scenarios.training_config(str(root / "cut-1"), "ptgpo", resume=True)]
         summaries_one = launch(scenarios.train_on_rank, 1, one, {})[0]
@@ -79,11 +80,12 @@ def runs(tmp_path_factory):
 def test_two_ranks_give_the_single_process_metrics(runs, algo):
     root = runs["root"]
     two, one = _rows(root / f"{algo}-2"), _rows(root / f"{algo}-1")
-    assert _assert_close(two, one) < REL
+    _assert_close(two, one)
     assert _rows(root / f"{algo}-2", "curve") == _rows(root / f"{algo}-1", "curve")
     assert any(row.get("grad_norm", 0) > 0 for row in two)  # the updates trained
     assert [r["iteration"] for r in two][-1] == 3
-    if algo == "gigpo":  # the same exact budget on 1 and 2 ranks
+    if algo == "gigpo":  # the same exact budget on 1 and 2 ranks; the KL term on
+        assert all(row["kl"] > 0 for row in two[1:])
         assert runs["two"][0]["decisions"] == runs["one"][0]["decisions"] == BUDGET == two[-1]["total_decisions"]
     else:
         assert two[-1]["total_decisions_saved"] > 0  # prefix trees shared their steps
@@ -98,7 +100,7 @@ def test_a_stopped_two_rank_run_resumes_exactly_on_two_ranks_and_within_toleranc
     uninterrupted = _rows(root / "ptgpo-2")
     assert _rows(root / "cut-2") == uninterrupted  # same world size: bit for bit
     assert _rows(root / "cut-2", "curve") == _rows(root / "ptgpo-2", "curve")
-    assert _assert_close(_rows(root / "cut-1"), uninterrupted) < REL  # written on 2 ranks, resumed on 1
+    _assert_close(_rows(root / "cut-1"), uninterrupted)  # written on 2 ranks, resumed on 1
     assert runs["one"][2] == runs["two"][1] == {"decisions": uninterrupted[-1]["total_decisions"], "iterations": 3}
 
 

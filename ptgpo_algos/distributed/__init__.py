@@ -17,5 +17,10 @@ One module per concept, each importing only from below it:
 * :mod:`~ptgpo_algos.distributed.sharded_checkpoint` -- checkpoints written shard by shard with
   ``torch.distributed.checkpoint``, read on any world size, nothing executable in a file;
 * :mod:`~ptgpo_algos.distributed.gather` -- each layer's full weights gathered from the shards, for
-  a rollout engine's weight sync.
+  a rollout engine's weight sync;
+* :mod:`~ptgpo_algos.distributed.policy` -- a policy sharded for the update (its scoring through the
+  FSDP root) and each rank's full copy that plays;
+* :mod:`~ptgpo_algos.distributed.updater` -- the update across ranks (the Updater's seams replaced);
+* :mod:`~ptgpo_algos.distributed.trainer` -- the trainer across ranks (``ptgpo train --nproc N``, or
+  under ``torchrun``).
 """

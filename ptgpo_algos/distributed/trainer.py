@@ -43,8 +43,8 @@ from ptgpo_algos.callbacks import Callback
 from ptgpo_algos.collectors import collect_iteration, remaining_budget
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
-from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_in_order, gather_objects, reduce_metrics
 from ptgpo_algos.device import resolve_device
+from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_in_order, gather_objects, reduce_metrics
 from ptgpo_algos.distributed.launch import launch
 from ptgpo_algos.distributed.policy import copy_weights, rollout_copy, shard_policy
 from ptgpo_algos.distributed.process_group import RankInfo
@@ -60,6 +60,7 @@ from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, prepare_run_folder
 from ptgpo_algos.trainer import (Trainer, TrainSummary, check_environment, evaluation_result, evaluation_seeds,
                                  trim_logs)
 from ptgpo_algos.updater import old_logprobs_mode
+from ptgpo_envs import make_env
 
 __all__ = ["ShardedTrainer", "check_sharded_config", "most_decisions", "run_sharded", "train_on_rank"]
 
@@ -104,6 +105,7 @@ class ShardedTrainer(Trainer):
         self.device = self.info.device
         check_sharded_config(config)
         check_environment(config)
+        self.horizon = _env_horizon(config)
         if self.device.startswith("cuda") and self.info.is_main:
             self.check_memory()
         with contextlib.ExitStack() as stack:
@@ -171,6 +173,11 @@ class ShardedTrainer(Trainer):
         if self.info.is_main:
             super().write_run_files(fresh)
 
+    @property
+    def world_size(self) -> int:
+        """The ranks of the run (the memory plan is one rank's)."""
+        return self.info.world_size
+
     def budget_spent(self) -> bool:
         """Whether the budget is spent, agreed by all ranks (their clocks differ under ``run.time_limit_s``)."""
         spent = super().budget_spent()
@@ -185,8 +192,7 @@ class ShardedTrainer(Trainer):
         config, state = self.config, self.state
         tasks = self.next_tasks()
         seeds = [int(s) for s in state.rng.integers(2**62, size=len(tasks))]
-        horizon = self.horizon()
-        planned = [most_decisions(config, task, horizon) for task in tasks]
+        planned = [most_decisions(config, task, self.horizon) for task in tasks]
         caps = share_budget(planned, len(tasks), remaining_budget(config, state.decisions)).caps
         batch: Batch = []
         local = RolloutStats()
@@ -198,19 +204,6 @@ class ShardedTrainer(Trainer):
             batch += groups
             local = _added(local, stats)
         return batch, _combined(local), 0
-
-    def horizon(self) -> int:
-        """The episodes' step limit: ``env.max_steps``, else the environment's own."""
-        if self.config.env.max_steps is not None:
-            return self.config.env.max_steps
-        if not hasattr(self, "_horizon"):
-            from ptgpo_envs import make_env
-
-            env = self.config.env
-            made = make_env(env.id, env.kwargs, env.max_steps)
-            self._horizon = int(made.unwrapped.max_steps)
-            made.close()
-        return self._horizon
 
     def record(self, stats: RolloutStats, batch: Batch) -> None:
         """All ranks' counts (``stats`` are combined already) and the layouts all ranks' episodes started in."""
@@ -295,6 +288,17 @@ class ShardedTrainer(Trainer):
         """Delete ``checkpoint/`` (rank 0; ``run.keep_checkpoint`` off)."""
         if self.info.is_main:
             shutil.rmtree(self.config.run_dir / SHARDED_CHECKPOINT, ignore_errors=True)
+
+
+def _env_horizon(config: TrainConfig) -> int:
+    """The episodes' step limit: ``env.max_steps``, else the environment's own."""
+    if config.env.max_steps is not None:
+        return config.env.max_steps
+    made = make_env(config.env.id, config.env.kwargs, None)
+    try:
+        return int(made.unwrapped.max_steps)
+    finally:
+        made.close()
 
 
 def _added(total: RolloutStats, more: RolloutStats) -> RolloutStats:

@@ -21,7 +21,7 @@ from typing import Sequence
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_objects, reduce_metrics
 from ptgpo_algos.distributed.policy import idle_pass
 from ptgpo_algos.distributed.step import grad_norm
-from ptgpo_algos.update import TrainingSample, micro_batches, recompute_old_logprobs, units
+from ptgpo_algos.update import TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs, units
 from ptgpo_algos.updater import BatchLayout, Updater
 
 __all__ = ["ShardedUpdater", "passes", "whole_layout"]
@@ -60,19 +60,22 @@ class ShardedUpdater(Updater):
         return whole_layout(gather_objects(BatchLayout(keys, own.units, own.trained, own.tokens)), self.rank)
 
     def prepare(self, samples: Sequence[TrainingSample]) -> dict[str, float]:
-        """pi_old of this rank's trained samples, when it is recomputed (``old_logprob_drift``
-        combined over all ranks' units)."""
-        if self.old_logprobs != "recompute":
-            return {}
+        """pi_old of this rank's trained samples when it is recomputed (``old_logprob_drift`` combined
+        over all ranks' units), and the KL reference's log-probabilities."""
         trained = self.trained(samples)
         mine = passes(len(trained), self.scoring_batch_size)
         most, = all_reduce([mine], op="max")
-        drift = recompute_old_logprobs(self.policy, trained, self.scoring_batch_size) if trained else {}
-        for _ in range(int(most) - mine):
-            idle_pass(self.policy, backward=False)
-        count = sum(len(s.old_logprobs) for s in trained)
-        combined = reduce_metrics({k: Metric(v, count=count) for k, v in drift.items()})
-        return combined if self.report_drift else {}
+        stats: dict[str, float] = {}
+        if self.old_logprobs == "recompute":
+            drift = recompute_old_logprobs(self.policy, trained, self.scoring_batch_size) if trained else {}
+            _idle(self.policy, int(most) - mine)
+            count = sum(len(s.old_logprobs) for s in trained)
+            stats = reduce_metrics({k: Metric(v, count=count) for k, v in drift.items()}) if self.report_drift else {}
+        if self.reference is not None:
+            if trained:
+                reference_logprobs(self.reference, trained, self.scoring_batch_size)
+            _idle(self.reference, int(most) - mine)
+        return stats
 
     def backward(self, chunk: list[TrainingSample], total_units: float) -> dict[str, float]:
         """This rank's part of the mini-batch (maybe none), then idle passes up to the rank with the
@@ -81,8 +84,7 @@ class ShardedUpdater(Updater):
         mine = passes(len(chunk), self.optim.micro_batch_size)
         most, = all_reduce([mine], op="max")
         stats = super().backward(chunk, total_units) if chunk else {}
-        for _ in range(int(most) - mine):
-            idle_pass(self.policy, backward=True)
+        _idle(self.policy, int(most) - mine, backward=True)
         count = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
         return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") else Metric(v, count=count)
                                for k, v in stats.items()})
@@ -92,3 +94,8 @@ class ShardedUpdater(Updater):
         norm = grad_norm(list(self.policy.parameters()), self.optim.max_grad_norm)
         self.optimizer.step()
         return norm
+
+
+def _idle(policy, count: int, backward: bool = False) -> None:
+    for _ in range(count):
+        idle_pass(policy, backward=backward)
