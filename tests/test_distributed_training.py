@@ -135,3 +135,36 @@ def test_the_fsdp_section_is_checked_where_the_config_is_read():
         TrainConfig.from_dict({"optim.fsdp.param_dtyp": "bfloat16"})
     with pytest.raises(ValueError, match="optim.fsdp.cpu_offload: expected true or false"):
         TrainConfig.from_dict({"optim": {"fsdp": {"cpu_offload": "yes"}}})
+
+
+def test_the_whole_batch_layout_numbers_the_samples_in_rank_order():
+    from ptgpo_algos.distributed.updater import passes, whole_layout
+    from ptgpo_algos.updater import BatchLayout
+
+    # Rank 0 holds 3 samples (prompts 11, 12, 11), rank 1 holds 2 (prompts 12, 13).
+    parts = [BatchLayout([[11], [12], [11]], [1.0, 2.0, 1.0], [True, False, True], [5, 6, 5]),
+             BatchLayout([[12], [13]], [3.0, 1.0], [True, True], [7, 8])]
+    whole = whole_layout(parts, rank=1)
+    assert whole.groups == [[0, 2], [1, 3], [4]]  # the same prompt grouped across ranks
+    assert whole.units == [1.0, 2.0, 1.0, 3.0, 1.0] and whole.trained == [True, False, True, True, True]
+    assert (whole.offset, whole.count) == (3, 2)
+    assert whole.local(["rank 1's first", "rank 1's second"], [0, 3, 4]) == ["rank 1's first", "rank 1's second"]
+    assert whole_layout(parts, rank=0).local(["a", "b", "c"], [1, 3, 4]) == ["b"]
+    assert (passes(0, 4), passes(5, 2), passes(5, None), passes(2, 8)) == (0, 3, 1, 1)
+
+
+def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():
+    from ptgpo_algos.data import Task
+    from ptgpo_algos.distributed.trainer import most_decisions
+
+    task = Task("ptgpo/FrozenLake-v0", 3, {}, None)
+    assert most_decisions(TrainConfig.from_dict({"algo": "gigpo", "group_size": 4}), task, 8) == 32
+    patr = TrainConfig.from_dict({"algo": "grpo", "rollout": "patr", "patr": {"max_leaves": 10}})
+    assert most_decisions(patr, Task("ptgpo/FrozenLake-v0", 3, {}, 5), 8) == 50
+
+
+def test_ptgpo_train_nproc_refuses_before_starting_a_process(capsys):
+    from ptgpo_algos.cli import main
+
+    assert main(["train", "--nproc", "2", "--async-rollouts", "--env", "ptgpo/FrozenLake-v0", "--no-progress"]) == 2
+    assert "ptgpo train: rollouts.asynchronous (async_rollouts): not with --nproc" in capsys.readouterr().err

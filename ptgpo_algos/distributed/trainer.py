@@ -106,20 +106,20 @@ class ShardedTrainer(Trainer):
         check_sharded_config(config)
         check_environment(config)
         self.horizon = _env_horizon(config)
-        if self.device.startswith("cuda") and self.info.is_main:
-            self.check_memory()
         with contextlib.ExitStack() as stack:
             resumed = self.claim_folder(stack)
             self.setup(config.run_dir / SHARDED_CHECKPOINT if resumed else None)
             return self.run_loop(fresh=not resumed)
 
     def claim_folder(self, stack: contextlib.ExitStack) -> bool:
-        """Rank 0 takes the folder's lock (held in ``stack``) and checks it; every rank learns whether the
-        run resumes, or raises rank 0's refusal."""
+        """Rank 0 checks the memory plan (GPUs) and the disk, takes the folder's lock (held in ``stack``)
+        and checks the folder; every rank learns whether the run resumes, or raises rank 0's refusal."""
         refusal: Exception | None = None
         resumed = False
         if self.info.is_main:
             try:
+                if self.device.startswith("cuda"):
+                    self.check_memory()
                 self.check_disk()
                 stack.enter_context(folder_lock(self.config.run_dir, "training run"))
                 resumed = prepare_run_folder(self.config)
