@@ -325,5 +325,5 @@ def run_sharded(config: TrainConfig, nproc: int, progress: bool = True) -> Train
     refusal comes before any process starts."""
     check_sharded_config(config)
     device = resolve_device(config.policy.device, where="policy.device (device)")
-    ranks = launch(train_on_rank, nproc, config.to_dict(), progress, device="cuda" if device.startswith("cuda") else "cpu")
-    return ranks[0]
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    return launch(train_on_rank, nproc, config.to_dict(), progress, device=kind)[0]
