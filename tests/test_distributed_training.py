@@ -18,6 +18,9 @@ One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slo
   for bit (the same world size: the same sums in the same order); its 2-iteration checkpoint
   resumed on 1 rank gives the uninterrupted 2-rank run's metrics within the same tolerance.
 
+* The PTGPO config started by ``torchrun`` (``ptgpo train --config``, no ``--nproc``) is the 2-rank
+  run bit for bit.
+
 Wall-clock figures differ by nature and are left out; so are the weight-sync check's figures
 (``sync_*``), measured once per process on that process's first batch.
 """
@@ -168,3 +171,28 @@ def test_ptgpo_train_nproc_refuses_before_starting_a_process(capsys):
 
     assert main(["train", "--nproc", "2", "--async-rollouts", "--env", "ptgpo/FrozenLake-v0", "--no-progress"]) == 2
     assert "ptgpo train: rollouts.asynchronous (async_rollouts): not with --nproc" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+def test_the_same_config_under_torchrun_is_the_same_run(runs, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ptgpo_algos.distributed.launch import free_port
+
+    root, out = runs["root"], tmp_path / "torchrun"
+    config = tmp_path / "config.yaml"  # JSON is YAML
+    config.write_text(json.dumps(scenarios.training_config(str(out), "ptgpo")))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1",
+           "PTGPO_CACHE": str(root / "cache")}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+                           "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}",
+                           "-m", "ptgpo_algos.cli", "train", "--config", str(config), "--no-progress"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout[done.stdout.index("{"):])["out_dir"] == str(out)  # rank 0 alone reports
+    assert _rows(out) == _rows(root / "ptgpo-2") and _rows(out, "curve") == _rows(root / "ptgpo-2", "curve")
