@@ -30,6 +30,10 @@ policy); ``checkpoint.pt`` (every ``run.checkpoint_every`` iterations and at the
 wall times; a run stopped by ``time_limit_s`` is, by nature, not reproducible). The run stops at
 ``run.iterations``, at ``run.total_decisions`` (a matched budget across algorithms) or at
 ``run.time_limit_s``, whichever comes first.
+
+Across processes (``ptgpo train --nproc N``, or under ``torchrun``) the same stages run on every rank
+with the model sharded by FSDP2: :class:`ptgpo_algos.distributed.trainer.ShardedTrainer` replaces
+the stages that touch the batch, the model or the run folder.
 """
 
 from __future__ import annotations
