@@ -53,6 +53,7 @@ import yaml
 
 from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
 from ptgpo_algos.advantages.config import validate_config
+from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.patr import PatrConfig
 from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
 from ptgpo_algos.policy.recipes import load_recipe, recipe_names
@@ -392,8 +393,13 @@ class OptimConfig:
                                    "old_logprobs: rollout; null: off)")
     activation_offload: bool = _field(False, "keep the activations saved for the backward in CPU memory "
                                       "(pinned) instead of on the GPU: slower, less GPU memory")
+    fsdp: FsdpConfig = _field(help="across ranks (--nproc N, torchrun): how FSDP2 shards the model "
+                                   "(ptgpo_algos.distributed.fsdp_config.FsdpConfig: param_dtype, reduce_dtype, "
+                                   "reshard_after_forward, cpu_offload)", flat=False, factory=FsdpConfig)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fsdp, FsdpConfig):
+            object.__setattr__(self, "fsdp", FsdpConfig.from_dict(self.fsdp))
         if self.lr is not None:
             check_number(label("optim.lr"), self.lr, 0.0, 1.0, exclusive_low=True)
         check_number(label("optim.weight_decay"), self.weight_decay, 0.0)
@@ -801,8 +807,11 @@ def merge_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
     for source in (data, overrides):
         for key, value in source.items():
             for path, item in key_paths(key, value):
-                if "." not in path and item == {} and path in merged:
-                    continue  # a section mentioned again adds nothing
+                if "." not in path and item == {}:
+                    # A section mentioned adds nothing (its fields follow as paths of their own): it must
+                    # not drop the fields set before it by flat names (micro_batch_size, then optim: ...).
+                    merged.setdefault(path, {})
+                    continue
                 merged = {p: v for p, v in merged.items() if not (p == path or p.startswith(path + "."))}
                 if path.startswith("hindsight.") and merged.get("hindsight", {}) is None:
                     del merged["hindsight"]  # setting a field turns hindsight on again

@@ -28,8 +28,9 @@ Sharded over ``world_size`` ranks (FSDP2, :mod:`ptgpo_algos.distributed.fsdp`), 
 rank's: each holds ``1 / world_size`` of the weights, gradients and AdamW moments (and of a LoRA
 base, and of the KL reference), plus FSDP's gathered full copies (two layers at the compute dtype,
 the root unit's embeddings and output layer, one layer's gradient before its reduce-scatter); FSDP
-casts the gathered copies to the compute dtype, so autocast keeps no copies of its own.
-Activations are per rank (a rank's micro-batch), and a rank's rollouts are its share of the tasks.
+casts the gathered copies to the compute dtype, so autocast keeps no copies of its own. With the
+transformers backend each rank also holds a full copy of the weights at the compute dtype, which
+plays its rollouts (:mod:`ptgpo_algos.distributed.policy`). Activations are per rank (a rank's micro-batch), and a rank's rollouts are its share of the tasks.
 :func:`smallest_world_size` finds the fewest ranks a run fits on (``ptgpo plan CONFIG --nproc N``).
 """
 
@@ -137,6 +138,7 @@ class RunShape:
     rollout_batch: int = 0  # episodes decoding side by side on the trainer's model (transformers backend)
     total_bytes: int = 0  # the device's memory (GPU) or the machine's (CPU)
     world_size: int = 1  # ranks the model is sharded over (FSDP2), one GPU each; the plan is one rank's
+    rollout_copy: bool = False  # each rank plays with a full copy at the compute dtype (the trainer across ranks)
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or isinstance(self.world_size, bool) or self.world_size < 1:
@@ -254,6 +256,9 @@ def _weights(model: ModelShape, run: RunShape) -> list[MemoryItem]:
         items.append(MemoryItem(f"KL reference copy ({p.frozen})", _bytes(p.frozen) * total / n, shard))
     if n > 1:
         items.append(_gathered(model, run))
+    if run.rollout_copy:
+        items.append(MemoryItem(f"rollout copy ({p.compute})", _bytes(p.compute) * total,
+                                "full weights on each rank, for its rollouts and evaluation"))
     return items
 
 
@@ -421,6 +426,7 @@ def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> Run
         gradient_checkpointing=checkpointing, logprob_chunk=spec.logprob_chunk, kl_reference=optim.kl_coef > 0,
         activation_offload=optim.activation_offload, engine_fraction=fraction, rollout_batch=rollout_batch,
         total_bytes=total_bytes, world_size=world_size,
+        rollout_copy=world_size > 1 and rollouts.backend == "transformers",
     )
 
 

@@ -19,10 +19,12 @@ from pathlib import Path
 from ptgpo_algos.config import RESUMABLE_FIELDS, TrainConfig
 from ptgpo_algos.files import LOCK_FILE
 
-__all__ = ["RUN_ARTEFACTS", "is_run_folder", "load_run_config", "prepare_run_folder"]
+__all__ = ["RUN_ARTEFACTS", "SHARDED_CHECKPOINT", "is_run_folder", "load_run_config", "prepare_run_folder"]
 
+#: The folder of a checkpoint written shard by shard across ranks (``ptgpo train --nproc N``).
+SHARDED_CHECKPOINT = "checkpoint"
 #: Files only a training run writes; their presence makes a folder a run folder.
-RUN_ARTEFACTS = ("metrics.jsonl", "curve.jsonl", "checkpoint.pt", "final_model")
+RUN_ARTEFACTS = ("metrics.jsonl", "curve.jsonl", "checkpoint.pt", SHARDED_CHECKPOINT, "final_model")
 
 
 def _read_config_json(run_dir: Path) -> dict:
@@ -97,4 +99,4 @@ def prepare_run_folder(config: TrainConfig) -> bool:
             "resume with the run's own "
             "settings, or train into another out_dir"
         )
-    return (run_dir / "checkpoint.pt").is_file()
+    return (run_dir / "checkpoint.pt").is_file() or (run_dir / SHARDED_CHECKPOINT / "manifest.json").is_file()

@@ -31,6 +31,10 @@ policy); ``checkpoint.pt`` (every ``run.checkpoint_every`` iterations and at the
 wall times; a run stopped by ``time_limit_s`` is, by nature, not reproducible). The run stops at
 ``run.iterations``, at ``run.total_decisions`` (a matched budget across algorithms) or at
 ``run.time_limit_s``, whichever comes first.
+
+Across processes (``ptgpo train --nproc N``, or under ``torchrun``) the same stages run on every rank
+with the model sharded by FSDP2: :class:`ptgpo_algos.distributed.trainer.ShardedTrainer` replaces
+the stages that touch the batch, the model or the run folder.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, s
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
-from ptgpo_algos.evaluation import evaluate, overlap
+from ptgpo_algos.evaluation import EvalResult, evaluate, overlap
 from ptgpo_algos.files import FileFormatError, atomic_folder, atomic_write_text, folder_lock, read_jsonl
 from ptgpo_algos.objectives import ObjectiveInputs, Objectives, objective_needs
 from ptgpo_algos.policy.agent import PolicyAgent
@@ -70,7 +74,7 @@ from ptgpo_algos.policy.backends import (
 from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
 from ptgpo_algos.preflight import check_machine
 from ptgpo_algos.rollout import RolloutStats, Spend
-from ptgpo_algos.run_folder import load_run_config, prepare_run_folder
+from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, load_run_config, prepare_run_folder
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES, new_memory
 from ptgpo_envs import check_env_kwargs, held_out, make_env
 from ptgpo_algos.policy.precision import precision_for
@@ -78,7 +82,7 @@ from ptgpo_algos.update import flatten_batch
 from ptgpo_algos.updater import Updater, old_logprobs_mode
 
 __all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evaluate_policy", "evaluation_agent",
-           "load_trained_policy", "run_needs", "run_training"]
+           "evaluation_result", "evaluation_seeds", "load_trained_policy", "run_needs", "run_training", "trim_logs"]
 
 
 @dataclass
@@ -195,21 +199,29 @@ class Trainer:
         self.check_disk()
         with folder_lock(config.run_dir, "training run"):
             resumed = prepare_run_folder(config)
+            if resumed and not (config.run_dir / "checkpoint.pt").is_file():
+                raise ValueError(f"{str(config.run_dir)!r} holds a checkpoint written across ranks "
+                                 f"({SHARDED_CHECKPOINT}/): resume it with --nproc N (any number of processes, 1 "
+                                 "included)")
             checkpoint = load_checkpoint(config.run_dir / "checkpoint.pt", self.device) if resumed else None
             self.setup(checkpoint)
-            try:
-                for callback in self.callbacks:
-                    callback.on_train_start(self.view)
-                if checkpoint is None:
-                    self.evaluate()
-                self.collector.start()
-                while not self.budget_spent():
-                    self.run_iteration()
-            finally:
-                self.collector.close()
-                if self.layout_probe is not None:
-                    self.layout_probe.close()
-            return self.finish()
+            return self.run_loop(fresh=checkpoint is None)
+
+    def run_loop(self, fresh: bool) -> TrainSummary:
+        """Evaluate the untrained policy (a ``fresh`` run), run iterations until the budget is spent, finish."""
+        try:
+            for callback in self.callbacks:
+                callback.on_train_start(self.view)
+            if fresh:
+                self.evaluate()
+            self.collector.start()
+            while not self.budget_spent():
+                self.run_iteration()
+        finally:
+            self.collector.close()
+            if self.layout_probe is not None:
+                self.layout_probe.close()
+        return self.finish()
 
     def setup(self, checkpoint: dict[str, Any] | None) -> None:
         """Build the policies, the optimiser, the state, the collector and the callbacks; restore a checkpoint."""
@@ -217,20 +229,11 @@ class Trainer:
         self.state = TrainState.seeded(config.run.seed)
         self.state.rollout_memory = new_memory(config.rollouts.strategy, config.rollouts)
         self.view = RunView(config, self.state)
-        self.policy = build_policy(config, self.device)
-        self.rollout_policy = build_rollout_policy(config, self.policy, self.device)
-        self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
-        self.optimizer = torch.optim.AdamW(list(self.policy.parameters()), lr=config.optim.lr,
-                                           weight_decay=config.optim.weight_decay)
+        self.build_models()
         self.updater = self.build_updater()
         self.logger = JsonlLogger(out_dir)
-        self.callbacks: list[Callback] = [self.logger]
-        if config.run.tensorboard:
-            self.callbacks.append(TensorBoardLogger(out_dir))
+        self.callbacks: list[Callback] = self.build_callbacks()
         self.objectives = Objectives.from_config(config.algorithm.objectives)
-        if self.progress:
-            self.callbacks.append(ProgressBar())
-        self.callbacks += self.extra_callbacks
         self.collector = AsyncCollector(self) if config.rollouts.asynchronous else SyncCollector(self)
         self.sync_prompts: list[list[int]] = []
         #: The sync check's noise floor, measured before this process's first update (None until then).
@@ -240,12 +243,35 @@ class Trainer:
         self.layout_probe = None  # an environment to read training seeds' layouts from (env.held_out)
         if checkpoint is not None:
             self._restore(checkpoint)
-        else:
+        self.write_run_files(fresh=checkpoint is None)
+        self.started = time.perf_counter() - self.state.wall_time_s
+
+    def build_models(self) -> None:
+        """The trainable policy, the one that plays (itself, or a separate engine), the KL reference and
+        the optimiser."""
+        config = self.config
+        self.policy = build_policy(config, self.device)
+        self.rollout_policy = build_rollout_policy(config, self.policy, self.device)
+        self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
+        self.optimizer = torch.optim.AdamW(list(self.policy.parameters()), lr=config.optim.lr,
+                                           weight_decay=config.optim.weight_decay)
+
+    def build_callbacks(self) -> list[Callback]:
+        """The logs (JSONL, TensorBoard), the progress bar and the callbacks the trainer was given."""
+        callbacks: list[Callback] = [self.logger]
+        if self.config.run.tensorboard:
+            callbacks.append(TensorBoardLogger(self.config.run_dir))
+        if self.progress:
+            callbacks.append(ProgressBar())
+        return callbacks + self.extra_callbacks
+
+    def write_run_files(self, fresh: bool) -> None:
+        """``config.json`` (with this process's machine), after emptying the logs of a ``fresh`` run."""
+        if fresh:
             for path in (self.logger.metrics_path, self.logger.curve_path):
                 path.unlink(missing_ok=True)
-        atomic_write_text(out_dir / "config.json", json.dumps({**config.to_dict(), "machine": kernel_record()},
-                                                              indent=1))
-        self.started = time.perf_counter() - self.state.wall_time_s
+        atomic_write_text(self.config.run_dir / "config.json",
+                          json.dumps({**self.config.to_dict(), "machine": kernel_record()}, indent=1))
 
     def build_updater(self) -> Updater:
         """The update, with pi_old decided once (``optim.old_logprobs``, :func:`old_logprobs_mode`): the
@@ -274,8 +300,12 @@ class Trainer:
                                   f"{str(error)[:200]}); it belongs to another run") from None
         if self.rollout_policy is not self.policy:
             push_weights(self.rollout_policy, self.policy)
-        _trim_jsonl(self.logger.metrics_path, self.state.iteration)
-        _trim_jsonl(self.logger.curve_path, self.state.iteration)
+        trim_logs(self.logger, self.state.iteration)
+
+    @property
+    def world_size(self) -> int:
+        """The processes the run is spread over (1: this one)."""
+        return 1
 
     def elapsed(self) -> float:
         """Wall-clock seconds the run has spent, time before a resume included (``run.time_limit_s``'s
@@ -326,18 +356,13 @@ class Trainer:
         samples, update = self.update(batch, advantages)
         train_time = time.perf_counter() - train_start
         update.update(self.sync(samples))
-        state.add(stats, batch)
+        self.record(stats, batch)
         state.iteration = iteration
-        flat = np.array([a for g in advantages for t in g for a in t], dtype=float)
         row = {
             "iteration": iteration,
             **{f"total_{k}": getattr(state, k) for k in ("decisions", "tokens", "decisions_saved", "tokens_saved")},
             **stats.as_dict(),
-            "trained_steps": len(samples),
-            "adv_mean": float(flat.mean()) if flat.size else 0.0,
-            "adv_std": float(flat.std()) if flat.size else 0.0,
-            "adv_abs_mean": float(np.abs(flat).mean()) if flat.size else 0.0,
-            **{f"adv_{k}": v for k, v in summarize_diagnostics(diagnostics).items()},
+            **self.batch_figures(samples, advantages, diagnostics),
             **update,
             "rollout_wait_s": rollout_wait,
             "policy_lag": lag,
@@ -347,6 +372,22 @@ class Trainer:
             "wall_time_s": self.elapsed(),
         }
         self.end_iteration(row)
+
+    def record(self, stats: RolloutStats, batch: Batch) -> None:
+        """Count the iteration's rollouts into the state (:meth:`TrainState.add`)."""
+        self.state.add(stats, batch)
+
+    def batch_figures(self, samples: list, advantages, diagnostics) -> dict[str, float]:
+        """The metrics row's figures of the trained batch: its steps, its advantages and the estimator's
+        diagnostics."""
+        flat = np.array([a for g in advantages for t in g for a in t], dtype=float)
+        return {
+            "trained_steps": len(samples),
+            "adv_mean": float(flat.mean()) if flat.size else 0.0,
+            "adv_std": float(flat.std()) if flat.size else 0.0,
+            "adv_abs_mean": float(np.abs(flat).mean()) if flat.size else 0.0,
+            **{f"adv_{k}": v for k, v in summarize_diagnostics(diagnostics).items()},
+        }
 
     def collect(self) -> tuple[Batch, RolloutStats, int]:
         """This iteration's rollouts and their policy lag (updates between the acting weights and now)."""
@@ -416,7 +457,7 @@ class Trainer:
         ``run.memory_check`` is off."""
         from ptgpo_algos.memory import GpuDoesNotFit, plan_for_config, total_device_memory
 
-        plan = plan_for_config(self.config, self.device, total_device_memory(self.device))
+        plan = plan_for_config(self.config, self.device, total_device_memory(self.device), self.world_size)
         if self.progress:
             print(plan.table(), flush=True)
         if not plan.fits and self.config.run.memory_check:
@@ -449,8 +490,8 @@ class Trainer:
     def evaluate(self, final: bool = False) -> dict[str, Any]:
         """The run's held-out evaluation of the current weights, logged to the curve (on the first
         ``evaluation.curve_episodes`` seeds unless it is the ``final`` one)."""
-        config, state = self.config, self.state
-        summary = evaluate_policy(self.rollout_policy, config, curve=not final)
+        state = self.state
+        summary = self.evaluation_summary(curve=not final)
         if final:
             summary["overlap"] = overlap(summary["layouts"], state.train_layouts)
         state.last_eval_iteration = state.iteration
@@ -466,13 +507,25 @@ class Trainer:
             callback.on_evaluation(self.view, row)
         return summary
 
+    def evaluation_summary(self, curve: bool) -> dict[str, Any]:
+        """The held-out evaluation of the acting policy (:func:`evaluate_policy`)."""
+        return evaluate_policy(self.rollout_policy, self.config, curve=curve)
+
     def checkpoint(self) -> None:
-        """Write ``checkpoint.pt``: weights, optimiser, state, and what the collector and callbacks hold."""
+        """Write ``checkpoint.pt``: weights, optimiser, and :meth:`run_state`."""
+        payload = {"weights": snapshot_weights(self.policy), "optimizer": self.optimizer.state_dict(),
+                   **self.run_state()}
+        start = time.perf_counter()
+        path = self.config.run_dir / "checkpoint.pt"
+        save_checkpoint(path, payload)
+        self.last_checkpoint = {"seconds": time.perf_counter() - start, "bytes": path.stat().st_size}
+
+    def run_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides the weights and the optimiser: the state, the config, and
+        what the collector, the objectives and the callbacks hold (plain data)."""
         state = self.state
         state.wall_time_s = self.elapsed()
         payload = {
-            "weights": snapshot_weights(self.policy),
-            "optimizer": self.optimizer.state_dict(),
             "rng": state.rng_state(),
             "counters": state.counters(),
             "last_eval": state.last_eval,
@@ -485,10 +538,7 @@ class Trainer:
         for callback in self.callbacks:
             if callback.state_key is not None:
                 payload[callback.state_key] = callback.state_dict()
-        start = time.perf_counter()
-        path = self.config.run_dir / "checkpoint.pt"
-        save_checkpoint(path, payload)
-        self.last_checkpoint = {"seconds": time.perf_counter() - start, "bytes": path.stat().st_size}
+        return payload
 
     def finish(self) -> TrainSummary:
         """Evaluate and checkpoint if the last iteration did not, tell the callbacks, save ``final_model/``
@@ -500,10 +550,9 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_train_end(self.view)
         if self.config.run.keep_final_model:
-            with atomic_folder(self.config.run_dir / "final_model") as folder:
-                self.policy.save_pretrained(folder)
+            self.save_final_model()
         if not self.config.run.keep_checkpoint:
-            (self.config.run_dir / "checkpoint.pt").unlink(missing_ok=True)
+            self.drop_checkpoint()
         state.wall_time_s = self.elapsed()
         return TrainSummary(
             final_eval=state.last_eval, best_success=state.best_success, decisions=state.decisions,
@@ -512,6 +561,15 @@ class Trainer:
             curve_path=self.logger.curve_path, checkpoint_dir=self.config.run_dir, iterations=state.iteration,
             recipe=self.config.policy.recipe,
         )
+
+    def save_final_model(self) -> None:
+        """``final_model/``: the trained policy, ``save_pretrained``."""
+        with atomic_folder(self.config.run_dir / "final_model") as folder:
+            self.policy.save_pretrained(folder)
+
+    def drop_checkpoint(self) -> None:
+        """Delete the checkpoint (``run.keep_checkpoint`` off)."""
+        (self.config.run_dir / "checkpoint.pt").unlink(missing_ok=True)
 
 
 def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
@@ -572,15 +630,25 @@ def evaluation_agent(policy, config: TrainConfig, name: str = "policy") -> Polic
 def evaluate_policy(policy, config: TrainConfig, curve: bool = False) -> dict[str, Any]:
     """The run's evaluation of ``policy``: its held-out seeds (the curve's first ones with ``curve``),
     protocol and seed; the summary dict."""
-    seeds = config.evaluation.seeds
+    return evaluation_result(policy, config, evaluation_seeds(config, curve)).summary()
+
+
+def evaluation_seeds(config: TrainConfig, curve: bool) -> list[int]:
+    """The held-out seeds an evaluation plays: all, or the curve's first ``evaluation.curve_episodes``."""
+    seeds = list(config.evaluation.seeds)
     if curve and config.evaluation.curve_episodes is not None:
         seeds = seeds[: config.evaluation.curve_episodes]
+    return seeds
+
+
+def evaluation_result(policy, config: TrainConfig, seeds: Sequence[int]) -> EvalResult:
+    """``policy`` played on ``seeds`` under the run's evaluation protocol."""
     return evaluate(
         evaluation_agent(policy, config), config.env.id, seeds, config.env.evaluation_kwargs,
         max_steps=config.env.max_steps, batch_size=config.evaluation.batch_size,
         env_backend=config.env_workers.backend, env_workers=config.env_workers.num_workers,
         env_options=config.env_workers.options,
-    ).summary()
+    )
 
 
 def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, TrainConfig, str]:
@@ -612,6 +680,12 @@ def _restore_checkpoint_weights(policy, checkpoint: dict[str, Any], path: Path) 
     except (KeyError, RuntimeError) as error:
         raise CheckpointError(f"{path}: its weights do not fit the run's model ({type(error).__name__}: "
                               f"{str(error)[:200]}); it belongs to another run") from None
+
+
+def trim_logs(logger: JsonlLogger, last_iteration: int) -> None:
+    """Cut both logs back to the checkpoint's iteration: a resumed run writes the later rows again."""
+    _trim_jsonl(logger.metrics_path, last_iteration)
+    _trim_jsonl(logger.curve_path, last_iteration)
 
 
 def _trim_jsonl(path: Path, last_iteration: int) -> None:

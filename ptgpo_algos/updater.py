@@ -10,15 +10,18 @@
 
 :meth:`Updater.run` takes ``optim.epochs`` passes over shuffled mini-batches of about
 ``optim.minibatch_size`` steps (steps with the same prompt share one, ``distinct_prompts`` in the
-metrics counts them); each mini-batch is one optimiser step. Three methods are the seams a
-data-parallel wrapper replaces, and the only places that touch the model's gradients, the optimiser
-or the metrics across steps: :meth:`Updater.backward` (forward and backward of a mini-batch, in
+metrics counts them); each mini-batch is one optimiser step. Four methods are the seams a
+data-parallel wrapper replaces (:class:`ptgpo_algos.distributed.updater.ShardedUpdater`), and the
+only places that see the batch as a whole or touch the model's gradients, the optimiser or the
+metrics across steps: :meth:`Updater.layout` (the whole batch as the loop sees it: prompts, unit
+counts, which samples train), :meth:`Updater.backward` (forward and backward of a mini-batch, in
 micro-batches), :meth:`Updater.optimizer_step` (gradient clipping and the AdamW step) and
 :meth:`Updater.reduce` (the step figures into the iteration's metrics).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -37,7 +40,7 @@ from ptgpo_algos.update import (
     units,
 )
 
-__all__ = ["Auxiliary", "Updater", "old_logprobs_mode", "policy_loss_for", "ppo_update"]
+__all__ = ["Auxiliary", "BatchLayout", "Updater", "old_logprobs_mode", "policy_loss_for", "ppo_update"]
 
 #: The auxiliary objectives' share of a step: ``auxiliary(index, parts)`` backpropagates its part
 #: ``index`` of ``parts`` (the epoch's mini-batches) and returns its figures.
@@ -64,6 +67,26 @@ def old_logprobs_mode(setting: str, *, elsewhere: bool, float32_scores: bool) ->
     if setting != "auto":
         return setting
     return "rollout" if not elsewhere and float32_scores else "recompute"
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """What the update's loop reads of the whole batch, by sample index: the samples grouped by prompt
+    (``groups``), each one's weighted unit count, whether a forward pass runs on it (``trained``,
+    :func:`~ptgpo_algos.update.trained_samples`) and its tokens. ``offset`` and ``count``: the indices
+    of the samples this process holds (all of them in one process; a block when ranks share a batch)."""
+
+    groups: list[list[int]]
+    units: list[float]
+    trained: list[bool]
+    tokens: list[int]
+    offset: int = 0
+    count: int | None = None
+
+    def local(self, samples: Sequence[TrainingSample], indices: Sequence[int]) -> list[TrainingSample]:
+        """This process's samples among ``indices`` (``samples``: the ones it holds), in order."""
+        stop = self.offset + (len(samples) if self.count is None else self.count)
+        return [samples[i - self.offset] for i in indices if self.offset <= i < stop]
 
 
 class Updater:
@@ -117,25 +140,31 @@ class Updater:
         without RL units still takes its step."""
         steps: list[dict[str, float]] = []
         trained_tokens = 0
-        kl = bool(samples) and samples[0].ref_logprobs is not None
-        same_prompt = same_prompt_groups(samples)
+        layout = self.layout(samples, kl=bool(samples) and samples[0].ref_logprobs is not None)
         for _ in range(self.optim.epochs):
-            chunks = list(minibatches(same_prompt, self.rng.permutation(len(same_prompt)), self.optim.minibatch_size))
+            order = self.rng.permutation(len(layout.groups))
+            chunks = list(minibatches(layout.groups, order, self.optim.minibatch_size))
             for index, indices in enumerate(chunks):
-                chunk = [samples[i] for i in indices]
-                total_units = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
-                chunk = trained_samples(chunk, entropy_coef=self.loss.entropy_coef, kl=kl)
-                if not chunk and auxiliary is None:
+                trained = [i for i in indices if layout.trained[i]]
+                if not trained and auxiliary is None:
                     continue
+                total_units = sum(layout.units[i] for i in indices)
                 self.optimizer.zero_grad(set_to_none=True)
-                stats = self.backward(chunk, total_units) if chunk else {}
+                stats = self.backward(layout.local(samples, trained), total_units) if trained else {}
                 if auxiliary is not None:
                     stats.update(auxiliary(index, len(chunks)))
                 stats["grad_norm"] = self.optimizer_step()
                 steps.append(stats)
-                trained_tokens += sum(_tokens(s) for s in chunk)
+                trained_tokens += sum(layout.tokens[i] for i in trained)
         return {**self.reduce(steps), "updates": len(steps), "train_tokens": trained_tokens,
-                "distinct_prompts": len(same_prompt)}
+                "distinct_prompts": len(layout.groups)}
+
+    def layout(self, samples: Sequence[TrainingSample], kl: bool) -> BatchLayout:
+        """The :class:`BatchLayout` of ``samples``, the whole batch in one process."""
+        trained = {id(s) for s in trained_samples(samples, entropy_coef=self.loss.entropy_coef, kl=kl)}
+        return BatchLayout(same_prompt_groups(samples),
+                           [s.weight * units(s.decision, self.policy.mode) for s in samples],
+                           [id(s) in trained for s in samples], [_tokens(s) for s in samples])
 
     def backward(self, chunk: list[TrainingSample], total_units: float) -> dict[str, float]:
         """Forward and backward over a mini-batch's trained samples, in micro-batches; ``total_units``

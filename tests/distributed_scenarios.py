@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ptgpo_algos.distributed.fsdp import FsdpConfig, shard_model
+from ptgpo_algos.distributed.fsdp import shard_model
+from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.distributed.gather import gathered_weights
 from ptgpo_algos.distributed.step import PgSample, TokenScorer, policy_gradient_step
 from ptgpo_algos.distributed.work_split import split_evenly
@@ -154,3 +155,39 @@ def all_on_rank(info, folder: str) -> dict:
         "collectives": collectives_on_rank(info),
         "sync": sync_on_rank(info, limit=20_000),
     }
+
+
+# ----------------------------------------------------------------------------------------- training runs
+#: The runs of tests/test_distributed_training.py: FrozenLake 3x3 with the tiny model (hidden 32, untrained).
+LAKE = {"desc": ["SFF", "FHF", "FFG"]}
+
+
+def training_config(out_dir: str, algo: str, **change) -> dict:
+    """A small run's config as plain data: 3 tasks of 4 episodes an iteration, greedy evaluation on 3
+    seeds every 2 iterations, a checkpoint every 2."""
+    data = dict(env_id="ptgpo/FrozenLake-v0", env_kwargs=LAKE, max_steps=8, algo=algo, group_size=4,
+                tasks_per_iteration=3, iterations=3, eval_every=2, eval_seeds=3, eval_temperature=0,
+                checkpoint_every=2, ppo_epochs=2, minibatch_size=16, out_dir=out_dir,
+                tiny={"hidden_size": 32, "pretrain_steps": 0})
+    data.update(change)
+    return data
+
+
+def train_on_rank(info, runs: list[dict], copies: dict[int, str]) -> list[dict]:
+    """Each config of ``runs`` trained in turn on this rank (:class:`ShardedTrainer`); after the run
+    whose index is a key of ``copies``, rank 0 copies its folder there (a checkpoint to resume
+    elsewhere). Rank 0 returns each run's decisions and iterations."""
+    import shutil
+
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.distributed.collectives import all_reduce
+    from ptgpo_algos.distributed.trainer import ShardedTrainer
+
+    out = []
+    for index, run in enumerate(runs):
+        summary = ShardedTrainer(TrainConfig.from_dict(run), info, progress=False).train()
+        out.append({"decisions": summary.decisions, "iterations": summary.iterations})
+        if index in copies and info.is_main:
+            shutil.copytree(run["out_dir"], copies[index])
+        all_reduce([0])  # the copy is complete before any rank goes on
+    return out if info.is_main else []

@@ -28,7 +28,7 @@ import torch
 
 from ptgpo_algos.checkpoint import CheckpointError
 from ptgpo_algos.distributed.collectives import Metric, combine_metrics
-from ptgpo_algos.distributed.fsdp import FsdpConfig
+from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.distributed.launch import launch
 from ptgpo_algos.distributed.step import PgSample, TokenScorer, policy_gradient_step
 from ptgpo_algos.distributed.work_split import share_budget, split_evenly

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 
 HELP = "train a policy (tiny model or a Hugging Face model) with any registered advantage estimator"
@@ -36,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="any config field by dotted path (optim.lr=1e-3) or flat name (learning_rate=1e-3); "
                              "VALUE is parsed as YAML (repeatable)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--nproc", type=int, default=None, metavar="N",
+                        help="train on N processes of this machine (one per GPU, or CPU processes on gloo), the "
+                             "model sharded with FSDP2 (optim.fsdp); under torchrun leave it out")
 
 
 def parse_set(items: list[str]) -> dict:
@@ -78,11 +83,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"ptgpo train: bad configuration: {error}", file=sys.stderr)
         return 2
     from ptgpo_algos.files import FolderBusyError
-    from ptgpo_algos.trainer import Trainer
     from ptgpo_envs.vector import WorkerError
 
     try:
-        summary = Trainer(config, progress=not args.no_progress).train()
+        summary = _train(config, args)
     except (ValueError, FolderBusyError) as error:
         print(f"ptgpo train: {error}", file=sys.stderr)
         return 2
@@ -91,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         print(f"ptgpo train: {lines[0]}" + (f" ... {lines[-1]}" if len(lines) > 1 else ""), file=sys.stderr)
         return 2
+    if summary is None:  # a rank other than 0 under torchrun: rank 0 reports
+        return 0
     print(json.dumps({
         "final_eval": {k: v for k, v in summary.final_eval.items() if k not in ("success_by_type", "environment", "layouts")},
         "best_success": summary.best_success,
@@ -103,3 +109,27 @@ def run(args: argparse.Namespace) -> int:
         "out_dir": str(summary.checkpoint_dir),
     }, indent=1))
     return 0
+
+
+def _train(config, args: argparse.Namespace):
+    """The run in this process, or across ranks with ``--nproc N`` or under ``torchrun``
+    (:mod:`ptgpo_algos.distributed.trainer`); its summary (None on a rank other than 0)."""
+    from ptgpo_algos.distributed.launch import under_launcher
+
+    if args.nproc is None and not under_launcher():
+        from ptgpo_algos.trainer import Trainer
+
+        return Trainer(config, progress=not args.no_progress).train()
+    from ptgpo_algos.distributed.trainer import run_sharded
+
+    nproc = args.nproc if args.nproc is not None else int(os.environ["WORLD_SIZE"])
+    try:
+        return run_sharded(config, nproc, progress=not args.no_progress)
+    except RuntimeError as error:
+        # A rank's refusal (its run folder, its config) arrives as that rank's traceback: say it plainly.
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        refusal = re.match(r"(?:[\w.]+\.)?(?:ValueError|FolderBusyError|CheckpointError): (.*)", lines[-1]) \
+            if lines else None
+        if refusal is None:
+            raise
+        raise ValueError(f"{lines[0]} {refusal.group(1)}") from None

@@ -7,8 +7,10 @@ One module per concept, each importing only from below it:
   process is (:class:`~ptgpo_algos.distributed.process_group.RankInfo`);
 * :mod:`~ptgpo_algos.distributed.launch` -- running a function on N local processes, or as one of the
   processes ``torchrun`` started (also across nodes, through its rendezvous);
-* :mod:`~ptgpo_algos.distributed.fsdp` -- :class:`~ptgpo_algos.distributed.fsdp.FsdpConfig` and the
-  sharding of a Qwen2-architecture model, one unit per decoder layer;
+* :mod:`~ptgpo_algos.distributed.fsdp_config` -- :class:`~ptgpo_algos.distributed.fsdp_config.FsdpConfig`,
+  the config's ``optim.fsdp`` (no torch, so the config imports none);
+* :mod:`~ptgpo_algos.distributed.fsdp` -- the sharding of a Qwen2-architecture model, one unit per
+  decoder layer;
 * :mod:`~ptgpo_algos.distributed.step` -- one optimisation step of the policy-gradient loss over a
   batch split across ranks, equal to the single-process step over the whole batch;
 * :mod:`~ptgpo_algos.distributed.work_split` -- pure: which rank plays which task, each rank's share
@@ -17,5 +19,10 @@ One module per concept, each importing only from below it:
 * :mod:`~ptgpo_algos.distributed.sharded_checkpoint` -- checkpoints written shard by shard with
   ``torch.distributed.checkpoint``, read on any world size, nothing executable in a file;
 * :mod:`~ptgpo_algos.distributed.gather` -- each layer's full weights gathered from the shards, for
-  a rollout engine's weight sync.
+  a rollout engine's weight sync;
+* :mod:`~ptgpo_algos.distributed.policy` -- a policy sharded for the update (its scoring through the
+  FSDP root) and each rank's full copy that plays;
+* :mod:`~ptgpo_algos.distributed.updater` -- the update across ranks (the Updater's seams replaced);
+* :mod:`~ptgpo_algos.distributed.trainer` -- the trainer across ranks (``ptgpo train --nproc N``, or
+  under ``torchrun``).
 """

@@ -22,8 +22,9 @@ import traceback
 from typing import Any, Callable
 
 import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessException
 
-from ptgpo_algos.distributed.process_group import init_process_group, is_distributed, teardown
+from ptgpo_algos.distributed.process_group import abandon, init_process_group, is_distributed, teardown
 
 __all__ = ["free_port", "launch", "under_launcher"]
 
@@ -40,22 +41,36 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _run_rank(fn: Callable[..., Any], device: str, args: tuple[Any, ...]) -> Any:
+def _run_rank(fn: Callable[..., Any], device: str, args: tuple[Any, ...],
+              deliver: Callable[[Any], None] | None = None) -> Any:
     info = init_process_group(device)
     try:
-        return fn(info, *args)
-    finally:
-        teardown()
+        result = fn(info, *args)
+        if deliver is not None:
+            # Before leaving the group: the rank's work is safe even if leaving it fails.
+            deliver(result)
+    except BaseException:
+        abandon()
+        raise
+    teardown()
+    return result
 
 
 def _spawned(index: int, fn: Callable[..., Any], nproc: int, port: int, device: str, args: tuple[Any, ...],
              results: Any) -> None:
     os.environ.update({"RANK": str(index), "LOCAL_RANK": str(index), "WORLD_SIZE": str(nproc),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    delivered = []
+
+    def deliver(result: Any) -> None:
+        results.put((index, True, result))
+        delivered.append(index)
+
     try:
-        results.put((index, True, _run_rank(fn, device, args)))
+        _run_rank(fn, device, args, deliver)
     except BaseException:
-        results.put((index, False, traceback.format_exc()))
+        if not delivered:
+            results.put((index, False, traceback.format_exc()))
         raise
 
 
@@ -81,15 +96,27 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, device: str = "cpu") 
     collected: dict[int, Any] = {}
     # Read while the ranks run: a result larger than the pipe's buffer blocks its sender until read.
     while True:
-        while not results.empty():
-            index, ok, value = results.get()
-            if not ok:
-                processes.join()
-                raise RuntimeError(f"rank {index} failed:\n{value}")
-            collected[index] = value
-        if processes.join(timeout=0.05):
+        _collect(results, collected, processes)
+        try:
+            if processes.join(timeout=0.05):
+                break
+        except ProcessException:
+            _collect(results, collected, processes)
+            if len(collected) < nproc:
+                raise
+            # Every rank delivered its result before leaving the process group; one then died
+            # leaving it (gloo may abort a process whose peer has already gone): the work is done.
             break
+    _collect(results, collected, processes)
+    return [collected[i] for i in range(nproc)]
+
+
+def _collect(results: Any, collected: dict[int, Any], processes: Any) -> None:
+    """Move the delivered results into ``collected``; a rank's failure: wait for all, raise it."""
     while not results.empty():
         index, ok, value = results.get()
+        if not ok:
+            for process in processes.processes:
+                process.join()
+            raise RuntimeError(f"rank {index} failed:\n{value}")
         collected[index] = value
-    return [collected[i] for i in range(nproc)]

@@ -16,7 +16,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-__all__ = ["ENV_KEYS", "RankInfo", "backend_for", "init_process_group", "is_distributed", "rank_info", "teardown"]
+__all__ = ["ENV_KEYS", "RankInfo", "abandon", "backend_for", "init_process_group", "is_distributed", "rank_info",
+           "teardown"]
 
 #: The environment variables a launched process is described by (``torchrun``'s).
 ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -104,4 +105,11 @@ def teardown() -> None:
     """Leave the process group (after a barrier, so that no rank leaves while another still sends)."""
     if dist.is_initialized():
         dist.barrier()
+        dist.destroy_process_group()
+
+
+def abandon() -> None:
+    """Leave the process group at once, without the barrier: this rank failed, and the others' next
+    collective should fail too rather than wait for it until the group's timeout."""
+    if dist.is_initialized():
         dist.destroy_process_group()

@@ -172,8 +172,9 @@ def push_weights(rollout_policy, policy) -> dict[str, Any]:
 
 
 def sync_weights(rollout_policy, policy, prompts: Sequence[Sequence[int]], floor: float,
-                 tolerance: float) -> dict[str, Any]:
-    """Push ``policy``'s weights into the rollout engine, then check that the trainer scores the
+                 tolerance: float, push: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Push ``policy``'s weights into the rollout engine (:func:`push_weights`, or ``push``: a sharded
+    model's weights gathered into a rank's rollout copy), then check that the trainer scores the
     engine's own sampled tokens on ``prompts`` as the engine does (:data:`SYNC_TOKENS` each): the mean
     |log-probability difference| must be within ``tolerance`` (see :func:`sync_tolerance`; ``floor`` is
     logged beside it).
@@ -183,7 +184,7 @@ def sync_weights(rollout_policy, policy, prompts: Sequence[Sequence[int]], floor
     trains; this fails loudly.
     """
     start = time.perf_counter()
-    pushed = push_weights(rollout_policy, policy)
+    pushed = push() if push is not None else push_weights(rollout_policy, policy)
     sync_time = time.perf_counter() - start
     report = rollout_policy.verify_sync(policy, prompts, max_tokens=SYNC_TOKENS)
     if report.mean_logprob_diff > tolerance:

@@ -171,6 +171,9 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self.prompts = PromptBuilder(tokenizer, mode, history_length, max_prompt_tokens, template)
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
+        #: FSDP's root unit around ``model`` when it is sharded across ranks
+        #: (:func:`ptgpo_algos.distributed.policy.shard_policy`); None otherwise.
+        self.root: torch.nn.Module | None = None
 
     @classmethod
     def from_pretrained(

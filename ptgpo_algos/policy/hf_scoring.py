@@ -36,6 +36,14 @@ class PolicyScoring:
         return token_logprobs(hidden, head.weight, targets, bias=head.bias, temperature=temperature,
                               chunk=self.logprob_chunk, compute_dtype=self.autocast_dtype or head.weight.dtype)
 
+    def _through_root(self, compute, *args: Any, **kwargs: Any) -> Any:
+        """``compute(*args, **kwargs)``, run as the forward of the FSDP root when the model is sharded:
+        scoring calls the decoder and the output layer directly, and only the root's forward gathers
+        the root unit's parameters (embeddings, final norm, output layer) and reduces their gradients."""
+        if self.root is None:
+            return compute(*args, **kwargs)
+        return self.root(compute, *args, **kwargs)
+
     # ================================================================== shared computations
     def _candidate_logprobs(
         self, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]], cached: bool
@@ -189,6 +197,9 @@ class PolicyScoring:
     def score(self, decisions: Sequence[Decision], *, entropy_grad: bool = True) -> ScoredBatch:
         """Log-probabilities and entropies of ``decisions`` under the current weights, with gradients
         (the entropies' only with ``entropy_grad``: an update without an entropy bonus skips them)."""
+        return self._through_root(self._score, decisions, entropy_grad)
+
+    def _score(self, decisions: Sequence[Decision], entropy_grad: bool) -> ScoredBatch:
         if self.gradient_checkpointing:
             self.model.train()
         with self.computing():
@@ -221,5 +232,6 @@ class PolicyScoring:
         gradients (what a rollout engine's own tokens are checked against after a weight sync)."""
         self.model.eval()
         with torch.no_grad(), self.computing():
-            logp, _, rmask = self._response_logprobs(prompts, responses, temperature=temperature, with_entropy=False)
+            logp, _, rmask = self._through_root(self._response_logprobs, prompts, responses, temperature=temperature,
+                                                with_entropy=False)
         return [row[: int(m.sum())].tolist() for row, m in zip(logp.float().cpu(), rmask.cpu())]

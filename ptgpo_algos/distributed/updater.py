@@ -1,0 +1,101 @@
+"""The policy update across ranks: :class:`~ptgpo_algos.updater.Updater` with its four seams replaced.
+
+Each rank holds the training samples of its own tasks. The update's loop runs on every rank over the
+*whole* batch's layout (:meth:`ShardedUpdater.layout`: every rank's prompts, unit counts and trained
+flags, gathered in rank order, which is the single-process order), with the run's generator, which
+is the same on every rank: so every rank cuts the same mini-batches as one process would, and takes
+the same optimiser steps. In each mini-batch a rank runs the forward and backward of the samples it
+holds; the loss is divided by the mini-batch's global unit count and FSDP sums the ranks' gradients
+(:func:`~ptgpo_algos.distributed.fsdp.shard_model`), so each step's gradient is the single-process
+one, up to the order of float sums.
+
+FSDP's collectives need every rank in every forward and backward: a rank with fewer micro-batches
+(or none) in a mini-batch, or fewer samples to score before the update, makes up the difference
+with :func:`~ptgpo_algos.distributed.policy.idle_pass`, which adds nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_objects, reduce_metrics
+from ptgpo_algos.distributed.policy import idle_pass
+from ptgpo_algos.distributed.step import grad_norm
+from ptgpo_algos.update import TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs, units
+from ptgpo_algos.updater import BatchLayout, Updater
+
+__all__ = ["ShardedUpdater", "passes", "whole_layout"]
+
+
+def passes(count: int, size: int | None) -> int:
+    """The forward passes :func:`~ptgpo_algos.update.micro_batches` cuts ``count`` samples into."""
+    return 0 if count == 0 else len(micro_batches(range(count), size))
+
+
+def whole_layout(parts: Sequence[BatchLayout], rank: int) -> BatchLayout:
+    """The whole batch's layout from each rank's own (``parts``, in rank order; their ``groups`` hold
+    prompt keys, not indices), for ``rank``: the samples numbered in rank order, those with the same
+    prompt grouped across ranks in order of first appearance."""
+    keys = [key for part in parts for group in part.groups for key in group]
+    groups: dict[int, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    offset = sum(len(part.units) for part in parts[:rank])
+    return BatchLayout(list(groups.values()), [u for p in parts for u in p.units],
+                       [t for p in parts for t in p.trained], [t for p in parts for t in p.tokens],
+                       offset=offset, count=len(parts[rank].units))
+
+
+class ShardedUpdater(Updater):
+    """The update on a sharded policy (see the module docstring); ``rank``: this process's."""
+
+    def __init__(self, *args, rank: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rank = rank
+
+    def layout(self, samples: Sequence[TrainingSample], kl: bool) -> BatchLayout:
+        """Every rank's samples in one layout (prompts compared by a hash of their tokens)."""
+        own = super().layout(samples, kl)
+        keys = [[hash(tuple(s.decision.prompt_ids))] for s in samples]
+        return whole_layout(gather_objects(BatchLayout(keys, own.units, own.trained, own.tokens)), self.rank)
+
+    def prepare(self, samples: Sequence[TrainingSample]) -> dict[str, float]:
+        """pi_old of this rank's trained samples when it is recomputed (``old_logprob_drift`` combined
+        over all ranks' units), and the KL reference's log-probabilities."""
+        trained = self.trained(samples)
+        mine = passes(len(trained), self.scoring_batch_size)
+        most, = all_reduce([mine], op="max")
+        stats: dict[str, float] = {}
+        if self.old_logprobs == "recompute":
+            drift = recompute_old_logprobs(self.policy, trained, self.scoring_batch_size) if trained else {}
+            _idle(self.policy, int(most) - mine)
+            count = sum(len(s.old_logprobs) for s in trained)
+            stats = reduce_metrics({k: Metric(v, count=count) for k, v in drift.items()}) if self.report_drift else {}
+        if self.reference is not None:
+            if trained:
+                reference_logprobs(self.reference, trained, self.scoring_batch_size)
+            _idle(self.reference, int(most) - mine)
+        return stats
+
+    def backward(self, chunk: list[TrainingSample], total_units: float) -> dict[str, float]:
+        """This rank's part of the mini-batch (maybe none), then idle passes up to the rank with the
+        most micro-batches; the figures combined over ranks (losses add up, the rest are means over
+        the units)."""
+        mine = passes(len(chunk), self.optim.micro_batch_size)
+        most, = all_reduce([mine], op="max")
+        stats = super().backward(chunk, total_units) if chunk else {}
+        _idle(self.policy, int(most) - mine, backward=True)
+        count = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
+        return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") else Metric(v, count=count)
+                               for k, v in stats.items()})
+
+    def optimizer_step(self) -> float:
+        """Clip the gradient over all shards to ``optim.max_grad_norm``, take the step; the global norm."""
+        norm = grad_norm(list(self.policy.parameters()), self.optim.max_grad_norm)
+        self.optimizer.step()
+        return norm
+
+
+def _idle(policy, count: int, backward: bool = False) -> None:
+    for _ in range(count):
+        idle_pass(policy, backward=backward)

@@ -1,0 +1,198 @@
+"""Training across ranks (``ptgpo train --nproc N``, :mod:`ptgpo_algos.distributed.trainer`) on 2 gloo
+ranks on CPUs against the same trainer on 1, with the tiny model on FrozenLake 3x3.
+
+One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slow part):
+
+* GiGPO (linear rollouts) with verl-agent's KL (0.01, to the sharded frozen reference) and entropy
+  (0.001) terms under a decision budget of 200, and PTGPO (tree rollouts) for 3 iterations:
+  the 2-rank run's metrics equal the 1-rank run's within ``REL`` (relative) / ``ABS`` (absolute),
+  and both spend exactly the budget. Why not bit for bit: the rollouts are the same (each task is
+  played with generators seeded from its own seed, on a full copy of the same weights), but each
+  rank sums the gradient of its own samples before FSDP adds the ranks' sums, so the float32 sums
+  run in another order: gradients differ in the last bits (relative ~1e-7), AdamW carries that into
+  the weights, and the figures of the next iterations differ slightly (measured: at most 1.4e-7
+  apart, 3e-6 relative for losses and gradient norms; 1.1e-5 relative for ``approx_kl_old``, a
+  mean of differences of nearly equal log-probabilities). Counts, rewards, advantages and
+  evaluations are equal.
+* A 2-rank PTGPO run stopped after 2 iterations and resumed to 3 equals the uninterrupted run bit
+  for bit (the same world size: the same sums in the same order); its 2-iteration checkpoint
+  resumed on 1 rank gives the uninterrupted 2-rank run's metrics within the same tolerance.
+
+* The PTGPO config started by ``torchrun`` (``ptgpo train --config``, no ``--nproc``) is the 2-rank
+  run bit for bit.
+
+Wall-clock figures differ by nature and are left out; so are the weight-sync check's figures
+(``sync_*``), measured once per process on that process's first batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from ptgpo_algos.config import TrainConfig
+from ptgpo_algos.distributed.launch import launch
+from ptgpo_algos.distributed.trainer import check_sharded_config
+
+import distributed_scenarios as scenarios
+
+REL, ABS = 1e-5, 1e-6
+BUDGET = 200
+GIGPO = {"total_decisions": BUDGET, "iterations": 4, "kl_coef": 0.01, "entropy_coef": 0.001}
+
+
+def _rows(folder, name="metrics"):
+    rows = [json.loads(line) for line in open(folder / f"{name}.jsonl")]
+    timed = ("_time_s", "_per_s", "rollout_wait_s")
+    return [{k: v for k, v in row.items() if not k.endswith(timed) and not k.startswith("sync_")} for row in rows]
+
+
+def _assert_close(a: list[dict], b: list[dict]) -> None:
+    """Rows equal key by key, their floats within REL of each other or ABS apart."""
+    assert len(a) == len(b) and [sorted(x) for x in a] == [sorted(y) for y in b]
+    for x, y in zip(a, b):
+        for key, value in x.items():
+            if isinstance(value, float) and isinstance(y[key], float):
+                assert math.isclose(value, y[key], rel_tol=REL, abs_tol=ABS), (x["iteration"], key, value, y[key])
+            else:
+                assert value == y[key], (x["iteration"], key, value, y[key])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every run's folder, after one launch of 2 ranks and one of 1."""
+    root = tmp_path_factory.mktemp("sharded_runs")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PTGPO_CACHE", str(root / "cache"))
+        two = [scenarios.training_config(str(root / "gigpo-2"), "gigpo", **GIGPO),
+               scenarios.training_config(str(root / "ptgpo-2"), "ptgpo"),
+               scenarios.training_config(str(root / "cut-2"), "ptgpo", iterations=2),
+               scenarios.training_config(str(root / "cut-2"), "ptgpo", resume=True)]
+        summaries_two = launch(scenarios.train_on_rank, 2, two, {2: str(root / "cut-1")})[0]
+        one = [scenarios.training_config(str(root / "gigpo-1"), "gigpo", **GIGPO),
+               scenarios.training_config(str(root / "ptgpo-1"), "ptgpo"),
+               scenarios.training_config(str(root / "cut-1"), "ptgpo", resume=True)]
+        summaries_one = launch(scenarios.train_on_rank, 1, one, {})[0]
+    return {"root": root, "two": summaries_two, "one": summaries_one}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("algo", ["gigpo", "ptgpo"])
+def test_two_ranks_give_the_single_process_metrics(runs, algo):
+    root = runs["root"]
+    two, one = _rows(root / f"{algo}-2"), _rows(root / f"{algo}-1")
+    _assert_close(two, one)
+    assert _rows(root / f"{algo}-2", "curve") == _rows(root / f"{algo}-1", "curve")
+    assert any(row.get("grad_norm", 0) > 0 for row in two)  # the updates trained
+    assert [r["iteration"] for r in two][-1] == 3
+    if algo == "gigpo":  # the same exact budget on 1 and 2 ranks; the KL term on
+        assert all(row["kl"] > 0 for row in two[1:])
+        assert runs["two"][0]["decisions"] == runs["one"][0]["decisions"] == BUDGET == two[-1]["total_decisions"]
+    else:
+        assert two[-1]["total_decisions_saved"] > 0  # prefix trees shared their steps
+    assert (root / f"{algo}-2" / "final_model" / "config.json").is_file()
+    assert sorted(p.name for p in (root / f"{algo}-2" / "checkpoint").iterdir()) == [
+        "__0_0.distcp", "__1_0.distcp", "manifest.json", "state.pt"]
+
+
+@pytest.mark.distributed
+def test_a_stopped_two_rank_run_resumes_exactly_on_two_ranks_and_within_tolerance_on_one(runs):
+    root = runs["root"]
+    uninterrupted = _rows(root / "ptgpo-2")
+    assert _rows(root / "cut-2") == uninterrupted  # same world size: bit for bit
+    assert _rows(root / "cut-2", "curve") == _rows(root / "ptgpo-2", "curve")
+    _assert_close(_rows(root / "cut-1"), uninterrupted)  # written on 2 ranks, resumed on 1
+    assert runs["one"][2] == runs["two"][1] == {"decisions": uninterrupted[-1]["total_decisions"], "iterations": 3}
+
+
+@pytest.mark.distributed
+def test_a_single_process_run_refuses_a_checkpoint_written_across_ranks(runs, tmp_path):
+    import shutil
+
+    from ptgpo_algos.trainer import run_training
+
+    folder = tmp_path / "run"
+    shutil.copytree(runs["root"] / "cut-2", folder)
+    config = TrainConfig.from_dict(scenarios.training_config(str(folder), "ptgpo", resume=True, iterations=4))
+    with pytest.raises(ValueError, match=r"checkpoint written across ranks \(checkpoint/\): resume it with --nproc N"):
+        run_training(config, progress=False)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"async_rollouts": True}, r"rollouts.asynchronous \(async_rollouts\): not with --nproc"),
+    ({"rollout_backend": "vllm"}, r"rollouts.backend \(rollout_backend\): 'vllm' is not supported with --nproc"),
+    ({"objectives": [{"name": "hindsight"}]}, r"algorithm.objectives \(objectives\): hindsight do not run across"),
+])
+def test_what_does_not_run_across_ranks_is_refused_with_the_setting_named(change, message):
+    config = TrainConfig.from_dict(scenarios.training_config("unused", "gigpo", **change))
+    with pytest.raises(ValueError, match=message):
+        check_sharded_config(config)
+
+
+def test_the_fsdp_section_is_checked_where_the_config_is_read():
+    config = TrainConfig.from_dict({"optim": {"fsdp": {"param_dtype": "bfloat16", "reshard_after_forward": False}}})
+    assert config.optim.fsdp.param_dtype == "bfloat16" and TrainConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match=r"optim.fsdp: unknown key\(s\) 'param_dtyp' \(did you mean 'param_dtype'"):
+        TrainConfig.from_dict({"optim.fsdp.param_dtyp": "bfloat16"})
+    with pytest.raises(ValueError, match="optim.fsdp.cpu_offload: expected true or false"):
+        TrainConfig.from_dict({"optim": {"fsdp": {"cpu_offload": "yes"}}})
+
+
+def test_the_whole_batch_layout_numbers_the_samples_in_rank_order():
+    from ptgpo_algos.distributed.updater import passes, whole_layout
+    from ptgpo_algos.updater import BatchLayout
+
+    # Rank 0 holds 3 samples (prompts 11, 12, 11), rank 1 holds 2 (prompts 12, 13).
+    parts = [BatchLayout([[11], [12], [11]], [1.0, 2.0, 1.0], [True, False, True], [5, 6, 5]),
+             BatchLayout([[12], [13]], [3.0, 1.0], [True, True], [7, 8])]
+    whole = whole_layout(parts, rank=1)
+    assert whole.groups == [[0, 2], [1, 3], [4]]  # the same prompt grouped across ranks
+    assert whole.units == [1.0, 2.0, 1.0, 3.0, 1.0] and whole.trained == [True, False, True, True, True]
+    assert (whole.offset, whole.count) == (3, 2)
+    assert whole.local(["rank 1's first", "rank 1's second"], [0, 3, 4]) == ["rank 1's first", "rank 1's second"]
+    assert whole_layout(parts, rank=0).local(["a", "b", "c"], [1, 3, 4]) == ["b"]
+    assert (passes(0, 4), passes(5, 2), passes(5, None), passes(2, 8)) == (0, 3, 1, 1)
+
+
+def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():
+    from ptgpo_algos.data import Task
+    from ptgpo_algos.distributed.trainer import most_decisions
+
+    task = Task("ptgpo/FrozenLake-v0", 3, {}, None)
+    assert most_decisions(TrainConfig.from_dict({"algo": "gigpo", "group_size": 4}), task, 8) == 32
+    patr = TrainConfig.from_dict({"algo": "grpo", "rollout": "patr", "patr": {"max_leaves": 10}})
+    assert most_decisions(patr, Task("ptgpo/FrozenLake-v0", 3, {}, 5), 8) == 50
+
+
+def test_ptgpo_train_nproc_refuses_before_starting_a_process(capsys):
+    from ptgpo_algos.cli import main
+
+    assert main(["train", "--nproc", "2", "--async-rollouts", "--env", "ptgpo/FrozenLake-v0", "--no-progress"]) == 2
+    assert "ptgpo train: rollouts.asynchronous (async_rollouts): not with --nproc" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+def test_the_same_config_under_torchrun_is_the_same_run(runs, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ptgpo_algos.distributed.launch import free_port
+
+    root, out = runs["root"], tmp_path / "torchrun"
+    config = tmp_path / "config.yaml"  # JSON is YAML
+    config.write_text(json.dumps(scenarios.training_config(str(out), "ptgpo")))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1",
+           "PTGPO_CACHE": str(root / "cache")}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+                           "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}",
+                           "-m", "ptgpo_algos.cli", "train", "--config", str(config), "--no-progress"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout[done.stdout.index("{"):])["out_dir"] == str(out)  # rank 0 alone reports
+    assert _rows(out) == _rows(root / "ptgpo-2") and _rows(out, "curve") == _rows(root / "ptgpo-2", "curve")
