@@ -124,6 +124,7 @@ def test_a_single_process_run_refuses_a_checkpoint_written_across_ranks(runs, tm
     ({"async_rollouts": True}, r"rollouts.asynchronous \(async_rollouts\): not with --nproc"),
     ({"rollout_backend": "vllm"}, r"rollouts.backend \(rollout_backend\): 'vllm' is not supported with --nproc"),
     ({"objectives": [{"name": "hindsight"}]}, r"algorithm.objectives \(objectives\): hindsight do not run across"),
+    ({"rollout": "3spo"}, r"rollouts.strategy \(rollout\): 3spo keeps what it learnt of the states across iterations"),
 ])
 def test_what_does_not_run_across_ranks_is_refused_with_the_setting_named(change, message):
     config = TrainConfig.from_dict(scenarios.training_config("unused", "gigpo", **change))
