@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -49,8 +49,7 @@ import numpy as np
 from ptgpo_algos.data import Batch, Step, Task
 from ptgpo_algos.episodes import Episode, Transition
 from ptgpo_algos.rollout import Collection, Leaf, RolloutStats, play, sent_action, task_vectors
-from ptgpo_algos.validation import (check_int, check_mapping, check_number, check_registered, numbers_as_floats,
-                                    unknown_keys)
+from ptgpo_algos.validation import check_int, check_number, check_registered, setting, settings_from_mapping
 from ptgpo_envs.plugins import Registry
 
 __all__ = ["DEFAULT_EVERY", "SCORERS", "Branch", "PatrConfig", "PatrStats", "collect_patr_rollouts",
@@ -159,31 +158,24 @@ def _scores(name: str, branches: Sequence[Branch], finished: Sequence[Sequence[S
 
 
 # ----------------------------------------------------------------------------------------- settings
-def _key(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass(frozen=True)
 class PatrConfig:
     """PATR's settings (``rollouts.patr``); the defaults are the paper's Table 3 where it gives them."""
 
-    initial_branches: int = _key(4, "B0: branches started from reset")
-    children: int = _key(2, "M: branches that replace an expanded one (it goes on as the first)")
-    top_k: int = _key(2, "branches expanded at a checkpoint (0: prune only)")
-    every: int | None = _key(None, "K: turns between checkpoints [5, the paper's FrozenLake value; WebShop 3]")
-    alpha: float = _key(0.5, "a checkpoint prunes the branches scoring below median - alpha")
-    repeat_limit: int | None = _key(6, "Θ: prune a branch whose last repeat_limit actions were the same (None: "
-                                    "never)")
-    max_leaves: int = _key(10, "no expansion beyond this many leaves in a group (the paper's <= 10 under a "
-                           "50-turn cap)")
-    pruned_reward: float = _key(0.0, "added to a pruned leaf's last reward (0: a negative like a failure)")
-    scorer: str = _key("auto", "process scorer: progress, value, auto (progress where the environment reports "
-                       "it, else value) or a registered one")
-    judge: str | None = _key(None, "a second scorer blended in: s = lam * judge + (1 - lam) * scorer")
-    lam: float = _key(0.5, "the judge's weight in the blend")
-
-    FIELDS = ("initial_branches", "children", "top_k", "every", "alpha", "repeat_limit", "max_leaves",
-              "pruned_reward", "scorer", "judge", "lam")
+    initial_branches: int = setting(4, "B0: branches started from reset")
+    children: int = setting(2, "M: branches that replace an expanded one (it goes on as the first)")
+    top_k: int = setting(2, "branches expanded at a checkpoint (0: prune only)")
+    every: int | None = setting(None, "K: turns between checkpoints [5, the paper's FrozenLake value; WebShop 3]")
+    alpha: float = setting(0.5, "a checkpoint prunes the branches scoring below median - alpha")
+    repeat_limit: int | None = setting(6, "Θ: prune a branch whose last repeat_limit actions were the same (None: "
+                                       "never)")
+    max_leaves: int = setting(10, "no expansion beyond this many leaves in a group (the paper's <= 10 under a "
+                              "50-turn cap)")
+    pruned_reward: float = setting(0.0, "added to a pruned leaf's last reward (0: a negative like a failure)")
+    scorer: str = setting("auto", "process scorer: progress, value, auto (progress where the environment reports "
+                          "it, else value) or a registered one")
+    judge: str | None = setting(None, "a second scorer blended in: s = lam * judge + (1 - lam) * scorer")
+    lam: float = setting(0.5, "the judge's weight in the blend")
 
     def __post_init__(self) -> None:
         where = "rollouts.patr."
@@ -206,9 +198,7 @@ class PatrConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PatrConfig:
         """The settings from ``rollouts.patr`` (unknown keys refused, naming the valid ones)."""
-        values = check_mapping("rollouts.patr (patr)", values)
-        unknown_keys("rollouts.patr (patr)", values, cls.FIELDS)
-        return cls(**numbers_as_floats(cls, values))
+        return settings_from_mapping(cls, values, "rollouts.patr (patr)")
 
     def resolved(self, env_id: str) -> PatrConfig:
         """With ``every`` set: the environment's default where none was given (:data:`DEFAULT_EVERY`)."""

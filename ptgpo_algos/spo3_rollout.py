@@ -42,7 +42,7 @@ from ptgpo_algos.episodes import Episode, EpisodeEngine
 from ptgpo_algos.rollout import RolloutStats, expert_plans, sent_action, task_vectors
 from ptgpo_algos.spo3 import (Candidate, SearchResult, Spo3Settings, StateStats, backtracking_search, state_scores,
                               step_rewards)
-from ptgpo_algos.validation import check_choice, check_int, check_mapping, check_number, numbers_as_floats, unknown_keys
+from ptgpo_algos.validation import check_choice, check_int, check_number, setting, settings_from_mapping
 from ptgpo_envs import layout_hash
 
 __all__ = ["EXPLORED_SCOPES", "Point", "Search", "Spo3Config", "Spo3Stats", "collect_spo3_rollouts", "start_key"]
@@ -51,27 +51,21 @@ __all__ = ["EXPLORED_SCOPES", "Point", "Search", "Spo3Config", "Spo3Stats", "col
 EXPLORED_SCOPES = ("iteration", "run")
 
 
-def _key(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass(frozen=True)
 class Spo3Config:
     """3SPO's settings (``rollouts.spo3``); the defaults are the official code's and recipe's."""
 
-    alpha: float = _key(50.0, "α: annealing rate of λ(t) = α log t in the state score")
-    xi: float = _key(10.0, "ξ: failures after which a state whose success rate is <= zeta scores 0")
-    zeta: float = _key(0.1, "ζ: the success rate that keeps a often failed state")
-    omega_k: float = _key(0.1, "decay of the novelty weight w(N) = 0.5 exp(-omega_k N) with visits")
-    g_max: int = _key(8, "G_max: most rollouts from one state, n(s) = ceil(G_max S(s))")
-    epsilon: float = _key(1e-6, "guard of the success rate N_success / (N_total + epsilon)")
-    trajectories: int = _key(8, "finished trajectories per group (the recipe's group size)")
-    explored: str = _key("iteration", "an explored (state, action) is skipped for the rest of the iteration "
-                         "(iteration) or of the run (run: the official collector's persisted set)")
-    min_start: int = _key(1, "rollouts a group's start state gets at least, whatever its score (0: the paper's "
-                          "rule, under which a task whose start failed xi times gives no trajectory at all)")
-
-    FIELDS = ("alpha", "xi", "zeta", "omega_k", "g_max", "epsilon", "trajectories", "explored", "min_start")
+    alpha: float = setting(50.0, "α: annealing rate of λ(t) = α log t in the state score")
+    xi: float = setting(10.0, "ξ: failures after which a state whose success rate is <= zeta scores 0")
+    zeta: float = setting(0.1, "ζ: the success rate that keeps a often failed state")
+    omega_k: float = setting(0.1, "decay of the novelty weight w(N) = 0.5 exp(-omega_k N) with visits")
+    g_max: int = setting(8, "G_max: most rollouts from one state, n(s) = ceil(G_max S(s))")
+    epsilon: float = setting(1e-6, "guard of the success rate N_success / (N_total + epsilon)")
+    trajectories: int = setting(8, "finished trajectories per group (the recipe's group size)")
+    explored: str = setting("iteration", "an explored (state, action) is skipped for the rest of the iteration "
+                            "(iteration) or of the run (run: the official collector's persisted set)")
+    min_start: int = setting(1, "rollouts a group's start state gets at least, whatever its score (0: the paper's "
+                             "rule, under which a task whose start failed xi times gives no trajectory at all)")
 
     def __post_init__(self) -> None:
         where = "rollouts.spo3."
@@ -86,9 +80,7 @@ class Spo3Config:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> Spo3Config:
         """The settings from ``rollouts.spo3`` (unknown keys refused, naming the valid ones)."""
-        values = check_mapping("rollouts.spo3 (spo3)", values)
-        unknown_keys("rollouts.spo3 (spo3)", values, cls.FIELDS)
-        return cls(**numbers_as_floats(cls, values))
+        return settings_from_mapping(cls, values, "rollouts.spo3 (spo3)")
 
     @property
     def settings(self) -> Spo3Settings:

@@ -36,6 +36,19 @@ def numbers_as_floats(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: as_number(value) if key in reals else value for key, value in values.items()}
 
 
+def setting(default: Any, help: str) -> Any:
+    """A field of a settings dataclass (a strategy's section) with its help text in the metadata."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def settings_from_mapping(cls: type, values: Any, where: str) -> Any:
+    """The settings dataclass ``cls`` from a config's mapping at ``where``: a mapping, no key ``cls``
+    lacks (the valid ones named), real numbers parsed as :func:`numbers_as_floats` does."""
+    values = check_mapping(where, values)
+    unknown_keys(where, values, [f.name for f in dataclasses.fields(cls)])
+    return cls(**numbers_as_floats(cls, values))
+
+
 def check_choice(where: str, value: Any, choices: Iterable[Any]) -> Any:
     """``value`` if it is one of ``choices``; otherwise a ValueError that names ``where`` and the choices."""
     choices = list(choices)
