@@ -22,6 +22,8 @@ from ptgpo_algos.patr import (
     value_scores,
 )
 
+from resume_scenarios import killed_and_resumed
+
 
 def test_a_checkpoint_prunes_below_the_median_minus_alpha():
     # median 0.5 (mean of the middle two, 0.4 and 0.6): the threshold is 0.0 with alpha 0.5.
@@ -203,30 +205,11 @@ def test_every_seed_estimator_trains_over_patr_rollouts_from_the_command_line(al
 
 def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, monkeypatch):
     # PATR's tie-breaking draws from the run's generator, which the checkpoint keeps.
-    from ptgpo_algos import strategies
-    from ptgpo_algos.trainer import run_training
-
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    small = dict(total_decisions=None, iterations=4, checkpoint_every=2)
-    whole = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "whole")), progress=False)
-    real = strategies.collect_patr_rollouts
-    calls = []
 
-    def dies_on_the_fourth(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt("killed")
-        return real(*args, **kwargs)
+    def config(out_dir, **change):
+        return _config(tmp_path, out_dir=str(tmp_path / out_dir), **change)
 
-    monkeypatch.setattr(strategies, "collect_patr_rollouts", dies_on_the_fourth)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut")), progress=False)
-    monkeypatch.setattr(strategies, "collect_patr_rollouts", real)
-    resumed = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut"), resume=True), progress=False)
-
-    def rows(path):
-        timing = ("time", "per_s", "wait")  # wall-clock measures, which no two runs share
-        return [{k: v for k, v in json.loads(line).items() if not any(t in k for t in timing)} for line in open(path)]
-
-    assert rows(resumed.metrics_path) == rows(whole.metrics_path)
-    assert sum(row["patr_expansions"] for row in rows(whole.metrics_path)) > 0
+    resumed, whole = killed_and_resumed(monkeypatch, config, "collect_patr_rollouts")
+    assert resumed == whole
+    assert sum(row["patr_expansions"] for row in whole) > 0

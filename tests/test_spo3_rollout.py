@@ -19,6 +19,8 @@ from ptgpo_algos.spo3_rollout import Spo3Config, collect_spo3_rollouts, start_ke
 from ptgpo_algos.strategies import collect_with
 from ptgpo_envs import make_env
 
+from resume_scenarios import killed_and_resumed
+
 #: S F
 #: H G   -- right then down wins; down from the start falls in the hole; right at (0,1) stays.
 POND = Task("ptgpo/FrozenLake-v0", 0, {"desc": ["SF", "HG"]}, max_steps=6)
@@ -227,30 +229,11 @@ def test_training_over_3spo_rollouts_spends_the_budget_exactly(tmp_path, monkeyp
 
 def test_a_killed_3spo_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, monkeypatch):
     # The scores that steer the search live across iterations: the checkpoint must carry them.
-    from ptgpo_algos import strategies
-    from ptgpo_algos.trainer import run_training
-
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    small = dict(total_decisions=None, iterations=4, checkpoint_every=2)
-    whole = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "whole")), progress=False)
-    real = strategies.collect_spo3_rollouts
-    calls = []
 
-    def dies_on_the_fourth(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt("killed")
-        return real(*args, **kwargs)
+    def config(out_dir, **change):
+        return _config(tmp_path, out_dir=str(tmp_path / out_dir), **change)
 
-    monkeypatch.setattr(strategies, "collect_spo3_rollouts", dies_on_the_fourth)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut")), progress=False)
-    monkeypatch.setattr(strategies, "collect_spo3_rollouts", real)
-    resumed = run_training(_config(tmp_path, **small, out_dir=str(tmp_path / "cut"), resume=True), progress=False)
-
-    def rows(path):
-        timing = ("time", "per_s", "wait")  # wall-clock measures, which no two runs share
-        return [{k: v for k, v in json.loads(line).items() if not any(t in k for t in timing)} for line in open(path)]
-
-    assert rows(resumed.metrics_path) == rows(whole.metrics_path)
-    assert rows(whole.metrics_path)[-1]["spo3_states"] > 0
+    resumed, whole = killed_and_resumed(monkeypatch, config, "collect_spo3_rollouts")
+    assert resumed == whole
+    assert whole[-1]["spo3_states"] > 0

@@ -1,0 +1,43 @@
+"""A training run killed inside a rollout strategy's collection, resumed, and compared with the same
+run left alone: shared by the tests of the strategies that keep state a checkpoint must carry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+#: Parts of a metrics key that mark a wall-clock measure, which no two runs share.
+TIMING = ("time", "per_s", "wait")
+
+
+def metric_rows(path: Path) -> list[dict]:
+    """The rows of a run's ``metrics.jsonl`` without their wall-clock measures."""
+    return [{k: v for k, v in json.loads(line).items() if not any(t in k for t in TIMING)} for line in open(path)]
+
+
+def killed_and_resumed(monkeypatch, make_config: Callable[..., object], collector: str) -> tuple[list, list]:
+    """Run 4 iterations (checkpoints every 2) whole; run them again killed in the 4th call of
+    ``ptgpo_algos.strategies.<collector>`` and resume; the two runs' metric rows."""
+    from ptgpo_algos import strategies
+    from ptgpo_algos.trainer import run_training
+
+    small = dict(total_decisions=None, iterations=4, checkpoint_every=2)
+    whole = run_training(make_config(**small, out_dir="whole"), progress=False)
+    real = getattr(strategies, collector)
+    calls = []
+
+    def dies_on_the_fourth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(strategies, collector, dies_on_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        run_training(make_config(**small, out_dir="cut"), progress=False)
+    monkeypatch.setattr(strategies, collector, real)
+    resumed = run_training(make_config(**small, out_dir="cut", resume=True), progress=False)
+    return metric_rows(resumed.metrics_path), metric_rows(whole.metrics_path)
