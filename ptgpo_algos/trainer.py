@@ -54,7 +54,7 @@ import ptgpo_envs
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
 from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, RunView, TensorBoardLogger
 from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
-from ptgpo_algos.config import TrainConfig
+from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
 from ptgpo_algos.evaluation import EvalResult, evaluate, overlap
@@ -186,7 +186,7 @@ class Trainer:
         folder: one writer at a time, a resume only of the same run; the checkpoint to resume), then run
         until the budget is spent."""
         config = self.config
-        self.device = resolve_device(config.policy.device, where="policy.device (device)")
+        self.device = resolve_device(config.policy.device, where=label("policy.device"))
         if config.run.reproducible:
             if self.device != "cpu":
                 raise ValueError(f"run.reproducible (--reproducible): pins CPU kernels, but the run is on "
@@ -339,7 +339,7 @@ class Trainer:
             if not held_out(self.layout_probe.reset(seed=seed)[1]["layout"], env.held_out):
                 return seed
             seed = int(self.state.rng.integers(*env.train_seeds))
-        raise ValueError(f"env.held_out (held_out): {_REDRAWS} training seeds in a row started in a held-out layout; "
+        raise ValueError(f"{label('env.held_out')}: {_REDRAWS} training seeds in a row started in a held-out layout; "
                          f"lower the share {env.held_out} or widen env.train_seeds {env.train_seeds}")
 
     # ================================================================== one iteration
@@ -583,9 +583,9 @@ def check_environment(config: TrainConfig) -> None:
     the environment built once against what its components need (:func:`run_needs`,
     :func:`ptgpo_envs.check_environment`)."""
     env = config.env
-    check_env_kwargs(env.id, env.kwargs, "env.kwargs (env_kwargs)")
+    check_env_kwargs(env.id, env.kwargs, label("env.kwargs"))
     if env.eval_kwargs:
-        check_env_kwargs(env.id, env.evaluation_kwargs, "env.eval_kwargs (eval_env_kwargs)")
+        check_env_kwargs(env.id, env.evaluation_kwargs, label("env.eval_kwargs"))
     made = make_env(env.id, env.kwargs, env.max_steps)
     try:
         ptgpo_envs.check_environment(made, run_needs(config), seed=env.train_seeds[0], name=env.id)
@@ -598,7 +598,7 @@ def run_needs(config: TrainConfig) -> dict[str, str]:
     the objectives' (:data:`ptgpo_envs.FEATURES`)."""
     needs = dict(ROLLOUT_STRATEGIES.get(config.rollouts.strategy).needs(config.rollouts))
     for need, name in objective_needs(config.algorithm.objectives).items():
-        needs.setdefault(need, f"algorithm.objectives (objectives): {name}")
+        needs.setdefault(need, f"{label('algorithm.objectives')}: {name}")
     return needs
 
 

@@ -331,6 +331,6 @@ def run_sharded(config: TrainConfig, nproc: int, progress: bool = True) -> Train
     summary (None on a rank other than 0 under torchrun). The config is checked here first, so that a
     refusal comes before any process starts."""
     check_sharded_config(config)
-    device = resolve_device(config.policy.device, where="policy.device (device)")
+    device = resolve_device(config.policy.device, where=label("policy.device"))
     kind = "cuda" if device.startswith("cuda") else "cpu"
     return launch(train_on_rank, nproc, config.to_dict(), progress, device=kind)[0]
