@@ -183,8 +183,9 @@ def curve_file(record_path: Path, curve_path: str) -> tuple[Path | None, RecordP
 
 
 def _curves(board: Leaderboard, env_label: str, axis: str) -> dict[str, list[tuple[Path, Curve]]]:
-    """Each method's readable curves of ``env_label`` against ``axis``; on the decisions axis what
-    cannot be read goes to ``board.problems`` (the seconds axis skips curves without seconds)."""
+    """Each method's readable curves of ``env_label`` against ``axis``, each beside its record's path;
+    on the decisions axis what cannot be read goes to ``board.problems`` (the seconds axis skips
+    curves without seconds)."""
     by_method: dict[str, list[tuple[Path, Curve]]] = {}
     for record_path, record in board.records:
         if record.env_label != env_label or record.curve_path is None:
@@ -198,7 +199,7 @@ def _curves(board: Leaderboard, env_label: str, axis: str) -> dict[str, list[tup
         if axis == "decisions":
             board.problems.extend(problems)
         if curve is not None:
-            by_method.setdefault(record.method, []).append((path, curve))
+            by_method.setdefault(record.method, []).append((record_path, curve))
     return by_method
 
 
@@ -235,12 +236,13 @@ def plot_learning_curves(board: Leaderboard, out_dir: str | os.PathLike) -> list
 
 def _draw(board: Leaderboard, axes, method: str, env_label: str, runs: list[tuple[Path, Curve]]) -> None:
     """One method's mean curve with its SE band (a problem instead when its seeds share no range)."""
-    paths, curves = zip(*runs, strict=True)
+    records, curves = zip(*runs, strict=True)
     try:
         curve = mean_curve(curves)
     except ValueError as error:
-        others = ", ".join(p.name for p in paths[1:])
-        board.problems.append(RecordProblem(paths[0], "curve", f"{method} on {env_label}, with {others}: {error}"))
+        # Named by their records: every curve file is called curve.jsonl.
+        others = ", ".join(p.name for p in records[1:])
+        board.problems.append(RecordProblem(records[0], "curve", f"{method} on {env_label}, with {others}: {error}"))
         return
     line = axes.plot(curve.x, 100 * curve.mean, label=f"{method} (n={curve.n})",
                      marker="o" if len(curve.x) == 1 else None)[0]

@@ -120,19 +120,27 @@ def _table_rows(text: str) -> list[list[str]]:
             and not re.match(r"^\|[-:| ]+\|$", line.strip())]
 
 
-def test_readme_headline_table_is_the_committed_leaderboard():
-    """The README's abridged table is the default benchmark's committed leaderboard, cell for cell."""
-    leaderboard = (ROOT / "docs/results/babyai-cpu/leaderboard/leaderboard.md").read_text()
-    full = _table_rows(leaderboard.split("## Compute")[0])
-    header, rows = full[0], full[1:]
+def test_readme_headline_is_the_committed_evidence_decision():
+    """The README's hypotheses table is the evidence run's committed decision, figure for figure."""
+    import csv
+
+    with open(ROOT / "docs/results/evidence-cpu/leaderboard/hypotheses.csv", newline="") as handle:
+        decided = {row["name"]: row for row in csv.DictReader(handle)}
     readme = (ROOT / "README.md").read_text()
-    block = readme[readme.index("| Rank | Method |"):].split("\n\n")[0]  # up to the table's end
-    headline = _table_rows(block)
-    wanted = headline[0]
-    assert set(wanted) <= set(header), wanted
-    # The full table's cells end with the seed count, " (n=3)"; the README states it once above the table.
-    expected = [[row[header.index(column)].split(" (n=")[0] for column in wanted] for row in rows]
-    assert headline[1:] == expected
+    block = readme[readme.index("| | Comparison | Means |"):].split("\n\n")[0]  # up to the table's end
+    rows = {row[0]: row for row in _table_rows(block)[1:]}
+    assert set(rows) == set(decided)
+
+    def signed(value: str) -> str:
+        return f"{float(value):+.1f}".replace("-", "\N{MINUS SIGN}")
+
+    for name, row in decided.items():
+        _, _, means, effect, holm, decision = rows[name]
+        assert means == f"{float(row['first_mean']):.1f} vs {float(row['second_mean']):.1f}", name
+        assert effect == f"{signed(row['difference'])} [{signed(row['low'])}, {signed(row['high'])}]", name
+        holm_p = float(row["holm_p"])
+        assert holm == ("< 0.0001" if holm_p < 1e-4 else f"{holm_p:.4f}"), name
+        assert decision == row["decision"], name
 
 
 def test_readme_training_output_is_the_committed_one():

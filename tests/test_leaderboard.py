@@ -541,6 +541,17 @@ def test_all_formats_are_written_and_png_curves_are_valid(results):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
 
 
+def test_seeds_whose_curves_share_no_range_are_named_by_their_records(results):
+    # Every run folder's curve file has the same name, so the problem names the records instead.
+    (results / "curves" / "grpo-2.jsonl").write_text('{"decisions": 500, "success": 0.1}\n')
+    board = build_leaderboard(results)
+    write_outputs(board, results / "board", formats=("png",))
+    [problem] = board.problems
+    records = sorted(p.name for p in results.glob("*.json") if "grpo" in p.name and p.name.startswith("A"))
+    assert problem.path.name == records[0] and problem.kind == "curve"
+    assert f"grpo on A, with {records[1]}, {records[2]}: the curves share no range" in problem.message
+
+
 def test_cli_writes_requested_formats_and_refuses_mixed_budgets(results, capsys):
     from ptgpo_algos.cli import main
 
