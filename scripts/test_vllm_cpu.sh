@@ -14,4 +14,4 @@ pip uninstall -y torchvision torchaudio torchcodec
 # fast-downward again, which these tests do not use.
 pip install -e ".[lora]" "pytest>=8"
 export OMP_WAIT_POLICY=PASSIVE
-python -m pytest -m vllm tests/test_vllm_backend.py "$@"
+python -m pytest -m vllm tests/test_vllm_backend.py tests/test_vllm_distributed.py "$@"

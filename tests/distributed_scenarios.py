@@ -191,3 +191,70 @@ def train_on_rank(info, runs: list[dict], copies: dict[int, str]) -> list[dict]:
             shutil.copytree(run["out_dir"], copies[index])
         all_reduce([0])  # the copy is complete before any rank goes on
     return out if info.is_main else []
+
+
+# ----------------------------------------------------------------------------------------- vLLM engines
+def vllm_sync_on_rank(info, folder: str, bucket: int, lora: bool, saved: str) -> dict:
+    """Each rank's own vLLM engine (tests/test_vllm_distributed.py): the model in ``folder`` loaded,
+    its engine built as the trainer builds it (before sharding), the model sharded with FSDP2; the
+    sync check's noise floor measured; one AdamW step; the check run on the stale engine (no push),
+    then after the gathered push in messages of ``bucket`` bytes; the final model saved to ``saved``
+    by rank 0 from the gathered weights (``lora``: the same with LoRA adapters, pushed through the
+    engine's own LoRA support). Returns each figure."""
+    import os
+    import time
+
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.data import Decision
+    from ptgpo_algos.distributed.engine import build_rank_engine, push_gathered
+    from ptgpo_algos.distributed.policy import gathered_state, shard_policy
+    from ptgpo_algos.policy.backends import WeightSyncError, sync_tolerance, sync_weights
+    from ptgpo_algos.policy.hf import CausalLMPolicy
+
+    adapters = {"r": 8, "alpha": 16} if lora else None
+    config = TrainConfig.from_dict({"model": folder, "mode": "generate", "max_new_tokens": 8,
+                                    "rollout_backend": "vllm", "lora": adapters})
+    policy = CausalLMPolicy.from_pretrained(folder, mode="generate", max_new_tokens=8, lora=adapters)
+    start = time.perf_counter()
+    engine = build_rank_engine(config, policy, info)
+    built = time.perf_counter() - start
+    try:
+        root = shard_policy(policy, FsdpConfig(), info.device)
+        prompts = [policy.tokenizer.encode(text) for text in ("go to the kitchen", "take the apple", "open the door")]
+        floor = engine.verify_sync(policy, prompts).mean_logprob_diff
+        tolerance = sync_tolerance(config, floor)
+
+        sampled = engine.sample_tokens(prompts, 8, seed=1)
+        decisions = [Decision(text="", action=None, prompt_ids=list(p), response_ids=t, logprobs=lp, entropy=0.0)
+                     for p, (t, lp) in zip(prompts, sampled)]
+        # Adapters start at zero (peft's B) and move by about lr in a first AdamW step: a larger one.
+        optimizer = torch.optim.AdamW(list(policy.parameters()), lr=1e-2 if lora else 1e-3)
+        (-policy.score(decisions).logprobs.sum()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        stale = engine.verify_sync(policy, prompts).mean_logprob_diff
+        try:
+            sync_weights(engine, policy, prompts, floor, tolerance, push=lambda: {})
+            stale_refused = ""
+        except WeightSyncError as error:
+            stale_refused = str(error)
+        engine.sync_bucket_bytes = bucket
+        synced = sync_weights(engine, policy, prompts, floor, tolerance,
+                              push=lambda: push_gathered(engine, policy, root, info.device))
+        # The engine's own tokens are no sure thing after the step (the check would pass trivially on
+        # log-probabilities of 0): their mean surprisal, in nats.
+        surprisal = -float(np.mean([lp for _, row in engine.sample_tokens(prompts, 8, seed=3) for lp in row]))
+        state = gathered_state(policy, root, keep=info.is_main)
+        reloaded = None
+        if info.is_main:
+            policy.save_pretrained(saved, state_dict=state)
+            fresh = CausalLMPolicy.from_pretrained(saved, mode="generate", max_new_tokens=8)
+            reloaded = engine.verify_sync(fresh, prompts).mean_logprob_diff
+        return {"floor": floor, "tolerance": tolerance, "stale": stale, "stale_refused": stale_refused,
+                "after": synced["sync_mean_logprob_diff"], "messages": synced.get("sync_messages"),
+                "bytes": synced["sync_bytes"], "reloaded": reloaded, "surprisal": surprisal,
+                "cores": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"), "engine_build_s": built,
+                "sync_s": synced["sync_time_s"]}
+    finally:
+        engine.close()  # else the rank waits for the engine's processes at exit

@@ -115,6 +115,31 @@ def test_samples_are_validated():
         PgSample((1,), (2, 3), (-1.0,), 1.0)
 
 
+def test_each_rank_s_engine_sees_its_own_gpu_alone():
+    from ptgpo_algos.distributed.engine import engine_visible_devices
+
+    assert engine_visible_devices("cpu", "0,1") is None
+    assert engine_visible_devices("cuda:3", None) == "3"
+    # The trainer's own CUDA_VISIBLE_DEVICES renumbers the GPUs: cuda:1 is the second one it names.
+    assert engine_visible_devices("cuda:1", "4, 6,7") == "6"
+    assert engine_visible_devices("cuda", "5") == "5"
+    with pytest.raises(ValueError, match=r"cuda:2: CUDA_VISIBLE_DEVICES='0,1' names only 2 GPUs"):
+        engine_visible_devices("cuda:2", "0,1")
+
+
+def test_each_rank_s_cpu_engine_gets_its_own_block_of_cores():
+    from ptgpo_algos.distributed.engine import cpu_core_block
+
+    assert [cpu_core_block(r, 2, [0, 1]) for r in range(2)] == ["0", "1"]
+    assert [cpu_core_block(r, 2, range(8)) for r in range(2)] == ["0,1,2,3", "4,5,6,7"]
+    assert [cpu_core_block(r, 3, range(8)) for r in range(3)] == ["0,1", "2,3", "4,5"]
+    # The cores this process may run on (its affinity), not 0..n-1.
+    assert [cpu_core_block(r, 2, [4, 5, 9, 11]) for r in range(2)] == ["4,5", "9,11"]
+    assert [cpu_core_block(r, 4, [0, 1]) for r in range(4)] == ["0", "1", "0", "1"]  # more ranks than cores: shared
+    with pytest.raises(ValueError, match="local rank 2 of 2"):
+        cpu_core_block(2, 2, [0, 1, 2, 3])
+
+
 def test_launch_refuses_a_bad_process_count():
     with pytest.raises(ValueError, match="--nproc: expected a positive number"):
         launch(print, 0)

@@ -122,7 +122,6 @@ def test_a_single_process_run_refuses_a_checkpoint_written_across_ranks(runs, tm
 
 @pytest.mark.parametrize("change, message", [
     ({"async_rollouts": True}, r"rollouts.asynchronous \(async_rollouts\): not with --nproc"),
-    ({"rollout_backend": "vllm"}, r"rollouts.backend \(rollout_backend\): 'vllm' is not supported with --nproc"),
     ({"objectives": [{"name": "hindsight"}]}, r"algorithm.objectives \(objectives\): hindsight do not run across"),
     ({"rollout": "3spo"}, r"rollouts.strategy \(rollout\): 3spo keeps what it learnt of the states across iterations"),
 ])
@@ -130,6 +129,24 @@ def test_what_does_not_run_across_ranks_is_refused_with_the_setting_named(change
     config = TrainConfig.from_dict(scenarios.training_config("unused", "gigpo", **change))
     with pytest.raises(ValueError, match=message):
         check_sharded_config(config)
+
+
+@pytest.mark.parametrize("backend", ["transformers", "vllm"])
+def test_each_rank_plays_with_a_transformers_copy_or_its_own_vllm_engine(backend):
+    check_sharded_config(TrainConfig.from_dict(scenarios.training_config("unused", "gigpo", rollout_backend=backend)))
+
+
+def test_a_rollout_backend_other_than_transformers_and_vllm_is_refused_across_ranks():
+    from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
+
+    ROLLOUT_BACKENDS.register("my-engine", lambda policy, config, device: policy)
+    try:
+        config = TrainConfig.from_dict(scenarios.training_config("unused", "gigpo", rollout_backend="my-engine"))
+        with pytest.raises(ValueError, match=r"rollouts.backend \(rollout_backend\): 'my-engine' is not supported "
+                                             r"with --nproc .*; use transformers or vllm"):
+            check_sharded_config(config)
+    finally:
+        ROLLOUT_BACKENDS.unregister("my-engine")
 
 
 def test_the_fsdp_section_is_checked_where_the_config_is_read():

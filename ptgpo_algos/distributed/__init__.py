@@ -22,6 +22,8 @@ One module per concept, each importing only from below it:
   a rollout engine's weight sync;
 * :mod:`~ptgpo_algos.distributed.policy` -- a policy sharded for the update (its scoring through the
   FSDP root) and each rank's full copy that plays;
+* :mod:`~ptgpo_algos.distributed.engine` -- each rank's own vLLM engine instead (``rollouts.backend:
+  vllm``): its placement on the rank's GPU or cores, the gathered weights streamed into it;
 * :mod:`~ptgpo_algos.distributed.updater` -- the update across ranks (the Updater's seams replaced);
 * :mod:`~ptgpo_algos.distributed.trainer` -- the trainer across ranks (``ptgpo train --nproc N``, or
   under ``torchrun``).

@@ -21,11 +21,26 @@ from torch import nn
 
 from ptgpo_algos.policy.weight_stream import Piece, weight_messages
 
-__all__ = ["gathered_messages", "gathered_weights"]
+__all__ = ["gathered_messages", "gathered_weights", "tied_aliases"]
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def tied_aliases(module: nn.Module, *, prefix: str = "") -> dict[str, str]:
+    """``{alias: name}`` of ``module``'s parameters that are another one under a second name (a
+    tied-embedding model's output layer is its embedding), names without ``prefix``: what a rollout
+    engine's weight sync hands each worker's loader under both names (the ``aliases`` of
+    :meth:`~ptgpo_algos.policy.vllm_backend.VLLMPolicy.load_weights`). Found by parameter identity,
+    which sharding keeps and which is the same on every rank."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        source = first.setdefault(id(parameter), name)
+        if source != name:
+            aliases[name.removeprefix(prefix)] = source.removeprefix(prefix)
+    return aliases
 
 
 def gathered_weights(module: nn.Module, *, prefix: str = "", adapters_only: bool = False
@@ -33,12 +48,7 @@ def gathered_weights(module: nn.Module, *, prefix: str = "", adapters_only: bool
     """``(name, full tensor)`` of ``module``'s state, names without ``prefix`` (a wrapper's, such as
     :class:`~ptgpo_algos.distributed.step.TokenScorer`'s ``model.``). A tensor tied to one already
     yielded (a tied-embedding model's output layer) is left out, as the sync's aliases expect."""
-    first: dict[int, str] = {}
-    aliases = set()
-    # Parameter identity, the same on every rank, so that all ranks skip the same tensors.
-    for name, parameter in module.named_parameters(remove_duplicate=False):
-        if first.setdefault(id(parameter), name) != name:
-            aliases.add(name)
+    aliases = set(tied_aliases(module))
     for name, tensor in module.state_dict().items():
         if name in aliases or (adapters_only and "lora_" not in name):
             continue

@@ -1,5 +1,6 @@
 """A policy trained across ranks: its model sharded with FSDP2 for the update, and on every rank a full
-copy that plays the rollouts and evaluations.
+copy that plays the rollouts and evaluations (the transformers backend; a vLLM engine instead:
+:mod:`ptgpo_algos.distributed.engine`).
 
 Training runs every computation of the sharded model in lockstep (each forward and backward is a
 collective); rollouts do not: a rank's episodes take their own number of steps and tokens. So the
@@ -7,7 +8,7 @@ ranks play with a full, unsharded copy of the weights, as verl's rollout engines
 each update from the shards one gathered tensor at a time (:func:`copy_weights`) and checked by the
 trainer's weight-sync verification. The copy holds the weights at the compute dtype (bfloat16 on
 GPUs), so a rank holds its shards of the float32 masters, gradients and AdamW moments plus one
-bfloat16 model.
+bfloat16 model. :func:`gathered_state` gathers the weights onto one rank (the final model).
 
 :class:`RootRouted` is the root FSDP unit around the model: the policy's scoring
 (:meth:`~ptgpo_algos.policy.hf.CausalLMPolicy.score`) calls the decoder and the output layer directly,
@@ -27,13 +28,18 @@ from torch import nn
 from ptgpo_algos.data import Decision
 from ptgpo_algos.distributed.fsdp import shard_model
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
-from ptgpo_algos.distributed.gather import gathered_weights
+from ptgpo_algos.distributed.gather import gathered_weights, tied_aliases
 
-__all__ = ["RootRouted", "copy_weights", "idle_pass", "rollout_copy", "shard_policy"]
+__all__ = ["ROOT_PREFIX", "RootRouted", "copy_weights", "gathered_state", "idle_pass", "rollout_copy",
+           "shard_policy"]
 
 # FSDP warns that an in-place change of a returned view would skip its backward hook; the scores the
 # root returns are read and combined, never changed in place.
 warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPRootRouted\) returned a view tensor")
+
+
+#: The prefix of the model's names under its :class:`RootRouted` root, which gathered weights drop.
+ROOT_PREFIX = "model."
 
 
 class RootRouted(nn.Module):
@@ -70,27 +76,33 @@ def shard_policy(policy: Any, config: FsdpConfig, device: str) -> RootRouted:
     return root
 
 
-def _aliases(module: nn.Module) -> set[str]:
-    first: dict[int, str] = {}
-    return {name for name, parameter in module.named_parameters(remove_duplicate=False)
-            if first.setdefault(id(parameter), name) != name}
-
-
 def copy_weights(target: nn.Module, root: RootRouted) -> dict[str, float]:
     """Copy the sharded model's full weights into ``target`` (a rank's rollout copy of the model),
     one gathered tensor at a time; every rank calls it. Returns the bytes copied."""
     state = target.state_dict()
     copied: set[str] = set()
     with torch.no_grad():
-        for name, tensor in gathered_weights(root, prefix="model."):
+        for name, tensor in gathered_weights(root, prefix=ROOT_PREFIX):
             if name not in state:
                 raise KeyError(f"the sharded model's {name!r} has no counterpart in the rollout copy")
             state[name].copy_(tensor)
             copied.add(name)
-    missing = set(state) - copied - _aliases(target)
+    missing = set(state) - copied - set(tied_aliases(target))
     if missing:
         raise KeyError(f"the rollout copy's {sorted(missing)[:3]} were not among the sharded model's weights")
     return {"bytes": float(sum(state[name].numel() * state[name].element_size() for name in copied))}
+
+
+def gathered_state(policy: Any, root: RootRouted, keep: bool) -> dict[str, torch.Tensor]:
+    """The sharded ``policy``'s weights by the model's own names, each gathered from the shards (every
+    rank takes part), kept on the CPU where ``keep`` (elsewhere: empty, so that one rank alone holds
+    them). A LoRA policy's are its adapters; a tied weight is there once, under its first name."""
+    adapters = getattr(policy, "has_adapters", False)
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in gathered_weights(root, prefix=ROOT_PREFIX, adapters_only=adapters):
+        if keep:
+            state[name] = tensor.cpu()
+    return state
 
 
 def idle_pass(policy: Any, backward: bool) -> None:

@@ -8,24 +8,26 @@ and which samples they train on:
 
 * **Rollouts.** Every rank draws the iteration's tasks and one seed per task from the run's
   generator, and plays its block of the tasks (:func:`~ptgpo_algos.distributed.work_split.split_evenly`:
-  a task's group, a prefix tree included, stays on one rank) with a full copy of the weights
-  (:mod:`ptgpo_algos.distributed.policy`), one task at a time, each with generators seeded by its
-  own seed. A group therefore depends on its task's seed and the weights alone, not on the number
-  of ranks: the run is the same on any world size, up to the order of float sums in the
-  gradients, and resumes on any world size. The decision budget (``run.total_decisions``) is
+  a task's group, a prefix tree included, stays on one rank) with a full transformers copy of the
+  weights (:mod:`ptgpo_algos.distributed.policy`) or, with ``rollouts.backend: vllm``, its own vLLM
+  engine on its own GPU (:mod:`ptgpo_algos.distributed.engine`), one task at a time, each with
+  generators seeded by its own seed. A group therefore depends on its task's seed and the weights
+  alone, not on the number of ranks: the run is the same on any world size, up to the order of
+  float sums in the gradients, and resumes on any world size. The decision budget (``run.total_decisions``) is
   shared out per task (:func:`~ptgpo_algos.distributed.work_split.share_budget`), so the ranks
   together spend it exactly.
 * **Advantages** are estimated where the groups are; the metrics row's figures are gathered.
 * **The update** is :class:`~ptgpo_algos.distributed.updater.ShardedUpdater` on the FSDP2-sharded
-  model; the rollout copies then get the new weights, gathered from the shards, and the weight-sync
-  check verifies them against the sharded model on rank 0's prompts.
+  model; the rollout copies (or engines, streamed in bounded messages) then get the new weights,
+  gathered from the shards, and the weight-sync check verifies each against the sharded model on
+  the first rank's prompts.
 * **Evaluation** splits the held-out seeds in blocks and gathers the episodes in order.
 * **Files.** Rank 0 alone holds the run folder's lock and writes ``config.json``, the logs and
-  ``final_model/``; checkpoints go to ``checkpoint/`` shard by shard
-  (:mod:`ptgpo_algos.distributed.sharded_checkpoint`), every rank writing its own.
+  ``final_model/`` (the weights gathered from the shards); checkpoints go to ``checkpoint/`` shard
+  by shard (:mod:`ptgpo_algos.distributed.sharded_checkpoint`), every rank writing its own.
 
-Not across ranks (refused before anything is built, the setting named): asynchronous rollouts, a
-separate rollout engine (vLLM) and auxiliary objectives.
+Not across ranks (refused before anything is built, the setting named): asynchronous rollouts,
+rollout strategies that remember states across iterations, and auxiliary objectives.
 """
 
 from __future__ import annotations
@@ -46,13 +48,14 @@ from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import resolve_device
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_in_order, gather_objects, reduce_metrics
 from ptgpo_algos.distributed.launch import launch
-from ptgpo_algos.distributed.policy import copy_weights, rollout_copy, shard_policy
+from ptgpo_algos.distributed.engine import build_rank_engine, push_gathered
+from ptgpo_algos.distributed.policy import copy_weights, gathered_state, rollout_copy, shard_policy
 from ptgpo_algos.distributed.process_group import RankInfo
 from ptgpo_algos.distributed.sharded_checkpoint import load_sharded, save_sharded
 from ptgpo_algos.distributed.updater import ShardedUpdater
 from ptgpo_algos.distributed.work_split import share_budget, split_evenly
 from ptgpo_algos.evaluation import EvalResult
-from ptgpo_algos.files import folder_lock
+from ptgpo_algos.files import atomic_folder, folder_lock
 from ptgpo_algos.policy.backends import SYNC_TOKENS, build_policy, sync_prompts, sync_tolerance, sync_weights
 from ptgpo_algos.policy.precision import precision_for
 from ptgpo_algos.preflight import check_machine
@@ -64,20 +67,26 @@ from ptgpo_algos.trainer import (Trainer, TrainSummary, check_environment, evalu
 from ptgpo_algos.updater import old_logprobs_mode
 from ptgpo_envs import make_env
 
-__all__ = ["ShardedTrainer", "check_sharded_config", "most_decisions", "run_sharded", "train_on_rank"]
+__all__ = ["SHARDED_BACKENDS", "ShardedTrainer", "check_sharded_config", "most_decisions", "run_sharded",
+           "train_on_rank"]
 
 #: How each rollout count combines across ranks (the rest add up).
 _STATS_KINDS = {"wall_time_s": "max"}
+
+#: The rollout backends a run across ranks plays with: a transformers copy of the weights on each
+#: rank, or each rank's own vLLM engine (:mod:`ptgpo_algos.distributed.engine`).
+SHARDED_BACKENDS = ("transformers", "vllm")
 
 
 def check_sharded_config(config: TrainConfig) -> None:
     """Refuse what a run across ranks does not do, naming the setting."""
     if config.rollouts.asynchronous:
-        raise ValueError(f"{label('rollouts.asynchronous')}: not with --nproc: each rank plays its tasks with a "
-                         "full copy of the weights between updates; set it to false")
-    if config.rollouts.backend != "transformers":
-        raise ValueError(f"{label('rollouts.backend')}: {config.rollouts.backend!r} is not supported with "
-                         "--nproc (each rank plays with a transformers copy of the weights); use transformers")
+        raise ValueError(f"{label('rollouts.asynchronous')}: not with --nproc: each rank plays its tasks between "
+                         "updates with the last update's weights; set it to false")
+    if config.rollouts.backend not in SHARDED_BACKENDS:
+        raise ValueError(f"{label('rollouts.backend')}: {config.rollouts.backend!r} is not supported with --nproc "
+                         "(each rank plays with a transformers copy of the weights, or its own vLLM engine); use "
+                         "transformers or vllm")
     if ROLLOUT_STRATEGIES.get(config.rollouts.strategy).memory is not None:
         raise ValueError(f"{label('rollouts.strategy')}: {config.rollouts.strategy} keeps what it learnt of the states "
                          "across iterations in one place, which ranks playing their own tasks do not share; train it "
@@ -102,6 +111,7 @@ class ShardedTrainer(Trainer):
                  callbacks: Sequence[Callback] = ()):
         super().__init__(config, progress=progress and info.is_main, callbacks=callbacks if info.is_main else ())
         self.info = info
+        self.rollout_policy: Any = None
 
     # ================================================================== the run
     def train(self) -> TrainSummary:
@@ -115,6 +125,7 @@ class ShardedTrainer(Trainer):
         self.horizon = _env_horizon(config)
         with contextlib.ExitStack() as stack:
             resumed = self.claim_folder(stack)
+            stack.callback(self.close_engine)
             self.setup(config.run_dir / SHARDED_CHECKPOINT if resumed else None)
             return self.run_loop(fresh=not resumed)
 
@@ -142,16 +153,31 @@ class ShardedTrainer(Trainer):
             raise ValueError(message)
         return resumed
 
+    def close_engine(self) -> None:
+        """Stop this rank's vLLM engine, once built: a rank is a process that ``multiprocessing`` may
+        have started, which waits for its children (the engine's) before it exits."""
+        if self.separate_engine and self.rollout_policy is not None:
+            self.rollout_policy.close()
+
+    @property
+    def separate_engine(self) -> bool:
+        """Whether each rank plays with its own rollout engine (vLLM) rather than a transformers copy."""
+        return self.config.rollouts.backend != "transformers"
+
     def build_models(self) -> None:
-        """The policy built on every rank alike, its KL reference, a full copy that plays, then the
-        policy (and a full reference) sharded; the optimiser on the shards."""
+        """The policy built on every rank alike, its KL reference, what plays (a full transformers copy,
+        or the rank's own vLLM engine), then the policy (and a full reference) sharded; the optimiser
+        on the shards."""
         config = self.config
         for turn in (True, False):  # rank 0 first: building the tiny model may write its cache
             if self.info.is_main == turn:
                 self.policy = build_policy(config, self.device)
             all_reduce([0])
         self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
-        self.rollout_policy = rollout_copy(self.policy)
+        if self.separate_engine:
+            self.rollout_policy = build_rank_engine(config, self.policy, self.info)
+        else:
+            self.rollout_policy = rollout_copy(self.policy)
         self.root = shard_policy(self.policy, config.optim.fsdp, self.device)
         if self.reference is not None:
             if self.reference.model is self.policy.model:  # LoRA: the same model, adapters off
@@ -162,14 +188,16 @@ class ShardedTrainer(Trainer):
                                            weight_decay=config.optim.weight_decay)
 
     def build_updater(self) -> ShardedUpdater:
-        """The update across ranks; pi_old is the rollouts' own when the copy computes as the masters
-        (float32, no autocast: CPUs), else recomputed (``optim.old_logprobs`` decides, as in one process)."""
+        """The update across ranks; pi_old is the rollouts' own when a transformers copy plays and
+        computes as the masters (float32, no autocast: CPUs), else recomputed (``optim.old_logprobs``
+        decides, as in one process: a vLLM engine plays elsewhere)."""
         config = self.config
         float32_scores = precision_for(self.device, config.policy.dtype).autocast is None
-        mode = old_logprobs_mode(config.optim.old_logprobs, elsewhere=False, float32_scores=float32_scores)
+        elsewhere = self.separate_engine
+        mode = old_logprobs_mode(config.optim.old_logprobs, elsewhere=elsewhere, float32_scores=float32_scores)
         return ShardedUpdater(self.policy, self.optimizer, config.optim, config.algorithm, rng=self.state.rng,
-                              reference=self.reference, old_logprobs=mode, report_drift=not float32_scores,
-                              rank=self.info.rank)
+                              reference=self.reference, old_logprobs=mode,
+                              report_drift=elsewhere or not float32_scores, rank=self.info.rank)
 
     def build_callbacks(self) -> list[Callback]:
         """The logs and the progress bar on rank 0; the other ranks write nothing."""
@@ -239,16 +267,22 @@ class ShardedTrainer(Trainer):
             report = self.rollout_policy.verify_sync(self.policy, self.sync_prompts, SYNC_TOKENS)
             self.sync_floor = report.mean_logprob_diff
 
-    def sync(self, samples: list) -> dict[str, Any]:
-        """The updated weights gathered into every rank's rollout copy, then verified (:func:`sync_weights`)."""
-        def push() -> dict[str, float]:
-            return copy_weights(self.rollout_policy.model, self.root)
+    def push_weights(self) -> dict[str, Any]:
+        """The sharded model's weights, gathered, into what plays on this rank (every rank calls it):
+        copied into the transformers copy, or streamed into the rank's engine
+        (:func:`~ptgpo_algos.distributed.engine.push_gathered`). What was sent (bytes, messages)."""
+        if self.separate_engine:
+            return push_gathered(self.rollout_policy, self.policy, self.root, self.device)
+        return copy_weights(self.rollout_policy.model, self.root)
 
+    def sync(self, samples: list) -> dict[str, Any]:
+        """The updated weights gathered into every rank's rollout copy or engine, then verified against
+        the sharded model (:func:`sync_weights`)."""
         if self.sync_floor is None:
-            return {f"sync_{k}": v for k, v in push().items()}
+            return {f"sync_{k}": v for k, v in self.push_weights().items()}
         floor = self.sync_floor
         return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, floor,
-                            sync_tolerance(self.config, floor), push=push)
+                            sync_tolerance(self.config, floor), push=self.push_weights)
 
     # ================================================================== evaluation, checkpoints
     def evaluation_summary(self, curve: bool) -> dict[str, Any]:
@@ -278,18 +312,17 @@ class ShardedTrainer(Trainer):
         for callback in self.callbacks:
             if callback.state_key is not None:
                 callback.load_state_dict(extra.get(callback.state_key))
-        copy_weights(self.rollout_policy.model, self.root)
+        self.push_weights()
         if self.info.is_main:
             trim_logs(self.logger, self.state.iteration)
 
     def save_final_model(self) -> None:
-        """``final_model/`` by rank 0, from its rollout copy (the last update's weights, at the compute dtype)."""
+        """``final_model/`` by rank 0: the last update's weights gathered from the shards onto its CPU
+        (a LoRA policy's adapters alone), saved as one process saves them (at the compute dtype)."""
+        state = gathered_state(self.policy, self.root, keep=self.info.is_main)
         if self.info.is_main:
-            original, self.policy = self.policy, self.rollout_policy
-            try:
-                super().save_final_model()
-            finally:
-                self.policy = original
+            with atomic_folder(self.config.run_dir / "final_model") as folder:
+                self.policy.save_pretrained(folder, state_dict=state)
 
     def drop_checkpoint(self) -> None:
         """Delete ``checkpoint/`` (rank 0; ``run.keep_checkpoint`` off)."""

@@ -118,19 +118,24 @@ class PolicyWeights:
             p.requires_grad_(False)
         return clone
 
-    def save_pretrained(self, folder: str | Path) -> None:
+    def save_pretrained(self, folder: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
         """Save the model and tokenizer, with the acting settings in ``ptgpo_policy.json``.
 
         A LoRA policy saves its adapters alone (float32, peft's format, the base model's name in
         ``adapter_config.json``): merging them into a bf16 base would round small trained deltas away,
         and a merged 7B model weighs 15 GB. A fully trained model is saved at its compute dtype (bf16 on
-        GPUs: half the float32 masters' size), as it is served."""
+        GPUs: half the float32 masters' size), as it is served. ``state_dict``: the weights to save in
+        place of the model's own, by its names (a sharded model's, gathered from the shards; a LoRA
+        policy's adapters)."""
         folder = Path(folder)
         if self.has_adapters:
-            self.model.save_pretrained(folder)
+            self.model.save_pretrained(folder, state_dict=state_dict)
         else:
             dtype = self.autocast_dtype
-            state = None if dtype is None else {k: v.detach().to(dtype) for k, v in self.model.state_dict().items()}
+            state = state_dict
+            if dtype is not None:
+                source = self.model.state_dict() if state is None else state
+                state = {k: v.detach().to(dtype) for k, v in source.items()}
             self.model.save_pretrained(folder, state_dict=state)
         self.tokenizer.save_pretrained(folder)
         from ptgpo_algos.policy.tiny import TINY_MARKER

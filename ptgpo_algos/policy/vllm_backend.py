@@ -260,6 +260,13 @@ class VLLMPolicy:
                 )
         return decisions  # type: ignore[return-value]
 
+    def close(self) -> None:
+        """Stop the engine's processes now (and the shared engine's, for a policy built with
+        ``engine=``). A process that ``multiprocessing`` started waits for its children before the
+        interpreter's exit hooks run, which is where vLLM stops the engine otherwise: a rank of a
+        run across ranks would never exit."""
+        self.llm.llm_engine.engine_core.shutdown()
+
     # ------------------------------------------------------------------ weights
     def load_weights(self, weights: Iterable[tuple[str, Any]], aliases: dict[str, str] | None = None) -> dict[str, int]:
         """Replace the engine's weights with ``(name, tensor)`` pairs (the trainer's ``export_weights``),
