@@ -42,6 +42,7 @@ from ptgpo_algos.distributed.process_group import RankInfo
 __all__ = ["build_rank_engine", "cpu_core_block", "engine_visible_devices", "push_gathered",
            "save_gathered_adapters"]
 
+
 def engine_visible_devices(device: str, visible: str | None) -> str | None:
     """``CUDA_VISIBLE_DEVICES`` for the engine of a rank that computes on ``device`` (``cuda:i``): the
     one GPU that index ``i`` names under the trainer's own ``visible`` setting (None: every GPU,
