@@ -4,12 +4,15 @@ so that spawned processes can import them by name. Each returns plain data (nump
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
 from ptgpo_algos.distributed.fsdp import shard_model
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.distributed.gather import gathered_weights
+from ptgpo_algos.distributed.process_group import ENV_KEYS
 from ptgpo_algos.distributed.step import PgSample, TokenScorer, policy_gradient_step
 from ptgpo_algos.distributed.work_split import split_evenly
 
@@ -154,6 +157,7 @@ def all_on_rank(info, folder: str) -> dict:
         "resume": resume_on_rank(info, folder),
         "collectives": collectives_on_rank(info),
         "sync": sync_on_rank(info, limit=20_000),
+        "variables": {key: os.environ[key] for key in ENV_KEYS},
     }
 
 

@@ -183,8 +183,17 @@ def test_launch_under_torchrun_keeps_torchrun_s_world(monkeypatch):
 def two_ranks(tmp_path_factory):
     """Every scenario's results on 2 gloo ranks (one launch), and the resume checkpoint's folder."""
     folder = tmp_path_factory.mktemp("sharded") / "checkpoint"
-    ranks = launch(scenarios.all_on_rank, 2, str(folder))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LOCAL_WORLD_SIZE", "1")  # as a vLLM engine built in this process leaves it
+        ranks = launch(scenarios.all_on_rank, 2, str(folder))
     return {"ranks": ranks, "folder": folder}
+
+
+@pytest.mark.distributed
+def test_each_launched_rank_has_torchrun_s_variables_of_its_own_world(two_ranks):
+    variables = [rank["variables"] for rank in two_ranks["ranks"]]
+    assert [(v["RANK"], v["LOCAL_RANK"], v["WORLD_SIZE"], v["LOCAL_WORLD_SIZE"]) for v in variables] == [
+        ("0", "0", "2", "2"), ("1", "1", "2", "2")]
 
 
 @pytest.mark.distributed

@@ -58,8 +58,10 @@ def _run_rank(fn: Callable[..., Any], device: str, args: tuple[Any, ...],
 
 def _spawned(index: int, fn: Callable[..., Any], nproc: int, port: int, device: str, args: tuple[Any, ...],
              results: Any) -> None:
+    # Every variable torchrun sets, so that none is inherited from the parent: a vLLM engine built in
+    # the parent leaves LOCAL_WORLD_SIZE=1 behind, for one.
     os.environ.update({"RANK": str(index), "LOCAL_RANK": str(index), "WORLD_SIZE": str(nproc),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+                       "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     delivered = []
 
     def deliver(result: Any) -> None:

@@ -20,7 +20,7 @@ __all__ = ["ENV_KEYS", "RankInfo", "abandon", "backend_for", "init_process_group
            "teardown"]
 
 #: The environment variables a launched process is described by (``torchrun``'s).
-ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 BACKENDS = ("gloo", "nccl")
 
 
