@@ -12,11 +12,13 @@ the path each x86-64 processor has; it must be in the environment before torch i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+from typing import Iterator, Mapping
 
 __all__ = ["DEVICE_CHOICES", "REPRODUCIBLE_ENV", "check_reproducible_kernels", "kernel_record",
-           "pin_reproducible_kernels", "resolve_device"]
+           "pin_reproducible_kernels", "resolve_device", "temporary_environment"]
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N")
 
@@ -29,6 +31,22 @@ REPRODUCIBLE_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", 
 
 #: The environment variables that choose CPU kernels or their thread count, recorded with each run.
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def temporary_environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in this process's environment for the duration (so that the processes started
+    meanwhile inherit them), each variable restored after, or removed where it was unset."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def resolve_device(device: str, *, where: str = "device") -> str:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -11,11 +10,12 @@ import os
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from leaderboard.records import ResultRecord, read_record, record_exists, record_path, write_record
 from ptgpo_algos.bench.plan import Cell
 from ptgpo_algos.bench.records import run_cell
+from ptgpo_algos.device import temporary_environment
 from ptgpo_envs.plugins import PINNED_PLUGINS_ENV
 from ptgpo_envs.progress import HF_BARS_ENV, NO_PROGRESS_ENV
 
@@ -89,21 +89,6 @@ def child_env() -> dict[str, str]:
     return {**CHILD_ENV, **passed}
 
 
-@contextlib.contextmanager
-def _child_environment() -> Iterator[None]:
-    wanted = child_env()
-    saved = {key: os.environ.get(key) for key in wanted}
-    os.environ.update(wanted)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def default_workers() -> int:
     """The number of CPU cores this process may run on (at least 1)."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -125,7 +110,7 @@ def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Lo
                 cell = pending.popleft()
                 process = context.Process(target=cell_process, args=(cell, str(out_dir), os.getpid()),
                                           name=cell.name)
-                with _child_environment():
+                with temporary_environment(child_env()):
                     process.start()
                 running[process] = (cell, time.monotonic())
                 logger.info("start %s", cell.name)

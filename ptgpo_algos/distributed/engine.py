@@ -28,13 +28,13 @@ trainer's weight-sync check then verifies every rank's engine against the sharde
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 
+from ptgpo_algos.device import temporary_environment
 from ptgpo_algos.distributed.gather import gathered_weights, tied_aliases
 from ptgpo_algos.distributed.policy import ROOT_PREFIX, gathered_state
 from ptgpo_algos.distributed.process_group import RankInfo
@@ -70,23 +70,6 @@ def cpu_core_block(local_rank: int, local_world: int, cores: Sequence[int]) -> s
     return ",".join(str(core) for core in cores[first:first + size])
 
 
-@contextlib.contextmanager
-def _environment(name: str, value: str | None) -> Iterator[None]:
-    """``name`` set to ``value`` (None: left as is) inside the block, restored after."""
-    if value is None:
-        yield
-        return
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
-
-
 def build_rank_engine(config: Any, policy: Any, info: RankInfo) -> Any:
     """This rank's rollout engine for ``policy`` (not yet sharded) as ``config``'s backend builds it,
     placed on the rank's own GPU, or its block of the node's CPU cores (see the module docstring)."""
@@ -97,7 +80,7 @@ def build_rank_engine(config: Any, policy: Any, info: RankInfo) -> Any:
         cores = sorted(os.sched_getaffinity(0))
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_core_block(info.local_rank, local_world, cores)
     visible = engine_visible_devices(info.device, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    with _environment("CUDA_VISIBLE_DEVICES", visible):
+    with temporary_environment({} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}):
         return build_rollout_policy(config, policy, info.device)
 
 
