@@ -21,7 +21,7 @@ from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
 from ptgpo_algos.validation import check_registered
 
-__all__ = ["check_machine", "check_model_source"]
+__all__ = ["check_machine", "check_model_source", "is_hub_name"]
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -38,6 +38,11 @@ def check_machine(config: TrainConfig) -> None:
     check_registered(label("rollouts.backend"), config.rollouts.backend, ROLLOUT_BACKENDS)
 
 
+def is_hub_name(model: str) -> bool:
+    """Whether ``model`` has the form of a Hugging Face hub name (``org/name``) and not of a path."""
+    return not model.startswith((".", "/", "~")) and bool(_HUB_NAME.match(model))
+
+
 def check_model_source(model: str) -> None:
     """``policy.model`` names what this machine can load: ``tiny``, a Hugging Face model folder, or a
     hub name (in the local cache when ``HF_HUB_OFFLINE=1``)."""
@@ -49,9 +54,14 @@ def check_model_source(model: str) -> None:
         if not (path / "config.json").is_file():
             raise ValueError(f"{where}: {model!r} has no config.json; point at a Hugging Face model folder")
         return
-    if model.startswith((".", "/", "~")) or not _HUB_NAME.match(model):
+    if not is_hub_name(model):
         raise ValueError(f"{where}: no model folder at {model!r}; give 'tiny', an existing folder or a hub name "
                          "like Qwen/Qwen2.5-7B-Instruct")
+    first = Path(model.split("/")[0])
+    if first.is_dir():
+        # `runs/x` beside a local runs/ folder is a path that is missing, not a hub name to download.
+        raise ValueError(f"{where}: no model folder at {model!r} (there is a folder {str(first)!r} here, but no "
+                         f"{path.name!r} in it); give an existing folder, or a hub name that is not also a local path")
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         from huggingface_hub import try_to_load_from_cache
 

@@ -85,11 +85,27 @@ def check_env_id(env_id: Any, where: str | None = None) -> None:
     registered id or ptgpo's; ``where`` (the config field) starts the message."""
     load_plugins()
     if not isinstance(env_id, str) or env_id not in gym.registry:
-        import difflib
-
-        close = difflib.get_close_matches(str(env_id), list(gym.registry), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else f"; ptgpo's: {', '.join(env_ids())}"
+        close = closest_env_id(str(env_id))
+        hint = f" (did you mean {close!r}?)" if close else f"; ptgpo's: {', '.join(env_ids())}"
         raise ValueError(f"{where + ': ' if where else ''}unknown environment {env_id!r}{hint}")
+
+
+def closest_env_id(env_id: str) -> str | None:
+    """The registered id a user most likely meant by ``env_id``: ours (and our plugins') first, matched
+    by the name without its namespace too (``FrozenLake-v0`` is ``ptgpo/FrozenLake-v0``, not
+    Gymnasium's ``FrozenLake-v1``), then any id in Gymnasium's registry."""
+    import difflib
+
+    ours = env_ids()
+    short = {spec_id.rsplit("/", 1)[-1].lower(): spec_id for spec_id in ours}
+    name = env_id.rsplit("/", 1)[-1].lower()
+    if name in short:
+        return short[name]
+    close = difflib.get_close_matches(name, list(short), n=1, cutoff=0.8)
+    if close:
+        return short[close[0]]
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
+    return close[0] if close else None
 
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, max_steps: int | None = None):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 HELP = "predict a training run's peak GPU (or CPU) memory from its config, and say what to change if it cannot fit"
 
@@ -65,21 +66,52 @@ def _training_config(path: str, overrides: dict):
     return TrainConfig.from_yaml(path, overrides)
 
 
-def _device_and_memory(args: argparse.Namespace, config) -> tuple[str, int]:
+#: The GPU planned for when this machine has none and ``--gpu-memory`` is not given: an 80 GB H100's
+#: usable memory, the most common training GPU.
+DEFAULT_GPU_GIB = 79.6
+
+#: The architectures shipped with the repository (``config.json`` only), read when a hub model's own
+#: ``config.json`` is not on this machine, so that planning needs neither a download nor the network.
+SHIPPED_ARCHITECTURES = Path(__file__).resolve().parents[2] / "configs" / "models"
+
+
+def _device_and_memory(args: argparse.Namespace, config) -> tuple[str, int, str | None]:
+    """The device planned for, its memory in bytes, and a note when either was not this machine's."""
     import torch
 
     from ptgpo_algos.memory import GIB, total_device_memory
 
     device = args.device or ("cpu" if config.policy.device == "cpu" else "cuda")
     if device == "cpu":
-        return "cpu", total_device_memory("cpu")
+        return "cpu", total_device_memory("cpu"), None
     if args.gpu_memory is not None:
         if not 0 < args.gpu_memory <= _MAX_GPU_GIB:
             raise ValueError(f"--gpu-memory must be a number of GiB in (0, {_MAX_GPU_GIB}], got {args.gpu_memory}")
-        return "cuda", int(args.gpu_memory * GIB)
+        return "cuda", int(args.gpu_memory * GIB), None
     if not torch.cuda.is_available():
-        raise ValueError("there is no GPU here: give its memory with --gpu-memory GIB (or plan --device cpu)")
-    return "cuda", total_device_memory("cuda")
+        return "cuda", int(DEFAULT_GPU_GIB * GIB), (
+            f"there is no GPU here: planned for one of {DEFAULT_GPU_GIB} GiB (an 80 GB H100); "
+            "--gpu-memory GIB plans another, --device cpu this machine")
+    return "cuda", total_device_memory("cuda"), None
+
+
+def shipped_architecture(model: str) -> Path | None:
+    """The shipped architecture folder for a hub name whose ``config.json`` is neither a local folder nor
+    in the Hugging Face cache (``Qwen/Qwen2.5-7B-Instruct`` -> ``configs/models/qwen2.5-7b``); None when
+    the model is on this machine or no shipped architecture matches."""
+    import re
+
+    from ptgpo_algos.preflight import is_hub_name
+
+    if model == "tiny" or Path(model).expanduser().exists() or not is_hub_name(model):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(model, "config.json"), str):
+        return None
+    name = re.sub(r"-(instruct|chat|base)$", "", model.split("/")[-1].lower())
+    folder = SHIPPED_ARCHITECTURES / name
+    return folder if (folder / "config.json").is_file() else None
 
 
 def _fewest_gpus(plan) -> str:
@@ -105,8 +137,14 @@ def run(args: argparse.Namespace) -> int:
         if args.nproc < 1:
             raise ValueError(f"--nproc must be a positive number of GPUs, got {args.nproc}")
         config = _training_config(args.config, parse_set(args.set))
+        notes = []
+        shipped = shipped_architecture(config.policy.model)
+        if shipped is not None:
+            notes.append(f"{config.policy.model} is not on this machine: planned with its architecture in {shipped}")
+            config = config.replace(**{"policy.model": str(shipped)})
         check_model_source(config.policy.model)  # the plan reads the model's config.json
-        device, total = _device_and_memory(args, config)
+        device, total, note = _device_and_memory(args, config)
+        notes += [note] if note else []
         if device == "cpu" and args.nproc > 1:
             raise ValueError("--nproc plans GPUs (ranks on CPUs share one machine's memory): leave --device cpu out")
         plan = plan_for_config(config, device, total, args.nproc)
@@ -116,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
             hint = " (configs/models/ holds the Qwen2.5 architectures: --set policy.model=configs/models/qwen2.5-7b)"
         print(f"ptgpo plan: {error}{hint}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(f"note: {note}")
     print(plan.table())
     if device == "cuda":
         print(_fewest_gpus(plan))
