@@ -21,6 +21,8 @@ NO_PROGRESS_ENV = "PTGPO_NO_PROGRESS"
 HF_BARS_ENV = "HF_HUB_DISABLE_PROGRESS_BARS"
 #: Seconds between a bar's lines when it is not on a terminal.
 LOG_INTERVAL_S = 30.0
+#: A bar's line in a log: what tqdm shows beside the bar, the whole postfix included.
+LOG_FORMAT = "{desc}: {percentage:3.0f}% {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 
 
 class _Lines:
@@ -47,6 +49,7 @@ def progress_bar(iterable: Any = None, *, disable: bool = False, **options: Any)
     disable = disable or os.environ.get(NO_PROGRESS_ENV) == "1"
     stream = sys.stderr
     if not disable and not (hasattr(stream, "isatty") and stream.isatty()):
-        options = {"mininterval": LOG_INTERVAL_S, "ncols": 100, **options, "file": _Lines(stream),
-                   "dynamic_ncols": False, "ascii": True}
+        # No bar and no width in a log line, so nothing (the postfix's success figure) is cut off.
+        options = {"mininterval": LOG_INTERVAL_S, **options, "file": _Lines(stream), "bar_format": LOG_FORMAT,
+                   "ncols": None, "dynamic_ncols": False, "ascii": True}
     return tqdm(iterable, disable=disable, **options)

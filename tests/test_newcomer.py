@@ -72,3 +72,65 @@ def test_frozenlake_held_out_keeps_some_maps_for_evaluation():
     env = gymnasium.make("ptgpo/FrozenLake-v0", size=4)
     kept = [held_out(layout, 0.5) for layout in _layouts(env, range(40))]
     assert 0 < sum(kept) < len(kept)
+
+
+def test_the_time_left_is_priced_from_the_finished_cells():
+    from ptgpo_algos.bench.eta import remaining_seconds
+
+    # 2 training cells done: 30 CPU s for 1,000 decisions, 90 for 2,000 -> 0.04 s a decision.
+    finished = [(1000, 30.0), (2000, 90.0), (None, 4.0), (None, 6.0)]
+    # 3,000 decisions (120 s) and two baselines (5 s each) on 2 workers.
+    assert remaining_seconds(finished, [1000, 2000, None, None], 2) == pytest.approx(65.0)
+    # One cell left: one core busy, whatever the workers.
+    assert remaining_seconds(finished, [1000], 4) == pytest.approx(40.0)
+    assert remaining_seconds([(None, 5.0)], [1000], 2) is None  # no training cell has finished yet
+    assert remaining_seconds([(1000, 5.0)], [None], 2) is None
+    assert remaining_seconds(finished, [], 2) == 0.0
+
+
+def test_a_cells_log_notices_reach_the_console_once(tmp_path):
+    from ptgpo_algos.bench.pool import _NoticeWatch
+
+    log = tmp_path / "runs" / "c" / "cell.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("starting\npretraining the tiny model (1000 steps; once per spec, then cached): about 9 min")
+    watch = _NoticeWatch(tmp_path)
+    assert watch.new_notices("c") == []  # the line is not finished yet
+    with open(log, "a") as handle:
+        handle.write(" at this pace\nbuilding\n")
+    assert watch.new_notices("c") == ["pretraining the tiny model (1000 steps; once per spec, then cached): "
+                                      "about 9 min at this pace"]
+    assert watch.new_notices("c") == []
+    assert watch.new_notices("missing") == []
+
+
+def _failing_bench(tmp_path):
+    import yaml
+
+    config = {
+        "name": "t", "budget": 100, "seeds": [0],
+        "environments": [{"label": "easy", "id": "ptgpo/Household-v0", "kwargs": {"difficulty": "easy"},
+                          "train_seeds": {"count": 1}, "eval_seeds": [1, 2]}],
+        "methods": [],
+        "baselines": [{"name": "random", "options": {"epsilon": 0.1}}, "expert"],
+    }
+    path = tmp_path / "bench.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_bench_says_what_each_cell_did_and_how_to_retry_the_failed(tmp_path, capsys):
+    path = _failing_bench(tmp_path)
+    out = tmp_path / "out"
+    assert main(["bench", str(path), "--out", str(out), "--workers", "1", "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "1 of 2 cells" not in captured.err and "2 of 2 cells to run" in captured.err
+    assert "[1/2]" in captured.err and "[2/2]" in captured.err
+    assert "easy__expert__seed0: ok, final success 1.000" in captured.err
+    assert "easy__random__seed0: FAILED" in captured.err
+    assert f"ptgpo bench {path} --retry-failed --out {out}" in captured.out
+    # A plain re-run skips the failed cell and says how to run it again.
+    assert main(["bench", str(path), "--out", str(out), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "1 cell(s) failed in an earlier run and are skipped: --retry-failed runs them again" in captured.err
+    assert "--retry-failed" in captured.out

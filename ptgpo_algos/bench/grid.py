@@ -15,7 +15,7 @@ from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
 from leaderboard.records import record_exists
 from ptgpo_algos.bench.config import BenchConfig, BenchError
 from ptgpo_algos.bench.plan import Cell, check_out_dir, check_train_configs, plan_cells
-from ptgpo_algos.bench.pool import default_workers, read_cpu_seconds, record_failed, run_cells
+from ptgpo_algos.bench.pool import default_workers, read_cpu_seconds, record_failed, run_cells, say
 from ptgpo_algos.files import atomic_write_text, folder_lock
 from ptgpo_envs.plugins import pinned_plugins
 
@@ -93,12 +93,18 @@ def _run_grid(config: BenchConfig, cells: list[Cell], out_dir: Path, workers: in
                 len(cells), len(todo), len(skipped), workers)
     for name in skipped:
         logger.info("skip %s (record exists)", name)
+    failed_before = [name for name in skipped if record_failed(out_dir, name)]
+    if todo:
+        say(f"benchmark {config.name}: {len(todo)} of {len(cells)} cells to run, {workers} at a time; the time "
+            f"left is estimated from the first cells that finish; a cell's log: {out_dir / 'runs'}/<cell>/cell.log")
+    if failed_before:
+        say(f"{len(failed_before)} cell(s) failed in an earlier run and are skipped: --retry-failed runs them again")
 
     # Long (training) cells first, so that short baseline cells fill the workers at the end.
     todo.sort(key=lambda cell: cell.budget is None)
     start = time.monotonic()
     failed = runner(todo, out_dir, workers, logger, progress) if todo else []
-    failed += [name for name in skipped if record_failed(out_dir, name)]
+    failed += failed_before
     files: list[Path] = []
     board_error = None
     if build_leaderboard:

@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from leaderboard.records import ResultRecord, read_record, record_exists, record_path, write_record
+from ptgpo_algos.bench.eta import remaining_seconds
 from ptgpo_algos.bench.plan import Cell
 from ptgpo_algos.bench.records import run_cell
 from ptgpo_algos.device import temporary_environment
 from ptgpo_envs.plugins import PINNED_PLUGINS_ENV
 from ptgpo_envs.progress import HF_BARS_ENV, NO_PROGRESS_ENV
 
-__all__ = ["cell_process", "child_env", "default_workers", "died_without_record", "finish_cell", "read_cpu_seconds",
-           "record_failed", "run_cells"]
+__all__ = ["cell_line", "cell_process", "child_env", "default_workers", "died_without_record", "finish_cell",
+           "read_cpu_seconds", "record_failed", "run_cells", "say"]
 
 
 def _die_with_parent(parent: int) -> None:
@@ -103,6 +104,8 @@ def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Lo
     pending = deque(cells)
     running: dict[Any, tuple[Cell, float]] = {}
     failed: list[str] = []
+    finished: list[tuple[int | None, float]] = []
+    watch = _NoticeWatch(out_dir)
     bar = progress_bar(total=len(cells), desc="bench cells", unit="cell", disable=not progress)
     try:
         while pending or running:
@@ -115,12 +118,19 @@ def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Lo
                 running[process] = (cell, time.monotonic())
                 logger.info("start %s", cell.name)
             multiprocessing.connection.wait([p.sentinel for p in running], timeout=5.0)
+            for cell, _ in running.values():
+                for notice in watch.new_notices(cell.name):
+                    say(f"{cell.name}: {notice}")
             for process in [p for p in running if not p.is_alive()]:
                 process.join()
                 cell, began = running.pop(process)
                 status = finish_cell(cell, process.exitcode, out_dir, time.monotonic() - began, logger)
                 if status != "ok":
                     failed.append(cell.name)
+                finished.append((cell.budget, read_cpu_seconds(out_dir / "runs" / cell.name) or 0.0))
+                left = remaining_seconds(finished, [c.budget for c in pending] + [c.budget for c, _ in running.values()],
+                                         workers)
+                say(cell_line(out_dir, cell.name, len(finished), len(cells), left))
                 bar.update(1)
                 bar.set_postfix(failed=len(failed))
     except BaseException:
@@ -133,6 +143,54 @@ def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Lo
     finally:
         bar.close()
     return failed
+
+
+#: The lines of a cell's log that the harness repeats on its console: what holds a worker for minutes.
+NOTICES = ("pretraining the tiny model (",)
+
+
+class _NoticeWatch:
+    """Reads what running cells add to their ``cell.log`` and picks out the :data:`NOTICES`."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        self.offsets: dict[str, int] = {}
+
+    def new_notices(self, name: str) -> list[str]:
+        path = self.out_dir / "runs" / name / "cell.log"
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(self.offsets.get(name, 0))
+                text = handle.read()
+        except OSError:
+            return []
+        # Only whole lines: a line being written is read again on the next look.
+        complete = text[: text.rfind(b"\n") + 1]
+        self.offsets[name] = self.offsets.get(name, 0) + len(complete)
+        lines = complete.decode("utf-8", "replace").splitlines()
+        return [line.strip() for line in lines if line.strip().startswith(NOTICES)]
+
+
+def say(line: str) -> None:
+    """A line on the console, above the progress bar when there is one (and with ``--no-progress`` too)."""
+    import sys
+
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
+def cell_line(out_dir: Path, name: str, done: int, total: int, left_s: float | None) -> str:
+    """The console's line for a finished cell: its outcome, the count and the time the others need."""
+    try:
+        record = read_record(record_path(out_dir, name))
+    except (OSError, ValueError):
+        outcome = "failed (its record cannot be read)"
+    else:
+        outcome = (f"ok, final success {record.final_success:.3f}" if record.status == "ok"
+                   else f"FAILED: {record.error}")
+    eta = "" if left_s is None or done == total else f"; about {max(1, round(left_s / 60))} min left"
+    return f"[{done}/{total}] {name}: {outcome}{eta}"
 
 
 def died_without_record(exitcode: int | None) -> str:

@@ -85,6 +85,10 @@ def run(args: argparse.Namespace) -> int:
     )
     for name in report.failed:
         print(f"  failed: {name} (see {out_dir / (name + '.json')})")
+    if report.failed:
+        # A plain re-run keeps a failed cell's record (its failure would most likely repeat).
+        print(f"to run the failed cells again: ptgpo bench {args.config or ''} --retry-failed"
+              + (f" --out {args.out}" if args.out else "") + (" --quick" if args.quick else ""))
     print(f"records and runs: {report.out_dir}")
     for path in report.leaderboard_files:
         print(f"leaderboard: {path}")
