@@ -34,7 +34,7 @@ def check_machine(config: TrainConfig) -> None:
         raise ValueError(f"{label('policy.lora')}: needs the peft package; pip install 'ptgpo[lora]'")
     if config.run.tensorboard and importlib.util.find_spec("tensorboard") is None:
         raise ValueError(f"{label('run.tensorboard')}: the tensorboard package is not installed; pip install "
-                         "tensorboard, or leave it off (metrics.jsonl has it all)")
+                         "'ptgpo[tensorboard]', or leave it off (metrics.jsonl has it all)")
     check_registered(label("rollouts.backend"), config.rollouts.backend, ROLLOUT_BACKENDS)
 
 

@@ -134,3 +134,20 @@ def test_bench_says_what_each_cell_did_and_how_to_retry_the_failed(tmp_path, cap
     captured = capsys.readouterr()
     assert "1 cell(s) failed in an earlier run and are skipped: --retry-failed runs them again" in captured.err
     assert "--retry-failed" in captured.out
+
+
+def test_every_extra_the_docs_and_messages_name_exists():
+    import re
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "ptgpo_algos").rglob("*.py"),
+             *(ROOT / "ptgpo_envs").rglob("*.py")]
+    named = {}
+    for path in files:
+        for match in re.finditer(r"ptgpo\[([\w,-]+)\]", path.read_text(encoding="utf-8")):
+            for extra in match.group(1).split(","):
+                named.setdefault(extra, path)
+    assert "tensorboard" in named
+    missing = {extra: str(path) for extra, path in named.items() if extra not in extras}
+    assert not missing, f"extras named but not in pyproject.toml: {missing}"
