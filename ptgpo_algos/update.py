@@ -34,7 +34,8 @@ from ptgpo_algos.data import Batch, Decision
 from ptgpo_algos.losses import PolicyLoss
 
 __all__ = ["TrainingSample", "accumulate_gradients", "flatten_batch", "micro_batch_loss", "micro_batches", "minibatches",
-           "recompute_old_logprobs", "reference_logprobs", "same_prompt_groups", "trained_samples", "units"]
+           "recompute_old_logprobs", "reference_logprobs", "same_prompt_groups", "scoring_parts", "trained_samples",
+           "units"]
 
 
 @dataclass
@@ -149,13 +150,18 @@ def micro_batches(chunk: Sequence[TrainingSample], size: int | None) -> list[lis
     return [list(chunk[i : i + size]) for i in range(0, len(chunk), size)]
 
 
+def scoring_parts(samples: Sequence[TrainingSample], micro_batch_size: int | None) -> list[list[int]]:
+    """The micro-batches (sample indices) that scoring without gradients computes ``samples`` in:
+    those that share a prompt side by side, so that a shared context is computed once."""
+    return micro_batches([i for group in same_prompt_groups(samples) for i in group], micro_batch_size)
+
+
 def _score_without_grad(policy, samples: Sequence[TrainingSample], micro_batch_size: int | None) -> list[torch.Tensor]:
     """Each sample's unit log-probabilities under ``policy``, no gradients, in micro-batches of
     samples that share prompts (so that a shared context is computed once)."""
-    order = [i for group in same_prompt_groups(samples) for i in group]
     out: list[torch.Tensor | None] = [None] * len(samples)
     with torch.no_grad():
-        for part in micro_batches(order, micro_batch_size):
+        for part in scoring_parts(samples, micro_batch_size):
             scored = policy.score([samples[i].decision for i in part], entropy_grad=False)
             values = scored.logprobs.detach().float().cpu()
             lengths = scored.mask.detach().sum(-1).long().cpu()
@@ -187,15 +193,21 @@ def reference_logprobs(reference, samples: Sequence[TrainingSample], micro_batch
 
 
 def accumulate_gradients(policy, chunk: list[TrainingSample], loss: PolicyLoss, total_units: float,
-                         micro_batch_size: int | None, *, activation_offload: bool = False) -> dict[str, float]:
+                         micro_batch_size: int | None, *, activation_offload: bool = False,
+                         one_chunk_each: bool = False) -> dict[str, float]:
     """Forward and backward over ``chunk`` in micro-batches; the gradients add up to the whole chunk's.
 
     Each micro-batch's loss is divided by the whole mini-batch's weighted unit count
     (``total_units``), so the summed gradients equal one pass over the chunk. The loss's stats are
     combined likewise: the ``*loss`` entries add up, the others (means over a part's units) are
-    averaged with the parts' unit counts as weights.
+    averaged with the parts' unit counts as weights. ``one_chunk_each`` cuts a micro-batch further
+    where the policy would score it in several chunks (across ranks, each forward and backward must
+    be matched by another rank's, one for one).
     """
     parts = micro_batches(chunk, micro_batch_size)
+    if one_chunk_each:
+        parts = [[part[i] for i in piece] for part in parts
+                 for piece in policy.one_chunk_parts([s.decision for s in part])]
     part_units = [sum(s.weight * units(s.decision, policy.mode) for s in part) for part in parts]
     combined: dict[str, float] = {}
     for part, share in zip(parts, part_units):

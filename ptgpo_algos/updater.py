@@ -166,11 +166,11 @@ class Updater:
                            [s.weight * units(s.decision, self.policy.mode) for s in samples],
                            [id(s) in trained for s in samples], [_tokens(s) for s in samples])
 
-    def backward(self, chunk: list[TrainingSample], total_units: float) -> dict[str, float]:
+    def backward(self, chunk: list[TrainingSample], total_units: float, one_chunk_each: bool = False) -> dict[str, float]:
         """Forward and backward over a mini-batch's trained samples, in micro-batches; ``total_units``
         is the mini-batch's weighted unit count, every term's denominator."""
         return accumulate_gradients(self.policy, chunk, self.loss, total_units, self.optim.micro_batch_size,
-                                    activation_offload=self.optim.activation_offload)
+                                    activation_offload=self.optim.activation_offload, one_chunk_each=one_chunk_each)
 
     def train_step(self, loss: torch.Tensor) -> float:
         """One optimiser step on ``loss`` alone (an objective that trains in steps of its own); the

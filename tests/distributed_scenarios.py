@@ -262,3 +262,18 @@ def vllm_sync_on_rank(info, folder: str, bucket: int, lora: bool, saved: str) ->
                 "sync_s": synced["sync_time_s"]}
     finally:
         engine.close()  # else the rank waits for the engine's processes at exit
+
+
+def train_in_small_chunks(info, run: dict) -> list[dict]:
+    """``run`` trained on this rank with the policy scoring at most 8 candidate rows a chunk, so that
+    every mini-batch is scored in several chunks, a different number on each rank."""
+    from ptgpo_algos.policy.hf import CausalLMPolicy
+
+    init = CausalLMPolicy.__init__
+
+    def small_chunks(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.max_rows = 8
+
+    CausalLMPolicy.__init__ = small_chunks
+    return train_on_rank(info, [run], {})

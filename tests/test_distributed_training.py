@@ -171,7 +171,53 @@ def test_the_whole_batch_layout_numbers_the_samples_in_rank_order():
     assert (whole.offset, whole.count) == (3, 2)
     assert whole.local(["rank 1's first", "rank 1's second"], [0, 3, 4]) == ["rank 1's first", "rank 1's second"]
     assert whole_layout(parts, rank=0).local(["a", "b", "c"], [1, 3, 4]) == ["b"]
-    assert (passes(0, 4), passes(5, 2), passes(5, None), passes(2, 8)) == (0, 3, 1, 1)
+
+
+def _choice(prompt, count):
+    from ptgpo_algos.data import Decision
+
+    return Decision(text="", action=None, prompt_ids=list(prompt), response_ids=[1], logprobs=[0.0], entropy=0.0,
+                    candidate_ids=[[c] for c in range(count)], choice=0, choice_logprob=0.0)
+
+
+def test_a_rank_counts_the_chunks_its_policy_scores_not_its_micro_batches():
+    # A micro-batch whose candidate rows exceed max_rows is scored in several chunks, and contexts
+    # that recur (a tree's siblings) once: ranks that counted micro-batches instead made a different
+    # number of FSDP collectives on a prefix tree across 2 ranks (a gloo size mismatch, SIGABRT).
+    from ptgpo_algos.distributed.updater import passes
+    from ptgpo_algos.policy.hf_scoring import PolicyScoring, candidate_chunks
+    from ptgpo_algos.update import TrainingSample
+
+    assert candidate_chunks([4, 4, 4], 8) == [(0, 2), (2, 3)]
+    assert candidate_chunks([9, 1], 8) == [(0, 1), (1, 2)]  # a context beyond max_rows is a chunk alone
+    assert candidate_chunks([], 8) == []
+    policy = PolicyScoring()
+    policy.mode, policy.max_rows = "choose", 8
+    sample = lambda prompt, count: TrainingSample(_choice(prompt, count), 0.0, 1.0)  # noqa: E731
+    distinct = [sample([p], 4) for p in range(3)]      # 12 rows: 2 chunks
+    siblings = [sample([7], 4) for _ in range(3)]      # one context 3 times: 1 chunk
+    assert passes(policy, [distinct]) == 2 and passes(policy, [siblings]) == 1
+    assert passes(policy, [distinct, siblings, []]) == 3
+    # In the update each chunk is a micro-batch of its own (its own backward).
+    mixed = [distinct[0], siblings[0], distinct[1], siblings[1], distinct[2]]
+    assert policy.one_chunk_parts([s.decision for s in mixed]) == [[0, 1], [2, 3], [4]]
+    assert passes(policy, [mixed], one_chunk_each=True) == 3
+    tree = siblings + [distinct[0]]  # the recurring context counts once: 8 rows, one chunk
+    assert policy.one_chunk_parts([s.decision for s in tree]) == [[0, 1, 2, 3]]
+    policy.mode = "generate"
+    assert passes(policy, [distinct, siblings, []]) == 2
+    assert policy.one_chunk_parts([s.decision for s in mixed]) == [[0, 1, 2, 3, 4]]
+
+
+@pytest.mark.distributed
+def test_a_prefix_tree_scored_in_chunks_of_different_counts_on_each_rank_trains(tmp_path, monkeypatch):
+    # Each rank's mini-batch was scored in as many chunks as its candidate rows asked, and the ranks
+    # made different numbers of FSDP collectives: gloo's size check aborted the run (SIGABRT).
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    run = scenarios.training_config(str(tmp_path / "run"), "ptgpo", iterations=2, minibatch_size=64)
+    assert launch(scenarios.train_in_small_chunks, 2, run)[0][0]["iterations"] == 2
+    rows = _rows(tmp_path / "run")
+    assert rows[-1]["iteration"] == 2 and all(row["updates"] > 0 for row in rows[1:])
 
 
 def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():

@@ -9,9 +9,12 @@ holds; the loss is divided by the mini-batch's global unit count and FSDP sums t
 (:func:`~ptgpo_algos.distributed.fsdp.shard_model`), so each step's gradient is the single-process
 one, up to the order of float sums.
 
-FSDP's collectives need every rank in every forward and backward: a rank with fewer micro-batches
-(or none) in a mini-batch, or fewer samples to score before the update, makes up the difference
-with :func:`~ptgpo_algos.distributed.policy.idle_pass`, which adds nothing.
+FSDP's collectives need every rank in every forward and backward, one for one: a rank with fewer
+forward passes in a mini-batch (or none), or fewer to score before the update, makes up the
+difference with :func:`~ptgpo_algos.distributed.policy.idle_pass`, which adds nothing and is one
+pass. A pass is a chunk of the policy's scoring (``max_rows`` candidate rows, a recurring context
+once), and in the update each chunk takes its own backward, so that the collectives of a rank's
+passes line up with another rank's idle ones.
 """
 
 from __future__ import annotations
@@ -21,15 +24,20 @@ from typing import Sequence
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_objects, reduce_metrics
 from ptgpo_algos.distributed.policy import idle_pass
 from ptgpo_algos.distributed.step import grad_norm
-from ptgpo_algos.update import TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs, units
+from ptgpo_algos.update import (TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs,
+                                scoring_parts, units)
 from ptgpo_algos.updater import BatchLayout, Updater
 
 __all__ = ["ShardedUpdater", "passes", "whole_layout"]
 
 
-def passes(count: int, size: int | None) -> int:
-    """The forward passes :func:`~ptgpo_algos.update.micro_batches` cuts ``count`` samples into."""
-    return 0 if count == 0 else len(micro_batches(range(count), size))
+def passes(policy, parts: Sequence[Sequence[TrainingSample]], one_chunk_each: bool = False) -> int:
+    """The forward passes that scoring the micro-batches ``parts`` makes: the chunks ``policy`` cuts them
+    into (:meth:`scoring_passes`: candidate rows beyond its ``max_rows`` take several chunks, a recurring
+    context is computed once), or with ``one_chunk_each`` the pieces that each take one chunk."""
+    if one_chunk_each:
+        return sum(len(policy.one_chunk_parts([s.decision for s in part])) for part in parts)
+    return sum(policy.scoring_passes([s.decision for s in part]) for part in parts)
 
 
 def whole_layout(parts: Sequence[BatchLayout], rank: int) -> BatchLayout:
@@ -63,15 +71,18 @@ class ShardedUpdater(Updater):
         """pi_old of this rank's trained samples when it is recomputed (``old_logprob_drift`` combined
         over all ranks' units), and the KL reference's log-probabilities."""
         trained = self.trained(samples)
-        mine = passes(len(trained), self.scoring_batch_size)
-        most, = all_reduce([mine], op="max")
+        parts = [[trained[i] for i in part] for part in scoring_parts(trained, self.scoring_batch_size)]
         stats: dict[str, float] = {}
         if self.old_logprobs == "recompute":
+            mine = passes(self.policy, parts)
+            most, = all_reduce([mine], op="max")
             drift = recompute_old_logprobs(self.policy, trained, self.scoring_batch_size) if trained else {}
             _idle(self.policy, int(most) - mine)
             count = sum(len(s.old_logprobs) for s in trained)
             stats = reduce_metrics({k: Metric(v, count=count) for k, v in drift.items()}) if self.report_drift else {}
         if self.reference is not None:
+            mine = passes(self.reference, parts)
+            most, = all_reduce([mine], op="max")
             if trained:
                 reference_logprobs(self.reference, trained, self.scoring_batch_size)
             _idle(self.reference, int(most) - mine)
@@ -81,9 +92,9 @@ class ShardedUpdater(Updater):
         """This rank's part of the mini-batch (maybe none), then idle passes up to the rank with the
         most micro-batches; the figures combined over ranks (losses add up, the rest are means over
         the units)."""
-        mine = passes(len(chunk), self.optim.micro_batch_size)
+        mine = passes(self.policy, micro_batches(chunk, self.optim.micro_batch_size), one_chunk_each=True)
         most, = all_reduce([mine], op="max")
-        stats = super().backward(chunk, total_units) if chunk else {}
+        stats = super().backward(chunk, total_units, one_chunk_each=True) if chunk else {}
         _idle(self.policy, int(most) - mine, backward=True)
         count = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
         return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") else Metric(v, count=count)

@@ -17,7 +17,26 @@ from ptgpo_algos.policy.base import ScoredBatch
 from ptgpo_algos.policy.batching import distinct, forward_with_cache, left_pad, position_ids, right_pad
 from ptgpo_algos.policy.token_logprobs import token_logprobs
 
-__all__ = ["PolicyScoring"]
+__all__ = ["PolicyScoring", "candidate_chunks"]
+
+
+def _context_key(pair) -> tuple:
+    prompt, candidates = pair
+    return tuple(prompt), tuple(map(tuple, candidates))
+
+
+def candidate_chunks(counts: Sequence[int], max_rows: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive contexts whose candidate rows (``counts``) add up to at most
+    ``max_rows``; a context with more rows than that is a chunk of its own."""
+    chunks, start = [], 0
+    while start < len(counts):
+        rows, stop = 0, start
+        while stop < len(counts) and (stop == start or rows + counts[stop] <= max_rows):
+            rows += counts[stop]
+            stop += 1
+        chunks.append((start, stop))
+        start = stop
+    return chunks
 
 
 class PolicyScoring:
@@ -54,24 +73,50 @@ class PolicyScoring:
         Contexts are processed in chunks of at most ``max_rows`` candidate rows. Identical contexts
         are computed once and share their tensors (gradients add up through them).
         """
-        index, first = distinct(zip(prompts, candidates), lambda pc: (tuple(pc[0]), tuple(map(tuple, pc[1]))))
+        index, first = distinct(zip(prompts, candidates), _context_key)
         if len(first) < len(prompts):
             lp, sc = self._candidate_logprobs([prompts[i] for i in first], [candidates[i] for i in first], cached)
             return [lp[j] for j in index], [sc[j] for j in index]
         token_logprobs: list[list[torch.Tensor]] = []
         scores: list[torch.Tensor] = []
-        start = 0
-        while start < len(prompts):
-            rows, stop = 0, start
-            while stop < len(prompts) and (stop == start or rows + len(candidates[stop]) <= self.max_rows):
-                rows += len(candidates[stop])
-                stop += 1
+        for start, stop in candidate_chunks([len(c) for c in candidates], self.max_rows):
             compute = self._cached_candidates if cached and not self.gradient_checkpointing else self._packed_candidates
             lp, sc = compute(prompts[start:stop], candidates[start:stop])
             token_logprobs += lp
             scores += sc
-            start = stop
         return token_logprobs, scores
+
+    def one_chunk_parts(self, decisions: Sequence[Decision]) -> list[list[int]]:
+        """``decisions``' indices cut, in order, into the fewest consecutive parts that :meth:`score`
+        computes in one chunk each (a recurring context counts once in its part)."""
+        if self.mode != "choose":
+            return [list(range(len(decisions)))] if decisions else []
+        parts: list[list[int]] = []
+        seen: set = set()
+        rows = 0
+        for i, decision in enumerate(decisions):
+            key = _context_key((decision.prompt_ids, decision.candidate_ids))
+            if key not in seen:
+                if parts and rows + len(decision.candidate_ids) > self.max_rows:
+                    parts.append([])
+                    seen, rows = set(), 0
+                seen.add(key)
+                rows += len(decision.candidate_ids)
+            if not parts:
+                parts.append([])
+            parts[-1].append(i)
+        return parts
+
+    def scoring_passes(self, decisions: Sequence[Decision]) -> int:
+        """How many chunks :meth:`score` computes ``decisions`` in: each chunk runs the model the same
+        number of times, whatever it holds, so a sharded rank with fewer chunks than another makes up
+        the difference with that many idle passes of one decision (one chunk each)."""
+        if not decisions:
+            return 0
+        if self.mode != "choose":
+            return 1
+        _, first = distinct(((d.prompt_ids, d.candidate_ids) for d in decisions), _context_key)
+        return len(candidate_chunks([len(decisions[i].candidate_ids) for i in first], self.max_rows))
 
     def _flatten(self, candidates):
         owner, flat = [], []
