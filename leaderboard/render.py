@@ -38,8 +38,11 @@ __all__ = [
     "column_label",
     "comparisons_csv",
     "comparisons_markdown",
+    "csv_text",
     "improvement_csv",
     "improvement_markdown",
+    "markdown_code",
+    "markdown_text",
     "to_csv",
     "to_html",
     "to_latex",
@@ -250,12 +253,14 @@ _MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _MD_SPECIAL = re.compile(r"[`*\[\]|]|\\(?=\S)")
 
 
-def _md(text: str) -> str:
+def markdown_text(text: str) -> str:
+    """``text`` on one line, inert in Markdown and in the HTML it passes through (see above)."""
     text = "".join(_MD_ENTITIES.get(char, char) for char in " ".join(str(text).split()))
     return _MD_SPECIAL.sub(lambda match: "\\" + match.group(), text)
 
 
-def _code(text: str) -> str:
+def markdown_code(text: str) -> str:
+    """``text`` on one line as a Markdown code span that neither its content nor a table row can end."""
     # Inside a code span HTML and Markdown are inert; only the span's own delimiter and the row's are not.
     return "`" + " ".join(str(text).split()).replace("`", "'").replace("|", "\\|") + "`"
 
@@ -268,7 +273,7 @@ def _md_cell(cell: Cell | None) -> str:
 
 
 def _md_table(header: list[str], rows: list[list[str]], align: list[str]) -> list[str]:
-    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "|".join(align) + "|"]
+    lines = ["| " + " | ".join(markdown_text(h) for h in header) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
 
@@ -277,19 +282,19 @@ def _md_measured(board: Leaderboard) -> list[str]:
     """The legend, the measured table and its compute table."""
     lines = [*_LEGEND]
     budget = _budget_line(board)
-    lines += [_md(budget)] if budget else []
-    lines += [_md(note) for note in _notes(board)] + [""]
+    lines += [markdown_text(budget)] if budget else []
+    lines += [markdown_text(note) for note in _notes(board)] + [""]
     header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [column_label(c, board.columns) for c in board.columns]
     body = []
     for row in board.rows:
         mean, iqm = _mean_success(board, row), _estimate(row.iqm)
-        body.append([_rank(row), _md(row.method), row.kind, f"**{mean}**" if row.best_mean_success else mean, iqm]
+        body.append([_rank(row), markdown_text(row.method), row.kind, f"**{mean}**" if row.best_mean_success else mean, iqm]
                     + [_md_cell(row.cells.get(c)) for c in board.columns])
     lines += _md_table(header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns))
     compute = _compute_columns(board)
     lines += ["", f"## {_COMPUTE_TITLE}", "", _COMPUTE_NOTE, ""]
     lines += _md_table(["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
-                       [[_md(row.method), *_compute_cells(board, row)] for row in board.rows],
+                       [[markdown_text(row.method), *_compute_cells(board, row)] for row in board.rows],
                        ["---"] + ["---:"] * len(compute))
     return lines
 
@@ -301,23 +306,23 @@ def _md_reported(board: Leaderboard) -> list[str]:
         column_label(c, board.reported_columns) for c in board.reported_columns
     ]
     body = [
-        [_md(row.method), _md(row.model or ""), _md(row.source or ""), _md(row.protocols.get("", ""))]
+        [markdown_text(row.method), markdown_text(row.model or ""), markdown_text(row.source or ""), markdown_text(row.protocols.get("", ""))]
         + [_md_cell(row.cells.get(c)) for c in board.reported_columns]
         for row in board.reported_rows
     ]
     lines += _md_table(header, body, ["---"] * 4 + ["---:"] * len(board.reported_columns))
     lines.append("")
     for source in board.sources.values():
-        setup = f" Setup: {_md(_one_line(source.setup, 400))}" if source.setup else ""
-        lines.append(f"- {_code(source.key)}: {_md(source.citation)}.{setup}")
+        setup = f" Setup: {markdown_text(_one_line(source.setup, 400))}" if source.setup else ""
+        lines.append(f"- {markdown_code(source.key)}: {markdown_text(source.citation)}.{setup}")
     if board.caveat:
-        lines += ["", _md(_one_line(board.caveat, 1000))]
+        lines += ["", markdown_text(_one_line(board.caveat, 1000))]
     return lines
 
 
 def _md_failed(board: Leaderboard) -> list[str]:
     body = [
-        [_code(path.name), _md(r.method), _md(r.env_label), str(r.seed), _md(_one_line(r.error or ""))]
+        [markdown_code(path.name), markdown_text(r.method), markdown_text(r.env_label), str(r.seed), markdown_text(_one_line(r.error or ""))]
         for path, r in board.failed
     ]
     return ["", "## Failed runs (not averaged)", ""] + _md_table(
@@ -330,7 +335,7 @@ def to_markdown(board: Leaderboard) -> str:
     return _walk(board, _Parts(
         head=["# Leaderboard", ""] + ([f"> **{SMOKE_NOTICE}**", ""] if board.smoke_run else []),
         measured=_md_measured, no_measured=["No measured results."], reported=_md_reported, failed=_md_failed,
-        problems=lambda board: ["", "## Unreadable files (skipped)", "", *(f"- {_code(p)}" for p in board.problems)],
+        problems=lambda board: ["", "## Unreadable files (skipped)", "", *(f"- {markdown_code(p)}" for p in board.problems)],
     ))
 
 
@@ -349,7 +354,7 @@ def improvement_markdown(board: Leaderboard) -> str:
     if len(methods) < 2:
         return "\n".join(lines + ["Fewer than two ranked methods."]) + "\n"
     header = ["X \\ Y"] + methods
-    body = [[_md(x)] + cells for x, cells in zip(methods, matrix, strict=True)]
+    body = [[markdown_text(x)] + cells for x, cells in zip(methods, matrix, strict=True)]
     lines += _md_table(header, body, ["---"] + ["---:"] * len(methods))
     return "\n".join(lines) + "\n"
 
@@ -405,8 +410,8 @@ def comparisons_markdown(board: Leaderboard) -> str:
     if not board.comparisons:
         return "\n".join(lines + ["", "Fewer than two ranked methods."]) + "\n"
     for scope, comparisons in _scopes(board).items():
-        body = [[_md(c.better), _md(c.worse), *_comparison_cells(c)] for c in comparisons]
-        lines += ["", f"## {_md(scope)}", ""]
+        body = [[markdown_text(c.better), markdown_text(c.worse), *_comparison_cells(c)] for c in comparisons]
+        lines += ["", f"## {markdown_text(scope)}", ""]
         lines += _md_table(_COMPARISON_HEADER, body, ["---", "---", "---:", "---:", "---:", "---"])
     return "\n".join(lines) + "\n"
 
@@ -415,7 +420,7 @@ def comparisons_csv(board: Leaderboard) -> str:
     """One line per compared pair: scope, better, worse, difference and its interval, p, Holm p and
     ``separated`` (1 or 0)."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COMPARISON_FIELDS, lineterminator="\n")
+    writer = _CsvWriter(out, fieldnames=COMPARISON_FIELDS, lineterminator="\n")
     writer.writeheader()
     for c in board.comparisons:
         writer.writerow(
@@ -431,8 +436,9 @@ def comparisons_csv(board: Leaderboard) -> str:
 # CSV --------------------------------------------------------------------------------------------
 
 
-#: The text fields (names, labels, sources) of both CSV files; the other fields are numbers written here.
-_CSV_TEXT = {"section", "method", "kind", "model", "source", "env_label", "metric", "protocol", "method_x", "method_y"}
+#: The text fields (names, labels, sources) of the CSV files; the other fields are numbers written here.
+_CSV_TEXT = {"section", "method", "kind", "model", "source", "env_label", "metric", "protocol", "method_x", "method_y",
+             "scope", "better", "worse"}
 
 
 class _CsvWriter(csv.DictWriter):
@@ -440,11 +446,12 @@ class _CsvWriter(csv.DictWriter):
     injection, a text beginning with ``= + - @``, a tab or a carriage return gets a leading ``'``."""
 
     def writerow(self, rowdict: Mapping[str, object]) -> Any:
-        return super().writerow({key: _csv_text(value) if key in _CSV_TEXT else value
+        return super().writerow({key: csv_text(value) if key in _CSV_TEXT else value
                                  for key, value in rowdict.items()})
 
 
-def _csv_text(value: object) -> object:
+def csv_text(value: object) -> object:
+    """``value`` made safe for a CSV text cell (see :class:`_CsvWriter`)."""
     return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 

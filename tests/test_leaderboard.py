@@ -674,3 +674,11 @@ def test_the_audit_marks_overlap_counts_compute_and_flags_mixed_commits(tmp_path
     single.mkdir()
     write_record(single, record("grpo", "B", 0, 0.5, provenance={"commit": "a" * 40, "dirty": False}))
     assert build_leaderboard(single).commit_note is None  # one commit: nothing to say
+
+
+def test_comparisons_csv_names_cannot_start_a_formula(tmp_path):
+    for seed, (first, second) in enumerate(((0.4, 0.1), (0.6, 0.2), (0.5, 0.3))):
+        write_record(tmp_path, record("=cmd|' /C calc'!A0", "B", seed, first))
+        write_record(tmp_path, record("@sum(1)", "B", seed, second))
+    rows = list(csv.DictReader(io.StringIO(comparisons_csv(build_leaderboard(tmp_path)))))
+    assert {(row["better"], row["worse"]) for row in rows} == {("'=cmd|' /C calc'!A0", "'@sum(1)")}
