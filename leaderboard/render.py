@@ -99,7 +99,11 @@ _RANKING = (
     "Rank: methods with results on more environments rank first; among those covering as many, rank = "
     "1 + the number of methods separated above this one on Mean success (Welch's test on the seeds, "
     f"Holm-corrected over every pair, adjusted p < {ALPHA}), raised where needed so that a method never "
-    "ranks above one with a higher mean; methods no test separates share a rank. Bold: a column's "
+    "ranks above one with a higher mean; methods no test separates share a rank. A method whose Mean "
+    "success has no interval (a single seed on an environment) or a degenerate one (no spread over "
+    "seeds: every seed scored the same on every environment, which says nothing of another seed) "
+    "cannot be tested: it is not ranked (–), but listed after the ranked methods by its mean, its "
+    "interval shown as measured and flagged, and its comparisons carry no p. Bold: a column's "
     "highest value, only when the column's corrected tests separate it from every other ranked method "
     "(for Mean success: every other method covering as many environments); IQM is never bold. The "
     "pairs' differences and corrected p-values are in comparisons.md and comparisons.csv. Reference rows "
@@ -153,15 +157,21 @@ def _number(cell: Cell) -> str:
 
 
 def _rank(row: Row) -> str:
-    return "ref" if row.section == "reference" else str(row.rank)
+    return "ref" if row.section == "reference" else "–" if row.rank is None else str(row.rank)
+
+
+def _mean_success_flags(board: Leaderboard, row: Row) -> str:
+    """What qualifies a row's mean success: its coverage when partial, and why it is not ranked."""
+    envs = len({c.env_label for c in board.columns})
+    flags = ([] if row.envs_covered == envs else [f"{row.envs_covered}/{envs} envs"]) + (
+        [f"not ranked: {row.unranked}"] if row.unranked else [])
+    return f" ({'; '.join(flags)})" if flags else ""
 
 
 def _mean_success(board: Leaderboard, row: Row) -> str:
     if row.mean_success_estimate is None:
         return "–"
-    envs = len({c.env_label for c in board.columns})
-    coverage = "" if row.envs_covered == envs else f" ({row.envs_covered}/{envs} envs)"
-    return f"{_estimate(row.mean_success_estimate)}{coverage}"
+    return f"{_estimate(row.mean_success_estimate)}{_mean_success_flags(board, row)}"
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -185,8 +195,15 @@ def _mark(cell: Cell) -> str:
 
 
 def _notes(board: Leaderboard) -> list[str]:
-    """The legend lines of this table's data: protocols met, evaluations not held out, mixed code."""
-    return [*board.protocol_notes, *board.overlap_notes, *([board.commit_note] if board.commit_note else [])]
+    """The lines under the table on its data: the budget, protocols met, evaluations not held out,
+    mixed code."""
+    budget = _budget_line(board)
+    return [*([budget] if budget else []), *board.protocol_notes, *board.overlap_notes,
+            *([board.commit_note] if board.commit_note else [])]
+
+
+_PROVENANCE_TITLE = "Provenance"
+_LEGEND_TITLE = "How to read the table"
 
 
 _COMPUTE_TITLE = "Compute (means over seeds)"
@@ -279,18 +296,22 @@ def _md_table(header: list[str], rows: list[list[str]], align: list[str]) -> lis
 
 
 def _md_measured(board: Leaderboard) -> list[str]:
-    """The legend, the measured table and its compute table."""
-    lines = [*_LEGEND]
-    budget = _budget_line(board)
-    lines += [markdown_text(budget)] if budget else []
-    lines += [markdown_text(note) for note in _notes(board)] + [""]
+    """The measured table, the notes on its data, its provenance, the legend and the compute table."""
     header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [column_label(c, board.columns) for c in board.columns]
     body = []
     for row in board.rows:
         mean, iqm = _mean_success(board, row), _estimate(row.iqm)
         body.append([_rank(row), markdown_text(row.method), row.kind, f"**{mean}**" if row.best_mean_success else mean, iqm]
                     + [_md_cell(row.cells.get(c)) for c in board.columns])
-    lines += _md_table(header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns))
+    lines = _md_table(header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns))
+    for note in _notes(board):
+        lines += ["", markdown_text(note)]
+    if board.provenance:
+        lines += ["", f"## {_PROVENANCE_TITLE}", ""]
+        lines += [f"- **{item}**: {markdown_text(text)}" for item, text in board.provenance]
+    lines += ["", f"## {_LEGEND_TITLE}"]
+    for text in _LEGEND:
+        lines += ["", text]
     compute = _compute_columns(board)
     lines += ["", f"## {_COMPUTE_TITLE}", "", _COMPUTE_NOTE, ""]
     lines += _md_table(["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
@@ -618,9 +639,8 @@ def _tex_comparisons(board: Leaderboard) -> list[str]:
 
 def _tex_measured(board: Leaderboard) -> list[str]:
     """The measured table's notes, the table, its compute table and the mean-success comparisons."""
-    budget = _budget_line(board)
-    lines = [_tex_comment(budget)] if budget else []
-    lines += [_tex_comment(note) for note in _notes(board)]
+    lines = [_tex_comment(note) for note in _notes(board)]
+    lines += [_tex_comment(f"{_PROVENANCE_TITLE}: {item}: {text}") for item, text in board.provenance]
     body = [
         [_rank(row), tex_escape(row.method), tex_escape(row.kind),
          _tex_bold(tex_escape(_mean_success(board, row)), row.best_mean_success), tex_escape(_estimate(row.iqm))]
@@ -663,8 +683,10 @@ def to_latex(board: Leaderboard) -> str:
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 .smoke { background: #fff3cd; border: 1px solid #e0c36a; padding: 0.6em 1em; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+.scroll { max-width: 100%; overflow-x: auto; margin: 1em 0; }
+table { border-collapse: collapse; font-size: 0.9em; }
 th, td { padding: 0.3em 0.6em; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
+th.wrap { white-space: normal; min-width: 5em; }
 th { border-bottom: 2px solid #444; cursor: pointer; user-select: none; }
 td.text, th.text { text-align: left; }
 th[data-dir=asc]::after { content: " \\25B2"; } th[data-dir=desc]::after { content: " \\25BC"; }
@@ -736,14 +758,19 @@ def _html_text(text: object) -> str:
     return f'<td class="text">{_esc(text)}</td>'
 
 
-def _html_table(header: list[str], rows: list[tuple[str, list[str]]], text_columns: int) -> list[str]:
+def _html_table(header: list[str], rows: list[tuple[str, list[str]]], text_columns: int,
+                wrap_headers: bool = False) -> list[str]:
+    """A sortable table in a box that scrolls sideways when the table is wider than the page (the page
+    itself never does); ``wrap_headers`` lets the headers break between words."""
+    numeric = '<th class="wrap">' if wrap_headers else "<th>"
     heads = [
-        f'<th class="text">{_esc(h)}</th>' if i < text_columns else f"<th>{_esc(h)}</th>"
+        f'<th class="text">{_esc(h)}</th>' if i < text_columns else f"{numeric}{_esc(h)}</th>"
         for i, h in enumerate(header)
     ]
-    lines = ['<table class="sortable">', "<thead><tr>" + "".join(heads) + "</tr></thead>", "<tbody>"]
+    lines = ['<div class="scroll">', '<table class="sortable">', "<thead><tr>" + "".join(heads) + "</tr></thead>",
+             "<tbody>"]
     lines += [f'<tr class="{css}">' + "".join(cells) + "</tr>" for css, cells in rows]
-    lines += ["</tbody>", "</table>"]
+    lines += ["</tbody>", "</table>", "</div>"]
     return lines
 
 
@@ -780,18 +807,15 @@ def _html_improvement(board: Leaderboard) -> list[str]:
 
 
 def _html_measured(board: Leaderboard) -> list[str]:
-    """The legend, the measured table, its compute table, the comparisons and the improvement matrix."""
-    parts = [f'<p class="note">{_esc(text.replace("`", ""))}</p>' for text in _LEGEND]
-    budget = _budget_line(board)
-    if budget:
-        parts.append(f'<p class="note">{_esc(budget)}</p>')
-    parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in _notes(board)]
+    """The measured table, the notes on its data, its provenance, the legend, the compute table, the
+    comparisons and the improvement matrix."""
+    parts: list[str] = []
     header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [column_label(c, board.columns) for c in board.columns]
-    envs = len({c.env_label for c in board.columns})
     rows = []
     for row in board.rows:
         rank_value = "" if row.rank is None else str(row.rank)
-        coverage = "" if row.envs_covered == envs else f' <span class="n">({row.envs_covered}/{envs} envs)</span>'
+        flags = _mean_success_flags(board, row)
+        coverage = f' <span class="n">{_esc(flags.strip())}</span>' if flags else ""
         cells = [
             f'<td data-value="{rank_value}">{_esc(_rank(row))}</td>',
             _html_text(row.method),
@@ -802,6 +826,13 @@ def _html_measured(board: Leaderboard) -> list[str]:
         rows.append((row.section, cells))
     # The rank column holds numbers but is listed with the text columns so it is left-aligned.
     parts += _html_table(header, rows, text_columns=3)
+    parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in _notes(board)]
+    if board.provenance:
+        parts += [f"<h2>{_PROVENANCE_TITLE}</h2>", '<ul class="provenance">']
+        parts += [f"<li><strong>{_esc(item)}</strong>: {_esc(text)}</li>" for item, text in board.provenance]
+        parts.append("</ul>")
+    parts.append(f"<h2>{_LEGEND_TITLE}</h2>")
+    parts += [f'<p class="note">{_esc(text.replace("`", ""))}</p>' for text in _LEGEND]
     compute = _compute_columns(board)
     parts += [f"<h2>{_esc(_COMPUTE_TITLE)}</h2>", f'<p class="note">{_esc(_COMPUTE_NOTE)}</p>']
     parts += _html_table(
@@ -809,7 +840,7 @@ def _html_measured(board: Leaderboard) -> list[str]:
         [(row.section, [_html_text(row.method)] + [
             f'<td data-value="{text.replace(",", "") if text != "–" else ""}">{_esc(text)}</td>'
             for text in _compute_cells(board, row)]) for row in board.rows],
-        text_columns=1,
+        text_columns=1, wrap_headers=True,
     )
     return parts + _html_comparisons(board) + _html_improvement(board)
 
