@@ -106,8 +106,9 @@ def _period(records: Sequence[ResultRecord]) -> str:
     # A time written without its zone is taken as UTC, the zone every writer of the suite uses.
     first, last = (t.astimezone(timezone.utc) if t.tzinfo else t.replace(tzinfo=timezone.utc)
                    for t in (times[0], times[-1]))
+    start = f"{first:%Y-%m-%d %H:%M}"
     end = last.strftime("%H:%M" if last.date() == first.date() else "%Y-%m-%d %H:%M")
-    return f"{first:%Y-%m-%d %H:%M} to {end} UTC"
+    return f"{start} UTC" if f"{last:%Y-%m-%d %H:%M}" == start else f"{start} to {end} UTC"
 
 
 def provenance(records: Sequence[ResultRecord]) -> list[tuple[str, str]]:

@@ -114,6 +114,8 @@ def read_curve(path: str | os.PathLike, axis: str = "decisions") -> tuple[Curve 
         data = read_input(path)
     except InputFileError as error:
         return None, [RecordProblem(path, "curve", f"cannot read learning curve: {str(error).removeprefix(f'{path}: ')}")]
+    except FileNotFoundError:
+        return None, [RecordProblem(path, "curve", "cannot read learning curve: missing")]
     except OSError as error:
         return None, [RecordProblem(path, "curve", f"cannot read learning curve: {error.strerror or error}")]
     problems: list[RecordProblem] = []

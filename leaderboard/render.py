@@ -122,7 +122,8 @@ _COMPARISONS = (
     "Mean success, the difference of the means over the environments both cover, the variances of "
     "every environment pooled with Welch-Satterthwaite degrees of freedom); Holm p is p adjusted by "
     "Holm's step-down rule over the pairs of the same scope. Separated: Holm p < "
-    f"{ALPHA}. No p where a method has a single seed."
+    f"{ALPHA}. No p where a method has a single seed, nor, for Mean success, where a method is not ranked "
+    "(no spread over seeds: see the leaderboard's Rank)."
 )
 _LEGEND = (_UNITS, _AGGREGATES, _RANKING)
 _MARK_TITLE = "measured under another protocol than a reported number of this column"
@@ -160,18 +161,14 @@ def _rank(row: Row) -> str:
     return "ref" if row.section == "reference" else "–" if row.rank is None else str(row.rank)
 
 
-def _mean_success_flags(board: Leaderboard, row: Row) -> str:
-    """What qualifies a row's mean success: its coverage when partial, and why it is not ranked."""
+def _mean_success(board: Leaderboard, row: Row) -> str:
+    """A row's mean success, with its coverage when partial and why it is not ranked."""
+    if row.mean_success_estimate is None:
+        return "–"
     envs = len({c.env_label for c in board.columns})
     flags = ([] if row.envs_covered == envs else [f"{row.envs_covered}/{envs} envs"]) + (
         [f"not ranked: {row.unranked}"] if row.unranked else [])
-    return f" ({'; '.join(flags)})" if flags else ""
-
-
-def _mean_success(board: Leaderboard, row: Row) -> str:
-    if row.mean_success_estimate is None:
-        return "–"
-    return f"{_estimate(row.mean_success_estimate)}{_mean_success_flags(board, row)}"
+    return _estimate(row.mean_success_estimate) + (f" ({'; '.join(flags)})" if flags else "")
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -691,6 +688,7 @@ th { border-bottom: 2px solid #444; cursor: pointer; user-select: none; }
 td.text, th.text { text-align: left; }
 th[data-dir=asc]::after { content: " \\25B2"; } th[data-dir=desc]::after { content: " \\25BC"; }
 .best { font-weight: bold; } .n { color: #888; font-size: 0.85em; } tr.reference { color: #666; }
+.flag { display: block; white-space: normal; }
 .ci { color: #555; } p.note { max-width: 70em; color: #444; font-size: 0.85em; }
 figure { display: inline-block; margin: 0.5em 1em 0.5em 0; } img { max-width: 100%; }
 """
@@ -811,11 +809,13 @@ def _html_measured(board: Leaderboard) -> list[str]:
     comparisons and the improvement matrix."""
     parts: list[str] = []
     header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [column_label(c, board.columns) for c in board.columns]
+    envs = len({c.env_label for c in board.columns})
     rows = []
     for row in board.rows:
         rank_value = "" if row.rank is None else str(row.rank)
-        flags = _mean_success_flags(board, row)
-        coverage = f' <span class="n">{_esc(flags.strip())}</span>' if flags else ""
+        coverage = "" if row.envs_covered == envs else f' <span class="n">({row.envs_covered}/{envs} envs)</span>'
+        if row.unranked:
+            coverage += f'<span class="n flag">not ranked: {_esc(row.unranked)}</span>'
         cells = [
             f'<td data-value="{rank_value}">{_esc(_rank(row))}</td>',
             _html_text(row.method),
