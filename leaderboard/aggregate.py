@@ -34,9 +34,9 @@ mean success has no interval (a single seed on an environment) or a degenerate o
 every seed of every environment: no spread over seeds, which says nothing of how far another seed
 would land) is not ranked (``Row.unranked`` says why). It is listed after the ranked methods in the
 order of its coverage and mean, its interval shown as measured, and its mean-success comparisons carry
-no p, so no test separates it, nor does it take part in any other method's rank. Reference methods (by default ``expert``, which reads the
-environment's privileged state) are shown but neither ranked nor eligible for best marks. A column's
-best cell is marked only when the column's corrected tests separate it from every other ranked cell
+no p: no test separates it, and it takes no part in another method's rank. Reference methods (by
+default ``expert``, which reads the environment's privileged state) are shown but neither ranked nor
+eligible for best marks. A column's best cell is marked only when the column's corrected tests separate it from every other ranked cell
 (:func:`leaderboard.inference.separated_best`), and so is the best mean success among the methods
 covering the most environments: never a tie, never a cell with a single seed.
 
@@ -539,18 +539,15 @@ UNRANKED_SINGLE_SEED = "a single seed"
 UNRANKED_NO_SPREAD = "no spread over seeds"
 
 
-def _unranked(row: Row, columns: Sequence[Column]) -> str | None:
+def _unranked(row: Row) -> str | None:
     """Why ``row``'s mean success cannot be tested (so cannot rank it), or None when it can."""
-    envs = dict.fromkeys(c.env_label for c in columns)
-    strata = [row.values[c] for env in envs
-              if (c := Column(env, overall_metric([c for c in columns if c.env_label == env]))) in row.values]
-    if not strata:
+    estimate = row.mean_success_estimate
+    if estimate is None:
         return None
-    if min(len(values) for values in strata) < 2:
+    if not estimate.has_interval:  # a stratum with one value
         return UNRANKED_SINGLE_SEED
-    if all(max(values) == min(values) for values in strata):
-        return UNRANKED_NO_SPREAD
-    return None
+    # Clipping to [0, 100] cannot close an interval of some spread: only no variance at all makes a point.
+    return UNRANKED_NO_SPREAD if estimate.low == estimate.high else None
 
 
 def _set_aggregates(row: Row, columns: list[Column]) -> None:
@@ -733,7 +730,7 @@ def aggregate(
     rows = _rows_from_records(measured, columns, reference_methods)
     ranked = [row for row in rows if row.section == "measured"]
     for row in ranked:
-        row.unranked = _unranked(row, columns)
+        row.unranked = _unranked(row)
     comparisons = _comparisons(ranked, columns)
     _rank_and_mark(ranked, columns, comparisons)
     ranked.sort(key=lambda row: (row.rank is None, row.rank or 0, -row.envs_covered if row.rank is None else 0,

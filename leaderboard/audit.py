@@ -118,8 +118,7 @@ def provenance(records: Sequence[ResultRecord]) -> list[tuple[str, str]]:
         return []
     total = len(records)
     described = [record.provenance for record in records if record.provenance]
-    missing = total - len(described)
-    unrecorded = [] if not missing else [UNRECORDED] * missing
+    unrecorded = [UNRECORDED] * (total - len(described))
     return [
         ("Commit", _counted([_commit(record) for record in records], total)),
         ("Written", f"{_period(records)}, {total} records"),

@@ -113,7 +113,8 @@ def read_curve(path: str | os.PathLike, axis: str = "decisions") -> tuple[Curve 
     try:
         data = read_input(path)
     except InputFileError as error:
-        return None, [RecordProblem(path, "curve", f"cannot read learning curve: {str(error).removeprefix(f'{path}: ')}")]
+        why = str(error).removeprefix(f"{path}: ")
+        return None, [RecordProblem(path, "curve", f"cannot read learning curve: {why}")]
     except FileNotFoundError:
         return None, [RecordProblem(path, "curve", "cannot read learning curve: missing")]
     except OSError as error:

@@ -220,8 +220,8 @@ def hypotheses_markdown(outcomes: Sequence[Outcome], preregistration: Preregistr
     lines = [
         "# Preregistered hypotheses",
         "",
-        f"From {markdown_code(Path(preregistration.source).name)}. Effect: first − second in percentage points of final "
-        "success, with its 95 % Welch interval; over several levels, the difference of the means over levels. "
+        f"From {markdown_code(Path(preregistration.source).name)}. Effect: first − second in percentage points "
+        "of final success, with its 95 % Welch interval; over several levels, the difference of the means over levels. "
         f"Holm's correction over the {len(outcomes)} hypotheses, family-wise α = {preregistration.alpha:g}. "
         "*Separated*: Holm p < α; *not separated* is a result too, not a tie.",
         "",
@@ -251,8 +251,8 @@ def hypotheses_csv(outcomes: Sequence[Outcome]) -> str:
     for o in outcomes:
         h, t = o.hypothesis, o.test
         # The same escaping as the leaderboard's CSV: no text cell can start a spreadsheet formula.
-        writer.writerow([*map(csv_text, (h.name, h.first, h.second, " ".join(h.levels))), f"{o.first_mean:.4f}", f"{o.second_mean:.4f}",
-                         f"{t.difference:.4f}", "" if t.low is None else f"{t.low:.4f}",
+        writer.writerow([*map(csv_text, (h.name, h.first, h.second, " ".join(h.levels))), f"{o.first_mean:.4f}",
+                         f"{o.second_mean:.4f}", f"{t.difference:.4f}", "" if t.low is None else f"{t.low:.4f}",
                          "" if t.high is None else f"{t.high:.4f}", "" if t.df is None else f"{t.df:.4f}",
                          "" if t.p is None else f"{t.p:.6g}", "" if o.holm_p is None else f"{o.holm_p:.6g}",
                          o.decision])

@@ -298,8 +298,8 @@ def _md_measured(board: Leaderboard) -> list[str]:
     body = []
     for row in board.rows:
         mean, iqm = _mean_success(board, row), _estimate(row.iqm)
-        body.append([_rank(row), markdown_text(row.method), row.kind, f"**{mean}**" if row.best_mean_success else mean, iqm]
-                    + [_md_cell(row.cells.get(c)) for c in board.columns])
+        body.append([_rank(row), markdown_text(row.method), row.kind, f"**{mean}**" if row.best_mean_success else mean,
+                     iqm] + [_md_cell(row.cells.get(c)) for c in board.columns])
     lines = _md_table(header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns))
     for note in _notes(board):
         lines += ["", markdown_text(note)]
@@ -324,7 +324,8 @@ def _md_reported(board: Leaderboard) -> list[str]:
         column_label(c, board.reported_columns) for c in board.reported_columns
     ]
     body = [
-        [markdown_text(row.method), markdown_text(row.model or ""), markdown_text(row.source or ""), markdown_text(row.protocols.get("", ""))]
+        [markdown_text(row.method), markdown_text(row.model or ""), markdown_text(row.source or ""),
+         markdown_text(row.protocols.get("", ""))]
         + [_md_cell(row.cells.get(c)) for c in board.reported_columns]
         for row in board.reported_rows
     ]
@@ -340,7 +341,8 @@ def _md_reported(board: Leaderboard) -> list[str]:
 
 def _md_failed(board: Leaderboard) -> list[str]:
     body = [
-        [markdown_code(path.name), markdown_text(r.method), markdown_text(r.env_label), str(r.seed), markdown_text(_one_line(r.error or ""))]
+        [markdown_code(path.name), markdown_text(r.method), markdown_text(r.env_label), str(r.seed),
+         markdown_text(_one_line(r.error or ""))]
         for path, r in board.failed
     ]
     return ["", "## Failed runs (not averaged)", ""] + _md_table(
@@ -353,7 +355,8 @@ def to_markdown(board: Leaderboard) -> str:
     return _walk(board, _Parts(
         head=["# Leaderboard", ""] + ([f"> **{SMOKE_NOTICE}**", ""] if board.smoke_run else []),
         measured=_md_measured, no_measured=["No measured results."], reported=_md_reported, failed=_md_failed,
-        problems=lambda board: ["", "## Unreadable files (skipped)", "", *(f"- {markdown_code(p)}" for p in board.problems)],
+        problems=lambda board: ["", "## Unreadable files (skipped)", "",
+                                *(f"- {markdown_code(p)}" for p in board.problems)],
     ))
 
 

@@ -179,13 +179,19 @@ def test_a_hypotheses_file_linked_out_of_the_results_folder_is_refused(tmp_path,
     assert (results / "leaderboard" / "hypotheses.md").is_file()
 
 
-@pytest.mark.parametrize("flag", ["--hypotheses", "--reported"])
+@pytest.mark.parametrize("flag", ["--hypotheses", "--reported", "a FIFO named hypotheses.yaml"])
 def test_an_input_that_is_not_a_regular_file_is_a_one_line_refusal(tmp_path, capsys, flag):
+    import os
+
     _write(tmp_path)
-    assert main(["leaderboard", str(tmp_path), "--formats", "md", flag, "/dev/zero"]) == 2
+    if flag.startswith("--"):
+        path, argv = "/dev/zero", [flag, "/dev/zero"]
+    else:  # never passed over as if absent: opening it for reading would wait for a writer
+        path, argv = str(tmp_path / "hypotheses.yaml"), []
+        os.mkfifo(path)
+    assert main(["leaderboard", str(tmp_path), "--formats", "md", *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ptgpo leaderboard: /dev/zero") and "not a regular file" in err
-    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(f"ptgpo leaderboard: {path}: not a regular file (a ") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "leaderboard" / "leaderboard.md").exists()
 
 
