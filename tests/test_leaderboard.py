@@ -763,3 +763,26 @@ def test_a_method_without_spread_over_seeds_is_listed_by_its_mean_but_not_ranked
     rows = list(csv.DictReader(io.StringIO(to_csv(board))))
     assert {row["rank"] for row in rows if row["method"] == "constant"} == {""}
     assert "<td data-value=\"\">–</td><td class=\"text\">constant</td>" in to_html(board)
+
+
+def test_a_config_linked_out_of_the_results_folder_is_not_read(tmp_path):
+    (tmp_path / "secret.yaml").write_text("name: secret\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    write_record(results, record("grpo", "B", 0, 0.5))
+    (results / "config.yaml").symlink_to(tmp_path / "secret.yaml")
+    board = build_leaderboard(results)
+    assert "Config" not in dict(board.provenance) and "secret" not in to_markdown(board).replace("secret.yaml", "")
+    [problem] = board.problems
+    assert problem.kind == "unreadable" and "symbolic link" in problem.message
+
+
+def test_a_record_beyond_the_input_limit_is_listed_unread(results, monkeypatch):
+    from leaderboard import records
+
+    monkeypatch.setattr(records, "MAX_INPUT_BYTES", 2000)
+    path = results / "B__grpo__seed0.json"
+    path.write_text(path.read_text().replace("\n}", ',\n  "error": "' + "x" * 2000 + '"\n}'))
+    board = build_leaderboard(results)
+    assert [(p.path.name, p.kind) for p in board.problems] == [("B__grpo__seed0.json", "unreadable")]
+    assert "larger than 2,000 bytes" in board.problems[0].message
