@@ -29,9 +29,14 @@ is below 0.05.
 Ranking. Methods covering more environments rank first; among those covering the same number, a
 method's rank is 1 + the number of methods separated above it on mean success, raised where needed so
 that ranks never decrease in the order of the means (:func:`leaderboard.inference.ranks_from_tests`):
-methods no test separates share a rank. Reference methods (by default ``expert``, which reads the
-environment's privileged state) are shown but neither ranked nor eligible for best marks. A column's
-best cell is marked only when the column's corrected tests separate it from every other ranked cell
+methods no test separates share a rank. A method is ranked only by a test it can take: one whose
+mean success has no interval (a single seed on an environment) or a degenerate one (the same result on
+every seed of every environment: no spread over seeds, which says nothing of how far another seed
+would land) is not ranked (``Row.unranked`` says why). It is listed after the ranked methods in the
+order of its coverage and mean, its interval shown as measured, and its mean-success comparisons carry
+no p: no test separates it, and it takes no part in another method's rank. Reference methods (by
+default ``expert``, which reads the environment's privileged state) are shown but neither ranked nor
+eligible for best marks. A column's best cell is marked only when the column's corrected tests separate it from every other ranked cell
 (:func:`leaderboard.inference.separated_best`), and so is the best mean success among the methods
 covering the most environments: never a tie, never a cell with a single seed.
 
@@ -61,6 +66,7 @@ met there: a reader never meets such a pair unmarked.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections import defaultdict
@@ -68,12 +74,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from leaderboard.protocols import MARK, column_key, measured_protocol, reported_protocol
-from leaderboard.records import RecordProblem, ResultRecord, read_records_with_paths
+from leaderboard.records import RecordProblem, ResultRecord, read_input, read_records_with_paths
 from leaderboard.reported import ReportedResults, ReportedSource
-from leaderboard.audit import OVERLAP_MARK, commit_note, commits, compute_means, overlap_mean
-from leaderboard.inference import ALPHA, holm, mean_of_means_interval, separated_best, ranks_from_tests, welch
+from leaderboard.audit import OVERLAP_MARK, commit_note, commits, compute_means, overlap_mean, provenance
+from leaderboard.inference import (
+    ALPHA,
+    Welch,
+    holm,
+    mean_of_means_interval,
+    ranks_from_tests,
+    separated_best,
+    welch,
+)
 from leaderboard.stats import Estimate, improvement_probabilities, iqm_estimate
+from ptgpo_algos.yaml_safe import load_yaml
 
 __all__ = [
     "ALFWORLD_TYPE_ORDER",
@@ -88,6 +105,8 @@ __all__ = [
     "Row",
     "SMOKE_MARKER",
     "SMOKE_NOTICE",
+    "UNRANKED_NO_SPREAD",
+    "UNRANKED_SINGLE_SEED",
     "aggregate",
     "build_leaderboard",
     "check_records",
@@ -157,6 +176,8 @@ class Row:
     mean_success: float | None = None
     envs_covered: int = 0
     rank: int | None = None
+    # Why a measured row has no rank (see the module docstring): UNRANKED_SINGLE_SEED or UNRANKED_NO_SPREAD.
+    unranked: str | None = None
     best_mean_success: bool = False
     model: str | None = None
     source: str | None = None
@@ -238,9 +259,12 @@ class Leaderboard:
     commit_note: str | None = None
     # One legend line per environment with a cell whose evaluation was not held out.
     overlap_notes: list[str] = field(default_factory=list)
+    # Where the numbers come from, as (item, text) pairs (leaderboard.audit.provenance), then each
+    # results folder's benchmark config.
+    provenance: list[tuple[str, str]] = field(default_factory=list)
 
     def ranked(self) -> list[Row]:
-        """The measured rows, in rank order (reference rows left out)."""
+        """The measured rows, in rank order, the unranked ones last (reference rows left out)."""
         return [row for row in self.rows if row.section == "measured"]
 
     def task_scores(self, row: Row) -> list[tuple[Column, list[float]]]:
@@ -510,6 +534,22 @@ def _overlap_notes(rows: Sequence[Row]) -> list[str]:
     ]
 
 
+#: Why a measured row is not ranked: its mean success has no interval, or a degenerate one.
+UNRANKED_SINGLE_SEED = "a single seed"
+UNRANKED_NO_SPREAD = "no spread over seeds"
+
+
+def _unranked(row: Row) -> str | None:
+    """Why ``row``'s mean success cannot be tested (so cannot rank it), or None when it can."""
+    estimate = row.mean_success_estimate
+    if estimate is None:
+        return None
+    if not estimate.has_interval:  # a stratum with one value
+        return UNRANKED_SINGLE_SEED
+    # Clipping to [0, 100] cannot close an interval of some spread: only no variance at all makes a point.
+    return UNRANKED_NO_SPREAD if estimate.low == estimate.high else None
+
+
 def _set_aggregates(row: Row, columns: list[Column]) -> None:
     """The row's mean success (over environments) and IQM (over seed x task scores)."""
     envs = dict.fromkeys(c.env_label for c in columns)
@@ -524,9 +564,15 @@ def _set_aggregates(row: Row, columns: list[Column]) -> None:
         row.iqm = iqm_estimate(tasks, key=("iqm", row.method, row.source))
 
 
-def _family(scope: str, column: Column | None, pairs: list[tuple[Row, Row, list, list]]) -> list[Comparison]:
-    """Welch's test of each pair ``(x, y, x's strata, y's strata)``, Holm-adjusted over the pairs."""
-    tests = [welch(xs, ys) for _, _, xs, ys in pairs]
+def _family(scope: str, column: Column | None, pairs: list[tuple[Row, Row, list, list]],
+            untested: frozenset[str] = frozenset()) -> list[Comparison]:
+    """Welch's test of each pair ``(x, y, x's strata, y's strata)``, Holm-adjusted over the pairs; a pair
+    with a method of ``untested`` gets its difference only, and does not count in the correction."""
+    tests = [
+        Welch(_mean_of_means(xs) - _mean_of_means(ys), None, None, None, None)
+        if x.method in untested or y.method in untested else welch(xs, ys)
+        for x, y, xs, ys in pairs
+    ]
     found = []
     for (x, y, _, _), test, p_holm in zip(pairs, tests, holm([t.p for t in tests]), strict=True):
         low, high = test.low, test.high
@@ -537,9 +583,13 @@ def _family(scope: str, column: Column | None, pairs: list[tuple[Row, Row, list,
     return found
 
 
+def _mean_of_means(strata: list[list[float]]) -> float:
+    return math.fsum(math.fsum(values) / len(values) for values in strata) / len(strata)
+
+
 def _comparisons(rows: Sequence[Row], columns: Sequence[Column]) -> list[Comparison]:
     """Every family of Welch tests among ``rows``: mean success over the environments each pair
-    covers, then each column over the pairs that have it."""
+    covers (untested where a row is unranked), then each column over the pairs that have it."""
     envs = dict.fromkeys(c.env_label for c in columns)
     overall = [Column(env, overall_metric([c for c in columns if c.env_label == env])) for env in envs]
     pairs = []
@@ -548,7 +598,7 @@ def _comparisons(rows: Sequence[Row], columns: Sequence[Column]) -> list[Compari
             shared = [c for c in overall if c in x.values and c in y.values]
             if shared:
                 pairs.append((x, y, [x.values[c] for c in shared], [y.values[c] for c in shared]))
-    found = _family("mean success", None, pairs)
+    found = _family("mean success", None, pairs, frozenset(row.method for row in rows if row.unranked))
     for column in columns:
         having = [row for row in rows if column in row.values]
         pairs = [(x, y, [x.values[column]], [y.values[column]]) for i, x in enumerate(having) for y in having[i + 1 :]]
@@ -570,10 +620,12 @@ def _rank_and_mark(rows: Sequence[Row], columns: Sequence[Column], comparisons: 
     """Rank ``rows`` from the corrected mean-success tests and mark each column's and the mean
     success's separated best (see the module docstring)."""
     overall = [c for c in comparisons if c.column is None]
+    testable = [row for row in rows if row.unranked is None]
     ranks = ranks_from_tests(
-        [row.mean_success for row in rows], _separated(overall, rows), [row.envs_covered for row in rows]
+        [row.mean_success for row in testable], _separated(overall, testable),
+        [row.envs_covered for row in testable],
     )
-    for row, rank in zip(rows, ranks, strict=True):
+    for row, rank in zip(testable, ranks, strict=True):
         row.rank = rank
     for column in columns:
         having = [row for row in rows if column in row.cells]
@@ -677,9 +729,12 @@ def aggregate(
     columns = [c for env in sorted(by_env) for c in _env_columns(env, by_env[env])]
     rows = _rows_from_records(measured, columns, reference_methods)
     ranked = [row for row in rows if row.section == "measured"]
+    for row in ranked:
+        row.unranked = _unranked(row)
     comparisons = _comparisons(ranked, columns)
     _rank_and_mark(ranked, columns, comparisons)
-    ranked.sort(key=lambda row: (row.rank, -(row.mean_success or 0.0), row.method))
+    ranked.sort(key=lambda row: (row.rank is None, row.rank or 0, -row.envs_covered if row.rank is None else 0,
+                                 -(row.mean_success or 0.0), row.method))
     position = {row.method: i for i, row in enumerate(ranked)}
     scopes = list(dict.fromkeys(c.scope for c in comparisons))
     comparisons.sort(key=lambda c: (scopes.index(c.scope), position[c.better], position[c.worse]))
@@ -709,6 +764,7 @@ def aggregate(
     board.commits = commits([record for _, record in board.records])
     board.commit_note = commit_note(board.commits)
     board.overlap_notes = _overlap_notes(board.rows)
+    board.provenance = provenance([record for _, record in board.records])
     board.improvements = _improvements(board)
     board.protocol_notes = _mark_protocols(board, measured)
     return board
@@ -751,6 +807,29 @@ def _mark_protocols(board: Leaderboard, measured: list[ResultRecord]) -> list[st
     return notes
 
 
+#: The benchmark config a results folder keeps (``ptgpo bench`` writes it: the config its cells ran with).
+CONFIG_FILE = "config.yaml"
+
+
+def _config(folder: Path, problems: list[RecordProblem]) -> str | None:
+    """``folder``'s benchmark config as its name and the first 12 hex digits of its SHA-256 (which
+    tells two configs of one name apart); None when there is none, a problem when it cannot be read."""
+    path = folder / CONFIG_FILE
+    if not os.path.lexists(path):
+        return None
+    try:
+        data = read_input(path)
+    except (OSError, ValueError) as error:
+        problems.append(RecordProblem(path, "unreadable", str(error).removeprefix(f"{path}: ")))
+        return None
+    try:
+        name = load_yaml(data.decode("utf-8"), name=str(path)).get("name")
+    except (ValueError, AttributeError, yaml.YAMLError):  # not UTF-8, not YAML, not a mapping
+        name = None
+    named = f"{name} " if isinstance(name, str) and name.strip() else ""
+    return f"{named}({path}, sha256 {hashlib.sha256(data).hexdigest()[:12]})"
+
+
 def build_leaderboard(
     results_dir: str | os.PathLike | Sequence[str | os.PathLike],
     reported: ReportedResults | None = None,
@@ -774,6 +853,9 @@ def build_leaderboard(
         records += found
         problems += unusable
     board = aggregate(records, problems, reported, reference_methods, decisions_tolerance)
+    configs = [_config(Path(folder), board.problems) for folder in folders]
+    if any(configs):
+        board.provenance.append(("Config", "; ".join(config for config in configs if config)))
     board.results_dir = Path(folders[0])
     board.smoke_run = any((Path(folder) / SMOKE_MARKER).is_file() for folder in folders)
     return board

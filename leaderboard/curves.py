@@ -34,7 +34,7 @@ import numpy as np
 
 from leaderboard.aggregate import Leaderboard
 from leaderboard.plots import legend_beside, line_figure_size, new_figure, save_png
-from leaderboard.records import RecordProblem, finite_number, not_a_file, slug
+from leaderboard.records import InputFileError, RecordProblem, finite_number, read_input, slug
 
 __all__ = [
     "AXES",
@@ -110,11 +110,13 @@ def read_curve(path: str | os.PathLike, axis: str = "decisions") -> tuple[Curve 
     Returns ``None`` for the curve when no row is usable.
     """
     path = Path(path)
-    if not path.is_file():
-        # A FIFO would block the reader, a directory cannot be read.
-        return None, [RecordProblem(path, "curve", f"cannot read learning curve: {not_a_file(path)}")]
     try:
-        data = path.read_bytes()
+        data = read_input(path)
+    except InputFileError as error:
+        why = str(error).removeprefix(f"{path}: ")
+        return None, [RecordProblem(path, "curve", f"cannot read learning curve: {why}")]
+    except FileNotFoundError:
+        return None, [RecordProblem(path, "curve", "cannot read learning curve: missing")]
     except OSError as error:
         return None, [RecordProblem(path, "curve", f"cannot read learning curve: {error.strerror or error}")]
     problems: list[RecordProblem] = []

@@ -40,7 +40,8 @@ from typing import Any
 import yaml
 
 from leaderboard.inference import Welch, holm, welch
-from leaderboard.records import ResultRecord
+from leaderboard.records import InputFileError, ResultRecord, read_input
+from leaderboard.render import csv_text, markdown_code, markdown_text
 from ptgpo_algos.yaml_safe import load_yaml
 
 __all__ = [
@@ -129,9 +130,13 @@ def load_hypotheses(path: str | os.PathLike) -> Preregistration:
     """Read and validate a hypotheses YAML (see the module docstring); errors name the file and key."""
     path = Path(path)
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"), name=str(path))
+        data = load_yaml(read_input(path).decode("utf-8"), name=str(path))
+    except InputFileError as error:
+        raise HypothesisError(str(error)) from None
     except OSError as error:
         raise HypothesisError(f"{path}: cannot be read ({error.strerror or error})") from None
+    except UnicodeDecodeError as error:
+        raise HypothesisError(f"{path}: not UTF-8 text ({error.reason}); give a YAML file") from None
     except yaml.YAMLError as error:
         raise HypothesisError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict) or not isinstance(data.get("hypotheses"), list) or not data["hypotheses"]:
@@ -202,7 +207,7 @@ def _decision(outcome: Outcome) -> str:
     if outcome.decision != "separated":
         return "not separated"
     higher = outcome.hypothesis.first if outcome.test.difference > 0 else outcome.hypothesis.second
-    return f"**separated** (`{higher}` higher)"
+    return f"**separated** ({markdown_code(higher)} higher)"
 
 
 def _seeds_text(outcome: Outcome) -> str:
@@ -215,8 +220,8 @@ def hypotheses_markdown(outcomes: Sequence[Outcome], preregistration: Preregistr
     lines = [
         "# Preregistered hypotheses",
         "",
-        f"From `{Path(preregistration.source).name}`. Effect: first − second in percentage points of final "
-        "success, with its 95 % Welch interval; over several levels, the difference of the means over levels. "
+        f"From {markdown_code(Path(preregistration.source).name)}. Effect: first − second in percentage points "
+        "of final success, with its 95 % Welch interval; over several levels, the difference of the means over levels. "
         f"Holm's correction over the {len(outcomes)} hypotheses, family-wise α = {preregistration.alpha:g}. "
         "*Separated*: Holm p < α; *not separated* is a result too, not a tie.",
         "",
@@ -227,11 +232,13 @@ def hypotheses_markdown(outcomes: Sequence[Outcome], preregistration: Preregistr
         h = o.hypothesis
         df = "–" if o.test.df is None else ("∞" if math.isinf(o.test.df) else f"{o.test.df:.1f}")
         lines.append(
-            f"| {h.name} | `{h.first}` − `{h.second}` | {', '.join(h.levels)} | {_seeds_text(o)} | "
+            f"| {markdown_text(h.name)} | {markdown_code(h.first)} − {markdown_code(h.second)} | "
+            f"{markdown_text(', '.join(h.levels))} | {_seeds_text(o)} | "
             f"{o.first_mean:.1f} vs {o.second_mean:.1f} | {_effect(o)} | {df} | {_p(o.test.p)} | {_p(o.holm_p)} | "
             f"{_decision(o)} |"
         )
-    questions = [f"- **{o.hypothesis.name}**: {o.hypothesis.question}" for o in outcomes if o.hypothesis.question]
+    questions = [f"- **{markdown_text(o.hypothesis.name)}**: {markdown_text(o.hypothesis.question)}"
+                 for o in outcomes if o.hypothesis.question]
     return "\n".join(lines + ([""] + questions if questions else [])) + "\n"
 
 
@@ -243,8 +250,9 @@ def hypotheses_csv(outcomes: Sequence[Outcome]) -> str:
                      "df", "p", "holm_p", "decision"])
     for o in outcomes:
         h, t = o.hypothesis, o.test
-        writer.writerow([h.name, h.first, h.second, " ".join(h.levels), f"{o.first_mean:.4f}", f"{o.second_mean:.4f}",
-                         f"{t.difference:.4f}", "" if t.low is None else f"{t.low:.4f}",
+        # The same escaping as the leaderboard's CSV: no text cell can start a spreadsheet formula.
+        writer.writerow([*map(csv_text, (h.name, h.first, h.second, " ".join(h.levels))), f"{o.first_mean:.4f}",
+                         f"{o.second_mean:.4f}", f"{t.difference:.4f}", "" if t.low is None else f"{t.low:.4f}",
                          "" if t.high is None else f"{t.high:.4f}", "" if t.df is None else f"{t.df:.4f}",
                          "" if t.p is None else f"{t.p:.6g}", "" if o.holm_p is None else f"{o.holm_p:.6g}",
                          o.decision])

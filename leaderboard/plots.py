@@ -74,13 +74,16 @@ def legend_beside(axes: Axes, lines: int) -> None:
 def _label(board: Leaderboard, method: str) -> str:
     row = next(row for row in board.ranked() if row.method == method)
     envs = len({c.env_label for c in board.columns})
-    coverage = "" if row.envs_covered == envs else f" ({row.envs_covered}/{envs} envs)"
-    return f"{row.rank}. {method}{coverage}"
+    flags = ([] if row.envs_covered == envs else [f"{row.envs_covered}/{envs} envs"]) + (
+        [row.unranked] if row.unranked else [])
+    rank = "–" if row.rank is None else f"{row.rank}."
+    return f"{rank} {method}" + (f" ({'; '.join(flags)})" if flags else "")
 
 
 def plot_intervals(board: Leaderboard, out_dir: str | os.PathLike) -> list[Path]:
-    """``intervals.png``: mean success and IQM of each ranked method, rank 1 at the top, with their
-    intervals (dashed: resampled over tasks; a lone marker: no interval)."""
+    """``intervals.png``: mean success and IQM of each ranked method, rank 1 at the top (the unranked
+    after), with their intervals: solid over seeds (Student t, or a bootstrap of the seeds), dashed
+    where a bootstrap resampled the tasks; a lone marker: no interval, or one without spread."""
     rows = board.ranked()
     if not rows:
         return []
@@ -92,9 +95,10 @@ def plot_intervals(board: Leaderboard, out_dir: str | os.PathLike) -> list[Path]
         (panels[1], "IQM (over seed × task scores)", [row.iqm for row in rows]),
     ):
         # One collection per line style and one for the points: a few artists, whatever the count.
-        for over, style in (("seeds", "solid"), ("tasks", "dashed")):
+        for kinds, style in ((("t", "seeds"), "solid"), (("tasks",), "dashed")):
             shown = [
-                (y, e) for y, e in zip(positions, estimates, strict=True) if e is not None and e.over == over
+                (y, e) for y, e in zip(positions, estimates, strict=True)
+                if e is not None and e.has_interval and e.over in kinds
             ]
             if shown:
                 axes.hlines(

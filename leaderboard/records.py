@@ -46,6 +46,7 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -71,6 +72,9 @@ __all__ = [
     "read_record",
     "read_records",
     "read_records_with_paths",
+    "InputFileError",
+    "MAX_INPUT_BYTES",
+    "read_input",
     "finite_number",
     "not_a_file",
     "now_iso",
@@ -354,11 +358,56 @@ class RecordProblem:
         return f"{where}: {self.kind}: {self.message}"
 
 
+#: The most bytes the leaderboard reads from one input file (a record, a learning curve, a YAML file):
+#: far above any the suite writes, and a bound on the memory a file sent with a results folder can take.
+MAX_INPUT_BYTES = 64 * 2**20
+
+
+class InputFileError(ValueError):
+    """An input file the leaderboard does not read: a symbolic link out of its folder, not a regular
+    file, or larger than :data:`MAX_INPUT_BYTES`; the message names the file."""
+
+
+def _file_kind(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a plain file")
+
+
+def read_input(path: str | os.PathLike) -> bytes:
+    """The bytes of the input file ``path``. Refused with :class:`InputFileError`: a symbolic link whose
+    target lies outside the link's own folder (results folders are copied and shared, and a file in
+    one must not make the leaderboard read files elsewhere), anything but a regular file (a FIFO
+    would block, a device such as ``/dev/zero`` never ends), and a file beyond
+    :data:`MAX_INPUT_BYTES`. ``OSError`` when the system refuses to open or read it."""
+    path = Path(path)
+    if path.is_symlink():
+        try:
+            inside = path.resolve().is_relative_to(path.parent.resolve())
+        except (OSError, RuntimeError):  # a loop of links
+            inside = False
+        if not inside:
+            raise InputFileError(f"{path}: a symbolic link (to {os.readlink(path)!r}) out of its folder; the "
+                                 "leaderboard reads no file through it: copy the file into the folder instead")
+    # Non-blocking, so that opening a FIFO returns at once; the descriptor's own type is then checked,
+    # not the name's a moment before.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as handle:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise InputFileError(f"{path}: not a regular file ({_file_kind(mode)}); give a file")
+        data = handle.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputFileError(f"{path}: larger than {MAX_INPUT_BYTES:,} bytes, more than any input of the "
+                             "leaderboard holds; give the right file")
+    return data
+
+
 def read_record(path: str | os.PathLike) -> ResultRecord:
-    """Read one record file; raises :class:`RecordError` (``SchemaVersionError`` for other versions)
-    or ``json.JSONDecodeError`` (which carries the line) for a corrupt file."""
-    with open(path, encoding="utf-8") as handle:
-        return ResultRecord.from_dict(json.load(handle))
+    """Read one record file; raises :class:`InputFileError` (see :func:`read_input`),
+    :class:`RecordError` (``SchemaVersionError`` for other versions) or ``json.JSONDecodeError`` (which
+    carries the line) for a corrupt file."""
+    return ResultRecord.from_dict(json.loads(read_input(path).decode("utf-8")))
 
 
 def read_records_with_paths(
@@ -384,6 +433,8 @@ def read_records_with_paths(
             continue
         try:
             records.append((path, read_record(path)))
+        except InputFileError as error:
+            problems.append(RecordProblem(path, "unreadable", str(error).removeprefix(f"{path}: ")))
         except json.JSONDecodeError as error:
             problems.append(
                 RecordProblem(path, "corrupt", f"{error.msg} (column {error.colno})", error.lineno)

@@ -38,8 +38,11 @@ __all__ = [
     "column_label",
     "comparisons_csv",
     "comparisons_markdown",
+    "csv_text",
     "improvement_csv",
     "improvement_markdown",
+    "markdown_code",
+    "markdown_text",
     "to_csv",
     "to_html",
     "to_latex",
@@ -96,7 +99,11 @@ _RANKING = (
     "Rank: methods with results on more environments rank first; among those covering as many, rank = "
     "1 + the number of methods separated above this one on Mean success (Welch's test on the seeds, "
     f"Holm-corrected over every pair, adjusted p < {ALPHA}), raised where needed so that a method never "
-    "ranks above one with a higher mean; methods no test separates share a rank. Bold: a column's "
+    "ranks above one with a higher mean; methods no test separates share a rank. A method whose Mean "
+    "success has no interval (a single seed on an environment) or a degenerate one (no spread over "
+    "seeds: every seed scored the same on every environment, which says nothing of another seed) "
+    "cannot be tested: it is not ranked (–), but listed after the ranked methods by its mean, its "
+    "interval shown as measured and flagged, and its comparisons carry no p. Bold: a column's "
     "highest value, only when the column's corrected tests separate it from every other ranked method "
     "(for Mean success: every other method covering as many environments); IQM is never bold. The "
     "pairs' differences and corrected p-values are in comparisons.md and comparisons.csv. Reference rows "
@@ -115,7 +122,8 @@ _COMPARISONS = (
     "Mean success, the difference of the means over the environments both cover, the variances of "
     "every environment pooled with Welch-Satterthwaite degrees of freedom); Holm p is p adjusted by "
     "Holm's step-down rule over the pairs of the same scope. Separated: Holm p < "
-    f"{ALPHA}. No p where a method has a single seed."
+    f"{ALPHA}. No p where a method has a single seed, nor, for Mean success, where a method is not ranked "
+    "(no spread over seeds: see the leaderboard's Rank)."
 )
 _LEGEND = (_UNITS, _AGGREGATES, _RANKING)
 _MARK_TITLE = "measured under another protocol than a reported number of this column"
@@ -150,15 +158,17 @@ def _number(cell: Cell) -> str:
 
 
 def _rank(row: Row) -> str:
-    return "ref" if row.section == "reference" else str(row.rank)
+    return "ref" if row.section == "reference" else "–" if row.rank is None else str(row.rank)
 
 
 def _mean_success(board: Leaderboard, row: Row) -> str:
+    """A row's mean success, with its coverage when partial and why it is not ranked."""
     if row.mean_success_estimate is None:
         return "–"
     envs = len({c.env_label for c in board.columns})
-    coverage = "" if row.envs_covered == envs else f" ({row.envs_covered}/{envs} envs)"
-    return f"{_estimate(row.mean_success_estimate)}{coverage}"
+    flags = ([] if row.envs_covered == envs else [f"{row.envs_covered}/{envs} envs"]) + (
+        [f"not ranked: {row.unranked}"] if row.unranked else [])
+    return _estimate(row.mean_success_estimate) + (f" ({'; '.join(flags)})" if flags else "")
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -182,8 +192,15 @@ def _mark(cell: Cell) -> str:
 
 
 def _notes(board: Leaderboard) -> list[str]:
-    """The legend lines of this table's data: protocols met, evaluations not held out, mixed code."""
-    return [*board.protocol_notes, *board.overlap_notes, *([board.commit_note] if board.commit_note else [])]
+    """The lines under the table on its data: the budget, protocols met, evaluations not held out,
+    mixed code."""
+    budget = _budget_line(board)
+    return [*([budget] if budget else []), *board.protocol_notes, *board.overlap_notes,
+            *([board.commit_note] if board.commit_note else [])]
+
+
+_PROVENANCE_TITLE = "Provenance"
+_LEGEND_TITLE = "How to read the table"
 
 
 _COMPUTE_TITLE = "Compute (means over seeds)"
@@ -250,12 +267,14 @@ _MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _MD_SPECIAL = re.compile(r"[`*\[\]|]|\\(?=\S)")
 
 
-def _md(text: str) -> str:
+def markdown_text(text: str) -> str:
+    """``text`` on one line, inert in Markdown and in the HTML it passes through (see above)."""
     text = "".join(_MD_ENTITIES.get(char, char) for char in " ".join(str(text).split()))
     return _MD_SPECIAL.sub(lambda match: "\\" + match.group(), text)
 
 
-def _code(text: str) -> str:
+def markdown_code(text: str) -> str:
+    """``text`` on one line as a Markdown code span that neither its content nor a table row can end."""
     # Inside a code span HTML and Markdown are inert; only the span's own delimiter and the row's are not.
     return "`" + " ".join(str(text).split()).replace("`", "'").replace("|", "\\|") + "`"
 
@@ -268,28 +287,32 @@ def _md_cell(cell: Cell | None) -> str:
 
 
 def _md_table(header: list[str], rows: list[list[str]], align: list[str]) -> list[str]:
-    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "|".join(align) + "|"]
+    lines = ["| " + " | ".join(markdown_text(h) for h in header) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
 
 
 def _md_measured(board: Leaderboard) -> list[str]:
-    """The legend, the measured table and its compute table."""
-    lines = [*_LEGEND]
-    budget = _budget_line(board)
-    lines += [_md(budget)] if budget else []
-    lines += [_md(note) for note in _notes(board)] + [""]
+    """The measured table, the notes on its data, its provenance, the legend and the compute table."""
     header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [column_label(c, board.columns) for c in board.columns]
     body = []
     for row in board.rows:
         mean, iqm = _mean_success(board, row), _estimate(row.iqm)
-        body.append([_rank(row), _md(row.method), row.kind, f"**{mean}**" if row.best_mean_success else mean, iqm]
-                    + [_md_cell(row.cells.get(c)) for c in board.columns])
-    lines += _md_table(header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns))
+        body.append([_rank(row), markdown_text(row.method), row.kind, f"**{mean}**" if row.best_mean_success else mean,
+                     iqm] + [_md_cell(row.cells.get(c)) for c in board.columns])
+    lines = _md_table(header, body, ["---:", "---", "---", "---:", "---:"] + ["---:"] * len(board.columns))
+    for note in _notes(board):
+        lines += ["", markdown_text(note)]
+    if board.provenance:
+        lines += ["", f"## {_PROVENANCE_TITLE}", ""]
+        lines += [f"- **{item}**: {markdown_text(text)}" for item, text in board.provenance]
+    lines += ["", f"## {_LEGEND_TITLE}"]
+    for text in _LEGEND:
+        lines += ["", text]
     compute = _compute_columns(board)
     lines += ["", f"## {_COMPUTE_TITLE}", "", _COMPUTE_NOTE, ""]
     lines += _md_table(["Method"] + [f"{c.env_label} · {c.metric}" for c in compute],
-                       [[_md(row.method), *_compute_cells(board, row)] for row in board.rows],
+                       [[markdown_text(row.method), *_compute_cells(board, row)] for row in board.rows],
                        ["---"] + ["---:"] * len(compute))
     return lines
 
@@ -301,23 +324,25 @@ def _md_reported(board: Leaderboard) -> list[str]:
         column_label(c, board.reported_columns) for c in board.reported_columns
     ]
     body = [
-        [_md(row.method), _md(row.model or ""), _md(row.source or ""), _md(row.protocols.get("", ""))]
+        [markdown_text(row.method), markdown_text(row.model or ""), markdown_text(row.source or ""),
+         markdown_text(row.protocols.get("", ""))]
         + [_md_cell(row.cells.get(c)) for c in board.reported_columns]
         for row in board.reported_rows
     ]
     lines += _md_table(header, body, ["---"] * 4 + ["---:"] * len(board.reported_columns))
     lines.append("")
     for source in board.sources.values():
-        setup = f" Setup: {_md(_one_line(source.setup, 400))}" if source.setup else ""
-        lines.append(f"- {_code(source.key)}: {_md(source.citation)}.{setup}")
+        setup = f" Setup: {markdown_text(_one_line(source.setup, 400))}" if source.setup else ""
+        lines.append(f"- {markdown_code(source.key)}: {markdown_text(source.citation)}.{setup}")
     if board.caveat:
-        lines += ["", _md(_one_line(board.caveat, 1000))]
+        lines += ["", markdown_text(_one_line(board.caveat, 1000))]
     return lines
 
 
 def _md_failed(board: Leaderboard) -> list[str]:
     body = [
-        [_code(path.name), _md(r.method), _md(r.env_label), str(r.seed), _md(_one_line(r.error or ""))]
+        [markdown_code(path.name), markdown_text(r.method), markdown_text(r.env_label), str(r.seed),
+         markdown_text(_one_line(r.error or ""))]
         for path, r in board.failed
     ]
     return ["", "## Failed runs (not averaged)", ""] + _md_table(
@@ -330,7 +355,8 @@ def to_markdown(board: Leaderboard) -> str:
     return _walk(board, _Parts(
         head=["# Leaderboard", ""] + ([f"> **{SMOKE_NOTICE}**", ""] if board.smoke_run else []),
         measured=_md_measured, no_measured=["No measured results."], reported=_md_reported, failed=_md_failed,
-        problems=lambda board: ["", "## Unreadable files (skipped)", "", *(f"- {_code(p)}" for p in board.problems)],
+        problems=lambda board: ["", "## Unreadable files (skipped)", "",
+                                *(f"- {markdown_code(p)}" for p in board.problems)],
     ))
 
 
@@ -349,7 +375,7 @@ def improvement_markdown(board: Leaderboard) -> str:
     if len(methods) < 2:
         return "\n".join(lines + ["Fewer than two ranked methods."]) + "\n"
     header = ["X \\ Y"] + methods
-    body = [[_md(x)] + cells for x, cells in zip(methods, matrix, strict=True)]
+    body = [[markdown_text(x)] + cells for x, cells in zip(methods, matrix, strict=True)]
     lines += _md_table(header, body, ["---"] + ["---:"] * len(methods))
     return "\n".join(lines) + "\n"
 
@@ -405,8 +431,8 @@ def comparisons_markdown(board: Leaderboard) -> str:
     if not board.comparisons:
         return "\n".join(lines + ["", "Fewer than two ranked methods."]) + "\n"
     for scope, comparisons in _scopes(board).items():
-        body = [[_md(c.better), _md(c.worse), *_comparison_cells(c)] for c in comparisons]
-        lines += ["", f"## {_md(scope)}", ""]
+        body = [[markdown_text(c.better), markdown_text(c.worse), *_comparison_cells(c)] for c in comparisons]
+        lines += ["", f"## {markdown_text(scope)}", ""]
         lines += _md_table(_COMPARISON_HEADER, body, ["---", "---", "---:", "---:", "---:", "---"])
     return "\n".join(lines) + "\n"
 
@@ -415,7 +441,7 @@ def comparisons_csv(board: Leaderboard) -> str:
     """One line per compared pair: scope, better, worse, difference and its interval, p, Holm p and
     ``separated`` (1 or 0)."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COMPARISON_FIELDS, lineterminator="\n")
+    writer = _CsvWriter(out, fieldnames=COMPARISON_FIELDS, lineterminator="\n")
     writer.writeheader()
     for c in board.comparisons:
         writer.writerow(
@@ -431,8 +457,9 @@ def comparisons_csv(board: Leaderboard) -> str:
 # CSV --------------------------------------------------------------------------------------------
 
 
-#: The text fields (names, labels, sources) of both CSV files; the other fields are numbers written here.
-_CSV_TEXT = {"section", "method", "kind", "model", "source", "env_label", "metric", "protocol", "method_x", "method_y"}
+#: The text fields (names, labels, sources) of the CSV files; the other fields are numbers written here.
+_CSV_TEXT = {"section", "method", "kind", "model", "source", "env_label", "metric", "protocol", "method_x", "method_y",
+             "scope", "better", "worse"}
 
 
 class _CsvWriter(csv.DictWriter):
@@ -440,11 +467,12 @@ class _CsvWriter(csv.DictWriter):
     injection, a text beginning with ``= + - @``, a tab or a carriage return gets a leading ``'``."""
 
     def writerow(self, rowdict: Mapping[str, object]) -> Any:
-        return super().writerow({key: _csv_text(value) if key in _CSV_TEXT else value
+        return super().writerow({key: csv_text(value) if key in _CSV_TEXT else value
                                  for key, value in rowdict.items()})
 
 
-def _csv_text(value: object) -> object:
+def csv_text(value: object) -> object:
+    """``value`` made safe for a CSV text cell (see :class:`_CsvWriter`)."""
     return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
@@ -611,9 +639,8 @@ def _tex_comparisons(board: Leaderboard) -> list[str]:
 
 def _tex_measured(board: Leaderboard) -> list[str]:
     """The measured table's notes, the table, its compute table and the mean-success comparisons."""
-    budget = _budget_line(board)
-    lines = [_tex_comment(budget)] if budget else []
-    lines += [_tex_comment(note) for note in _notes(board)]
+    lines = [_tex_comment(note) for note in _notes(board)]
+    lines += [_tex_comment(f"{_PROVENANCE_TITLE}: {item}: {text}") for item, text in board.provenance]
     body = [
         [_rank(row), tex_escape(row.method), tex_escape(row.kind),
          _tex_bold(tex_escape(_mean_success(board, row)), row.best_mean_success), tex_escape(_estimate(row.iqm))]
@@ -656,12 +683,15 @@ def to_latex(board: Leaderboard) -> str:
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 .smoke { background: #fff3cd; border: 1px solid #e0c36a; padding: 0.6em 1em; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+.scroll { max-width: 100%; overflow-x: auto; margin: 1em 0; }
+table { border-collapse: collapse; font-size: 0.9em; }
 th, td { padding: 0.3em 0.6em; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
+th.wrap { white-space: normal; min-width: 5em; }
 th { border-bottom: 2px solid #444; cursor: pointer; user-select: none; }
 td.text, th.text { text-align: left; }
 th[data-dir=asc]::after { content: " \\25B2"; } th[data-dir=desc]::after { content: " \\25BC"; }
 .best { font-weight: bold; } .n { color: #888; font-size: 0.85em; } tr.reference { color: #666; }
+.flag { display: block; white-space: normal; }
 .ci { color: #555; } p.note { max-width: 70em; color: #444; font-size: 0.85em; }
 figure { display: inline-block; margin: 0.5em 1em 0.5em 0; } img { max-width: 100%; }
 """
@@ -729,14 +759,19 @@ def _html_text(text: object) -> str:
     return f'<td class="text">{_esc(text)}</td>'
 
 
-def _html_table(header: list[str], rows: list[tuple[str, list[str]]], text_columns: int) -> list[str]:
+def _html_table(header: list[str], rows: list[tuple[str, list[str]]], text_columns: int,
+                wrap_headers: bool = False) -> list[str]:
+    """A sortable table in a box that scrolls sideways when the table is wider than the page (the page
+    itself never does); ``wrap_headers`` lets the headers break between words."""
+    numeric = '<th class="wrap">' if wrap_headers else "<th>"
     heads = [
-        f'<th class="text">{_esc(h)}</th>' if i < text_columns else f"<th>{_esc(h)}</th>"
+        f'<th class="text">{_esc(h)}</th>' if i < text_columns else f"{numeric}{_esc(h)}</th>"
         for i, h in enumerate(header)
     ]
-    lines = ['<table class="sortable">', "<thead><tr>" + "".join(heads) + "</tr></thead>", "<tbody>"]
+    lines = ['<div class="scroll">', '<table class="sortable">', "<thead><tr>" + "".join(heads) + "</tr></thead>",
+             "<tbody>"]
     lines += [f'<tr class="{css}">' + "".join(cells) + "</tr>" for css, cells in rows]
-    lines += ["</tbody>", "</table>"]
+    lines += ["</tbody>", "</table>", "</div>"]
     return lines
 
 
@@ -773,18 +808,17 @@ def _html_improvement(board: Leaderboard) -> list[str]:
 
 
 def _html_measured(board: Leaderboard) -> list[str]:
-    """The legend, the measured table, its compute table, the comparisons and the improvement matrix."""
-    parts = [f'<p class="note">{_esc(text.replace("`", ""))}</p>' for text in _LEGEND]
-    budget = _budget_line(board)
-    if budget:
-        parts.append(f'<p class="note">{_esc(budget)}</p>')
-    parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in _notes(board)]
+    """The measured table, the notes on its data, its provenance, the legend, the compute table, the
+    comparisons and the improvement matrix."""
+    parts: list[str] = []
     header = ["Rank", "Method", "Kind", "Mean success", "IQM"] + [column_label(c, board.columns) for c in board.columns]
     envs = len({c.env_label for c in board.columns})
     rows = []
     for row in board.rows:
         rank_value = "" if row.rank is None else str(row.rank)
         coverage = "" if row.envs_covered == envs else f' <span class="n">({row.envs_covered}/{envs} envs)</span>'
+        if row.unranked:
+            coverage += f'<span class="n flag">not ranked: {_esc(row.unranked)}</span>'
         cells = [
             f'<td data-value="{rank_value}">{_esc(_rank(row))}</td>',
             _html_text(row.method),
@@ -795,6 +829,13 @@ def _html_measured(board: Leaderboard) -> list[str]:
         rows.append((row.section, cells))
     # The rank column holds numbers but is listed with the text columns so it is left-aligned.
     parts += _html_table(header, rows, text_columns=3)
+    parts += [f'<p class="note protocol">{_esc(note)}</p>' for note in _notes(board)]
+    if board.provenance:
+        parts += [f"<h2>{_PROVENANCE_TITLE}</h2>", '<ul class="provenance">']
+        parts += [f"<li><strong>{_esc(item)}</strong>: {_esc(text)}</li>" for item, text in board.provenance]
+        parts.append("</ul>")
+    parts.append(f"<h2>{_LEGEND_TITLE}</h2>")
+    parts += [f'<p class="note">{_esc(text.replace("`", ""))}</p>' for text in _LEGEND]
     compute = _compute_columns(board)
     parts += [f"<h2>{_esc(_COMPUTE_TITLE)}</h2>", f'<p class="note">{_esc(_COMPUTE_NOTE)}</p>']
     parts += _html_table(
@@ -802,7 +843,7 @@ def _html_measured(board: Leaderboard) -> list[str]:
         [(row.section, [_html_text(row.method)] + [
             f'<td data-value="{text.replace(",", "") if text != "–" else ""}">{_esc(text)}</td>'
             for text in _compute_cells(board, row)]) for row in board.rows],
-        text_columns=1,
+        text_columns=1, wrap_headers=True,
     )
     return parts + _html_comparisons(board) + _html_improvement(board)
 

@@ -20,8 +20,9 @@ random (10+5)/2 = 7.5 (one seed: no interval), zero-shot 90 but on 1 of 2 envs. 
 seed x task scores (tasks A·Pick, A·Look, B): grpo's nine sorted 30 30 40 50 60 60 60 70 80 lose two
 at each end -> 54; ptgpo's six 20 40 50 70 70 90 lose one -> 57.5; random's three 20 0 5 -> 8.33.
 
-Ranks: grpo 1, ptgpo 1 (their mean-success intervals overlap), random 3 (both lie above 7.5),
-zero-shot 4 (fewer envs); expert is a reference row (unranked, never best). Best (a cell whose
+Ranks: grpo 1, ptgpo 1 (their mean-success intervals overlap); random and zero-shot have a single seed,
+so no test can place them: they are not ranked, listed after, random first (more envs); expert is a
+reference row (unranked, never best). Best (a cell whose
 interval lies above every other ranked cell's): only A·Pick ptgpo 80 [70, 90] (grpo [40, 60],
 random 20). A·Look grpo 70 [60, 80] and A·All ptgpo [60, 80] overlap the runner-up; B's highest,
 zero-shot 90, has no interval; grpo and ptgpo tie on mean success: no bold there.
@@ -97,13 +98,13 @@ def test_aggregation_numbers_ranks_and_best_marks(results):
         Column("A", "All"),
         Column("B", "success"),
     ]
-    # random has a single seed: no test can separate it, so it shares grpo's and ptgpo's rank.
-    assert [(r.method, r.rank, r.section) for r in board.rows] == [
-        ("grpo", 1, "measured"),
-        ("ptgpo", 1, "measured"),
-        ("random", 1, "measured"),
-        ("zero-shot", 4, "measured"),
-        ("expert", None, "reference"),
+    # random and zero-shot have a single seed: no test can place them, so they are not ranked.
+    assert [(r.method, r.rank, r.unranked, r.section) for r in board.rows] == [
+        ("grpo", 1, None, "measured"),
+        ("ptgpo", 1, None, "measured"),
+        ("random", None, "a single seed", "measured"),
+        ("zero-shot", None, "a single seed", "measured"),
+        ("expert", None, None, "reference"),
     ]
     best = lambda c: [c[k].best for k in [("A", "Pick"), ("A", "Look"), ("A", "All"), ("B", "success")]]
 
@@ -216,7 +217,7 @@ def test_ties_are_never_bold_and_methods_not_separated_share_a_rank(tmp_path):
     holm_p = {(c.better, c.worse): c.p_holm for c in board.comparisons if c.column is None}
     assert holm_p["a", "d"] == pytest.approx(0.02196, abs=1e-4) and holm_p["c", "d"] == pytest.approx(0.0518, abs=1e-3)
     markdown = to_markdown(board)
-    assert "**" not in markdown.split("| Rank |")[1]
+    assert "**" not in markdown.split("| Rank |")[1].split("\n\n")[0]
     assert "share a rank" in markdown and "never bold" in markdown
 
 
@@ -477,11 +478,12 @@ def test_markdown_shows_intervals_seed_counts_and_only_separated_bests(results):
         table[1],
     ), table[1]
     assert "| **80.0 [0.0, 100.0]** (n=2) |" in table[2]
-    assert "| 1 | random | baseline | 7.5 | 8.3 [0.0, 20.0]† | 20.0 (n=1) |" in markdown
-    assert "| 4 | zero-shot | baseline | 90.0 (1/2 envs) | 90.0 | – | – | – | 90.0 (n=1) |" in markdown
+    assert "| – | random | baseline | 7.5 (not ranked: a single seed) | 8.3 [0.0, 20.0]† | 20.0 (n=1) |" in markdown
+    assert ("| – | zero-shot | baseline | 90.0 (1/2 envs; not ranked: a single seed) | 90.0 | – | – | – | 90.0 (n=1) |"
+            in markdown)
     assert "| ref | expert |" in markdown
     assert "CUDA out of memory \\| at step 3" in markdown.split("## Failed runs")[1]
-    legend = markdown.split("| Rank |")[0]
+    legend = markdown.split("## How to read the table")[1]
     for rule in (
         "95 % confidence interval",
         "single seed has no interval",
@@ -674,3 +676,113 @@ def test_the_audit_marks_overlap_counts_compute_and_flags_mixed_commits(tmp_path
     single.mkdir()
     write_record(single, record("grpo", "B", 0, 0.5, provenance={"commit": "a" * 40, "dirty": False}))
     assert build_leaderboard(single).commit_note is None  # one commit: nothing to say
+
+
+def test_comparisons_csv_names_cannot_start_a_formula(tmp_path):
+    for seed, (first, second) in enumerate(((0.4, 0.1), (0.6, 0.2), (0.5, 0.3))):
+        write_record(tmp_path, record("=cmd|' /C calc'!A0", "B", seed, first))
+        write_record(tmp_path, record("@sum(1)", "B", seed, second))
+    rows = list(csv.DictReader(io.StringIO(comparisons_csv(build_leaderboard(tmp_path)))))
+    assert {(row["better"], row["worse"]) for row in rows} == {("'=cmd|' /C calc'!A0", "'@sum(1)")}
+
+
+def test_intervals_png_draws_each_mean_success_interval(results, monkeypatch):
+    import leaderboard.plots as plots
+
+    figures = {}
+    monkeypatch.setattr(plots, "save_png", lambda figure, path: figures.setdefault(path.name, figure) and path)
+    board = build_leaderboard(results)
+    plots.plot_intervals(board, results / "out")
+    mean_panel, iqm_panel = figures["intervals.png"].axes
+    for axes, estimates in ((mean_panel, [row.mean_success_estimate for row in board.ranked()]),
+                            (iqm_panel, [row.iqm for row in board.ranked()])):
+        drawn = sorted(float(x) for collection in axes.collections
+                       for (low, _), (high, _) in collection.get_segments() for x in (low, high))
+        wanted = sorted(x for e in estimates if e is not None and e.has_interval for x in (e.low, e.high))
+        assert wanted and drawn == pytest.approx(wanted)
+    # grpo and ptgpo: Student-t intervals over the seeds; random and zero-shot (one seed): none.
+    assert len(mean_panel.collections[0].get_segments()) == 2
+
+
+def _with_provenance(made, commit, cpu, created_at):
+    made.provenance = {"commit": commit, "dirty": False, "python": "3.11.7", "cpu": cpu, "cores": 2, "threads": 1,
+                       "platform": "Linux-6.1-x86_64", "versions": {"torch": "2.13.0+cpu", "numpy": "2.4.6"},
+                       "config": {}}
+    made.created_at = created_at
+    return made
+
+
+def test_the_page_opens_on_the_table_and_says_where_its_numbers_come_from(tmp_path):
+    import hashlib
+
+    for seed in range(3):
+        write_record(tmp_path, _with_provenance(record("grpo", "B", seed, 0.3 + 0.1 * seed), "0123456789abcdef",
+                                                "AMD EPYC", f"2026-12-04T17:2{seed}:00+00:00"))
+        write_record(tmp_path, _with_provenance(record("ptgpo", "B", seed, 0.5 + 0.1 * seed), "0123456789abcdef",
+                                                "Intel Xeon", f"2026-12-05T0{seed}:10:00+01:00"))
+    (tmp_path / "config.yaml").write_text("name: tiny-bench\nbudget: 100\n")
+    digest = hashlib.sha256(b"name: tiny-bench\nbudget: 100\n").hexdigest()[:12]
+    board = build_leaderboard(tmp_path)
+    assert board.provenance == [
+        ("Commit", "0123456789ab"),
+        ("Written", "2026-12-04 17:20 to 2026-12-05 01:10 UTC, 6 records"),
+        ("Machine", "AMD EPYC, 2 cores, Linux-6.1-x86_64 (3 records); Intel Xeon, 2 cores, Linux-6.1-x86_64 (3 records)"),
+        ("Software", "Python 3.11.7, torch 2.13.0+cpu, numpy 2.4.6"),
+        ("Config", f"tiny-bench ({tmp_path / 'config.yaml'}, sha256 {digest})"),
+    ]
+    markdown = to_markdown(board)
+    assert markdown.startswith("# Leaderboard\n\n| Rank | Method |")
+    table_end = markdown.index("\n\n", markdown.index("| Rank |"))
+    assert markdown.index("## Provenance") > table_end and markdown.index("## How to read the table") > table_end
+    assert f"- **Config**: tiny-bench ({tmp_path / 'config.yaml'}, sha256 {digest})" in markdown
+    assert "- **Commit**: 0123456789ab" in markdown
+    page = to_html(board)
+    assert page.index("<table") < page.index("<h2>Provenance</h2>") < page.index("<h2>How to read the table</h2>")
+    assert "<li><strong>Written</strong>: 2026-12-04 17:20 to 2026-12-05 01:10 UTC, 6 records</li>" in page
+
+
+def test_a_method_without_spread_over_seeds_is_listed_by_its_mean_but_not_ranked(tmp_path):
+    # constant scores 19 % on every seed: the interval [19, 19] says nothing of another seed.
+    values = {"a": [0.5, 0.6, 0.7], "constant": [0.19, 0.19, 0.19], "c": [0.0, 0.05, 0.1]}
+    for method, seeds in values.items():
+        for seed, success in enumerate(seeds):
+            write_record(tmp_path, record(method, "B", seed, success))
+    board = build_leaderboard(tmp_path)
+    assert [(row.method, row.rank, row.unranked) for row in board.rows] == [
+        ("a", 1, None), ("c", 2, None), ("constant", None, "no spread over seeds")]
+    estimate = board.rows[2].mean_success_estimate
+    assert (estimate.point, estimate.low, estimate.high) == pytest.approx((19, 19, 19))  # shown as measured
+    overall = {(c.better, c.worse): c for c in board.comparisons if c.column is None}
+    # Its pairs carry a difference but no test; a against c is the only test of the family (Holm: p itself).
+    assert overall["a", "constant"].p is None and overall["a", "constant"].difference == pytest.approx(41)
+    assert overall["constant", "c"].p is None and not overall["constant", "c"].separated
+    assert overall["a", "c"].p_holm == overall["a", "c"].p < 0.05
+    markdown = to_markdown(board)
+    assert "| – | constant | rl | 19.0 [19.0, 19.0] (not ranked: no spread over seeds) |" in markdown
+    assert "no spread over seeds" in markdown.split("## How to read the table")[1]
+    rows = list(csv.DictReader(io.StringIO(to_csv(board))))
+    assert {row["rank"] for row in rows if row["method"] == "constant"} == {""}
+    assert "<td data-value=\"\">–</td><td class=\"text\">constant</td>" in to_html(board)
+
+
+def test_a_config_linked_out_of_the_results_folder_is_not_read(tmp_path):
+    (tmp_path / "secret.yaml").write_text("name: secret\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    write_record(results, record("grpo", "B", 0, 0.5))
+    (results / "config.yaml").symlink_to(tmp_path / "secret.yaml")
+    board = build_leaderboard(results)
+    assert "Config" not in dict(board.provenance) and "secret" not in to_markdown(board).replace("secret.yaml", "")
+    [problem] = board.problems
+    assert problem.kind == "unreadable" and "symbolic link" in problem.message
+
+
+def test_a_record_beyond_the_input_limit_is_listed_unread(results, monkeypatch):
+    from leaderboard import records
+
+    monkeypatch.setattr(records, "MAX_INPUT_BYTES", 2000)
+    path = results / "B__grpo__seed0.json"
+    path.write_text(path.read_text().replace("\n}", ',\n  "error": "' + "x" * 2000 + '"\n}'))
+    board = build_leaderboard(results)
+    assert [(p.path.name, p.kind) for p in board.problems] == [("B__grpo__seed0.json", "unreadable")]
+    assert "larger than 2,000 bytes" in board.problems[0].message

@@ -112,6 +112,34 @@ def test_the_plots_next_to_the_page_load(page):
     assert not [e for e in page.events if e.get("method") == "Runtime.exceptionThrown"]
 
 
+def test_every_table_of_a_three_level_benchmark_fits_a_1400_pixel_window(tmp_path):
+    from leaderboard.records import ResultRecord, write_record
+
+    # A benchmark's size: ten methods on three levels, with compute figures of real runs' widths.
+    results = tmp_path / "results"
+    results.mkdir()
+    for level in ("doorkey", "multiroom", "keycorridor"):
+        for index, method in enumerate(("ptgpo", "hgpo", "rloo", "gigpo", "grpo", "sb3_ppo", "random",
+                                        "zero_shot", "placebo", "expert")):
+            for seed in range(3):
+                write_record(results, ResultRecord(
+                    method=method, method_kind="rl", env_id="ptgpo/BabyAI-v0", env_label=level, seed=seed,
+                    budget=12000, decisions=12000, episodes=627, trained_tokens=2_880_239 + index,
+                    cpu_time_s=153.1, status="ok", final_success=(index + seed) / 13))
+    write_outputs(build_leaderboard(results, None), results / "leaderboard", ["html"])
+    with Chromium(CHROMIUM, width=1400, height=900) as browser:
+        browser.open((results / "leaderboard" / "leaderboard.html").as_uri())
+        page_width, window = browser.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert page_width <= window  # the page never scrolls sideways
+        widths = browser.evaluate(
+            "[...document.querySelectorAll('table')].map(t => [t.tHead.rows[0].cells[0].textContent,"
+            " t.getBoundingClientRect().width, t.parentElement.clientWidth])")
+        # The leaderboard and its compute table fit: nothing to scroll to (the wider matrices scroll in
+        # their own boxes).
+        fitting = {head: width <= box for head, width, box in widths if head in ("Rank", "Method")}
+        assert fitting == {"Rank": True, "Method": True}, widths
+
+
 def test_a_screenshot_shows_the_page(page, tmp_path):
     import matplotlib.image
 

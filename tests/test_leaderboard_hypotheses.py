@@ -127,3 +127,83 @@ def test_the_leaderboard_command_decides_the_folders_hypotheses(tmp_path, capsys
     assert main(["leaderboard", str(tmp_path), "--formats", "md", "--reported", "none"]) == 2
     assert "a on nowhere has 0 seed(s)" in capsys.readouterr().err
     assert not (tmp_path / "leaderboard" / "leaderboard.md").exists()  # refused before anything is written
+
+
+# Hostile names: HTML for a Markdown page, a spreadsheet formula for a CSV, a code span's own delimiter.
+HOSTILE_NAME = "=cmd|' /C calc'!A0 <script>alert(1)</script>"
+HOSTILE_METHOD = "<script>alert(2)</script>`<script>alert(3)</script>"
+HOSTILE_LEVEL = "-2+3 <script>alert(4)</script>"
+
+
+def test_hostile_names_stay_inert_in_both_hypotheses_files(tmp_path):
+    import csv
+    import io
+    import re
+
+    success = {(HOSTILE_METHOD, HOSTILE_LEVEL): [60, 70, 80], ("@b", HOSTILE_LEVEL): [40, 50, 60]}
+    records = _write(tmp_path, success)
+    hypothesis = Hypothesis(HOSTILE_NAME, HOSTILE_METHOD, "@b", (HOSTILE_LEVEL,), question=HOSTILE_NAME)
+    outcomes = decide(records, _prereg(hypothesis))
+
+    markdown = hypotheses_markdown(outcomes, _prereg(hypothesis))
+    # Outside code spans no raw tag is left; inside one, the span cannot be closed early by a backtick.
+    outside_code = re.sub(r"`[^`]*`", "", markdown)
+    assert "<script>" not in outside_code and markdown.count("`") % 2 == 0
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
+    [row] = [line for line in markdown.splitlines() if line.startswith("|") and "3/3" in line]
+    assert len(re.split(r"(?<!\\)\|", row)) == 12  # the comparison's | and ` did not add a cell
+
+    rows = list(csv.DictReader(io.StringIO(hypotheses_csv(outcomes))))
+    assert [rows[0][key] for key in ("name", "first", "second", "levels")] == [
+        "'" + HOSTILE_NAME, HOSTILE_METHOD, "'@b", "'" + HOSTILE_LEVEL]
+    assert rows[0]["decision"] in ("separated", "not separated")
+
+
+def test_a_hypotheses_file_linked_out_of_the_results_folder_is_refused(tmp_path, capsys):
+    results, outside = tmp_path / "results", tmp_path / "outside"
+    results.mkdir()
+    outside.mkdir()
+    _write(results)
+    (outside / "secret.yaml").write_text("hypotheses: [{name: H1, first: a, second: b, levels: [one]}]\n")
+    (results / "hypotheses.yaml").symlink_to(outside / "secret.yaml")
+    assert main(["leaderboard", str(results), "--formats", "md", "--reported", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "hypotheses.yaml" in err and "symbolic link" in err and len(err.strip().splitlines()) == 1
+    assert not (results / "leaderboard" / "hypotheses.md").exists()
+
+    # A link that stays in its folder reads as the file it names.
+    (results / "hypotheses.yaml").unlink()
+    (results / "prereg.yaml").write_text("hypotheses: [{name: H1, first: a, second: b, levels: [one]}]\n")
+    (results / "hypotheses.yaml").symlink_to("prereg.yaml")
+    assert main(["leaderboard", str(results), "--formats", "md", "--reported", "none"]) == 0
+    assert (results / "leaderboard" / "hypotheses.md").is_file()
+
+
+@pytest.mark.parametrize("flag", ["--hypotheses", "--reported", "a FIFO named hypotheses.yaml"])
+def test_an_input_that_is_not_a_regular_file_is_a_one_line_refusal(tmp_path, capsys, flag):
+    import os
+
+    _write(tmp_path)
+    if flag.startswith("--"):
+        path, argv = "/dev/zero", [flag, "/dev/zero"]
+    else:  # never passed over as if absent: opening it for reading would wait for a writer
+        path, argv = str(tmp_path / "hypotheses.yaml"), []
+        os.mkfifo(path)
+    assert main(["leaderboard", str(tmp_path), "--formats", "md", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ptgpo leaderboard: {path}: not a regular file (a ") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "leaderboard" / "leaderboard.md").exists()
+
+
+@pytest.mark.parametrize("name", ["hypotheses.yaml", "reported.yaml"])
+def test_an_input_file_beyond_the_size_limit_is_refused_unread(tmp_path, monkeypatch, name):
+    from leaderboard import records
+    from leaderboard.hypotheses import load_hypotheses as load
+    from leaderboard.reported import ReportedFileError, load_reported
+
+    monkeypatch.setattr(records, "MAX_INPUT_BYTES", 1000)
+    path = tmp_path / name
+    path.write_text("# padding\n" * 200)
+    error = HypothesisError if name == "hypotheses.yaml" else ReportedFileError
+    with pytest.raises(error, match="larger than 1,000 bytes"):
+        (load if name == "hypotheses.yaml" else load_reported)(path)

@@ -141,7 +141,8 @@ def _preregistration(args: argparse.Namespace):
     if args.hypotheses is not None:
         return None if args.hypotheses.lower() == "none" else load_hypotheses(args.hypotheses)
     default = args.results_dirs[0] / HYPOTHESES_FILE
-    return load_hypotheses(default) if default.is_file() else None
+    # Whatever stands under the name is read, or refused by name: a link or a FIFO is not passed over.
+    return load_hypotheses(default) if os.path.lexists(default) else None
 
 
 def write_hypotheses(outcomes, preregistration, out_dir: Path, formats: list[str]) -> list[Path]:
