@@ -89,6 +89,8 @@ __all__ = [
 EVAL_SEED_BASE = 1_000_000
 #: The largest run seed (numpy's and torch's seeding accept 32-bit seeds everywhere the run uses one).
 MAX_SEED = 2**32 - 1
+#: The end of the training seed range: seeds are drawn with numpy's 64-bit integers.
+_TRAIN_SEED_STOP = 2**63 - 1
 #: Episodes of one iteration (group_size x tasks_per_iteration), of one evaluation, and steps of one
 #: episode: far beyond any recipe (128 episodes, 50 steps), and refused before a model is built, since
 #: the buffers they size would otherwise be allocated after it (terabytes for a mistyped 1e12).
@@ -173,8 +175,9 @@ class EnvConfig:
             seeds = tuple(seeds)
         if (not isinstance(seeds, tuple) or len(seeds) != 2
                 or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
-                or not 0 <= seeds[0] < seeds[1]):
-            raise ValueError(f"{label('env.train_seeds')}: give [start, stop) with 0 <= start < stop, got {seeds!r}")
+                or not 0 <= seeds[0] < seeds[1] <= _TRAIN_SEED_STOP):
+            raise ValueError(f"{label('env.train_seeds')}: give [start, stop) with 0 <= start < stop <= 2**63 - 1 "
+                             f"(seeds are drawn as 64-bit integers), got {seeds!r}")
         object.__setattr__(self, "train_seeds", seeds)
         if self.held_out is not None:
             check_number(label("env.held_out"), self.held_out, 0.0, 1.0, exclusive_low=True)

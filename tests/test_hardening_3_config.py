@@ -199,7 +199,8 @@ def test_bench_refuses_a_huge_eval_seed_count_in_any_spelling_with_a_message(tmp
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"rollout": "patr", "patr": {"max_leaves": 10**12}}, "rollouts.patr.max_leaves: 1000000000000 x tasks_per_iteration 8"),
+    ({"rollout": "patr", "patr": {"max_leaves": 10**12}},
+     "rollouts.patr.max_leaves: 1000000000000 x tasks_per_iteration 8"),
     ({"rollout": "patr", "patr": {"max_leaves": 2**18}}, "rollouts.patr.max_leaves: 262144 x tasks_per_iteration 8"),
     ({"algo": "3spo", "spo3": {"g_max": 10**12}}, "rollouts.spo3.g_max: 1000000000000 x tasks_per_iteration 8"),
     ({"algo": "3spo", "spo3": {"trajectories": 10**12}}, "rollouts.spo3.trajectories: 1000000000000 x"),
@@ -216,3 +217,12 @@ def test_the_bounds_leave_every_usual_setting_alone():
     TrainConfig.from_dict({"mode": "generate", "max_new_tokens": MAX_NEW_TOKENS})
     # A large PATR tree with few tasks, or many tasks with the default tree, is fine.
     TrainConfig.from_dict({"rollout": "patr", "patr": {"max_leaves": 1024}, "tasks_per_iteration": 1024})
+
+
+def test_a_training_seed_range_beyond_64_bits_is_refused_before_any_model_is_built():
+    # The trainer draws seeds with numpy's 64-bit integers: a stop past them failed after the model was built.
+    with pytest.raises(ValueError, match=re.escape("env.train_seeds (train_seeds): give [start, stop) with 0 <= start "
+                                                   "< stop <= 2**63 - 1")):
+        TrainConfig.from_dict({"train_seeds": [0, 10**30]})
+    widest = TrainConfig.from_dict({"train_seeds": [0, 2**63 - 1], "eval_seeds": [2**63]})
+    assert widest.env.train_seeds == (0, 2**63 - 1)
