@@ -18,7 +18,9 @@ one style (:mod:`ptgpo_algos.validation`)::
 (``learning_rate: 1e-3``); they are read too (:data:`FLAT_KEYS`), so every saved config loads. A
 field's flat name is its own name unless its metadata names an older one (``flat="learning_rate"``);
 fields newer than flat files have none. Messages name a field by its path and flat name
-(:func:`label`). An older config's ``hindsight`` section is read as the ``hindsight`` objective
+(:func:`label`). One source of settings (a file, a command line) sets a field once, in one spelling
+(:func:`check_spellings`); a later source overrides an earlier one in any (:func:`merge_overrides`).
+An older config's ``hindsight`` section is read as the ``hindsight`` objective
 (``algorithm.objectives``), with the same keys.
 Defaults that depend on other fields are resolved once, when the config is built: the tiny model
 trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL, evaluated sampled at 0.4; a
@@ -47,7 +49,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import yaml
 
@@ -79,19 +81,24 @@ from ptgpo_envs import check_env_id
 __all__ = [
     "EVAL_SEED_BASE", "FLAT_KEYS", "MAX_SEED", "RESUMABLE_FIELDS", "SECTIONS", "AlgorithmConfig", "CliField",
     "EnvConfig", "EnvWorkersConfig", "EvaluationConfig", "OptimConfig", "PolicyConfig",
-    "RolloutsConfig", "RunConfig", "TrainConfig", "cli_fields", "default_evaluation_temperature", "flat_name",
-    "key_paths", "label", "merge_overrides",
+    "RolloutsConfig", "RunConfig", "TrainConfig", "check_spellings", "cli_fields", "default_evaluation_temperature",
+    "flat_name", "key_paths", "label", "merge_overrides",
 ]
 
 #: Evaluation seeds start here by default; training seeds are drawn below it, so they never overlap.
 EVAL_SEED_BASE = 1_000_000
 #: The largest run seed (numpy's and torch's seeding accept 32-bit seeds everywhere the run uses one).
 MAX_SEED = 2**32 - 1
+#: The end of the training seed range: seeds are drawn with numpy's 64-bit integers.
+_TRAIN_SEED_STOP = 2**63 - 1
 #: Episodes of one iteration (group_size x tasks_per_iteration), of one evaluation, and steps of one
 #: episode: far beyond any recipe (128 episodes, 50 steps), and refused before a model is built, since
 #: the buffers they size would otherwise be allocated after it (terabytes for a mistyped 1e12).
 MAX_EPISODES_PER_ITERATION = 2**20
 MAX_STEPS = 1_000_000
+#: Tokens of one generated response: beyond every model's context window; a mistyped 1e12 would have a
+#: model that never writes its end token generate for ever.
+MAX_NEW_TOKENS = 2**24
 #: The fields a resumed run may change: they say when to stop (and where the folder is, what it keeps),
 #: not what the run does. A resume with any other field changed is refused (:mod:`ptgpo_algos.run_folder`).
 RESUMABLE_FIELDS = frozenset({"run.iterations", "run.total_decisions", "run.time_limit_s", "run.resume",
@@ -118,6 +125,17 @@ def _rollout_strategy(estimator: str, given: str | None) -> str:
         raise ValueError(f"{label('rollouts.strategy')}: the {estimator} estimator credits what only the {own} "
                          f"strategy records, not {strategy}; set it to {own}")
     return strategy
+
+
+def _check_slots(strategy: str, rollouts: RolloutsConfig) -> None:
+    """PATR's and 3SPO's groups size their environments per task by their own settings, not by
+    ``group_size``: the same bound on an iteration's episodes, checked before anything is built."""
+    per_task = {"patr": [("patr.max_leaves", rollouts.patr.max_leaves)],
+                "3spo": [("spo3.g_max", rollouts.spo3.g_max), ("spo3.trajectories", rollouts.spo3.trajectories)]}
+    for name, count in per_task.get(strategy, []):
+        if count * rollouts.tasks_per_iteration > MAX_EPISODES_PER_ITERATION:
+            raise ValueError(f"rollouts.{name}: {count} x tasks_per_iteration {rollouts.tasks_per_iteration} is more "
+                             f"than {MAX_EPISODES_PER_ITERATION} episodes an iteration; lower one of them")
 
 
 def default_evaluation_temperature(tiny: bool) -> float:
@@ -157,8 +175,9 @@ class EnvConfig:
             seeds = tuple(seeds)
         if (not isinstance(seeds, tuple) or len(seeds) != 2
                 or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
-                or not 0 <= seeds[0] < seeds[1]):
-            raise ValueError(f"{label('env.train_seeds')}: give [start, stop) with 0 <= start < stop, got {seeds!r}")
+                or not 0 <= seeds[0] < seeds[1] <= _TRAIN_SEED_STOP):
+            raise ValueError(f"{label('env.train_seeds')}: give [start, stop) with 0 <= start < stop <= 2**63 - 1 "
+                             f"(seeds are drawn as 64-bit integers), got {seeds!r}")
         object.__setattr__(self, "train_seeds", seeds)
         if self.held_out is not None:
             check_number(label("env.held_out"), self.held_out, 0.0, 1.0, exclusive_low=True)
@@ -274,7 +293,7 @@ class PolicyConfig:
         check_number(label("policy.temperature"), self.temperature, 0.0, exclusive_low=True)
         check_int(label("policy.history_length"), self.history_length, 0)
         check_int(label("policy.max_prompt_tokens"), self.max_prompt_tokens, 1)
-        check_int(label("policy.max_new_tokens"), self.max_new_tokens, 1)
+        check_int(label("policy.max_new_tokens"), self.max_new_tokens, 1, MAX_NEW_TOKENS)
         if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             raise ValueError(f"{label('policy.device')}: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype == "float16":
@@ -608,6 +627,7 @@ class TrainConfig:
         tiny = self.policy.is_tiny
         strategy = _rollout_strategy(self.algorithm.name, self.rollouts.strategy)
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
+        _check_slots(strategy, self.rollouts)
         patr = self.rollouts.patr.resolved(self.env.id) if strategy == "patr" else self.rollouts.patr
         object.__setattr__(self, "rollouts", dataclasses.replace(self.rollouts, strategy=strategy,
                                                                  initial_rollouts=initial, patr=patr))
@@ -686,6 +706,7 @@ class TrainConfig:
         if not isinstance(data, dict):
             raise ValueError(f"{path}: the YAML must be a mapping of config keys to values")
         try:
+            check_spellings((key, value, None) for key, value in data.items())
             return cls.from_dict(merge_overrides(data, overrides or {}))
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
@@ -739,6 +760,50 @@ def key_paths(key: str, value: Any) -> list[tuple[str, Any]]:
     return []
 
 
+def check_spellings(entries: Iterable[tuple[str, Any, str | None]]) -> None:
+    """Refuse a field set twice within one source of settings (a config file, one command line, a
+    benchmark's policy section): under two spellings (``seed`` and ``run: {seed: ...}``, ``learning_rate``
+    and ``optim.lr``), or whole and by a key below it (``env_kwargs`` and ``env.kwargs.difficulty``).
+    Which one would win depends on the order keys are read, so neither is taken. Sources layered on each
+    other (a flag over the config file) are :func:`merge_overrides`'s, where the later one wins.
+
+    ``entries`` are ``(key, value, place)``: a key in any spelling :func:`key_paths` reads, its value, and
+    how a message names where it was given (``--seed``; None: by its spelling in a file).
+    """
+    places: dict[str, str] = {}
+    for key, value, place in entries:
+        for path, item in key_paths(key, value):
+            if "." not in path and item is not None:
+                continue  # a section mentioned: its fields are paths of their own
+            where = _place(key, path, place)
+            if path in places:
+                _refuse_twice(places[path], where, path)
+            places[path] = where
+    for path, where in places.items():
+        parts = path.split(".")
+        for end in range(1, len(parts)):
+            above = ".".join(parts[:end])
+            if above in places:
+                _refuse_twice(places[above], where, above)
+
+
+def _place(key: str, path: str, place: str | None) -> str:
+    """Where ``key`` (setting ``path``) was given, as a message names it."""
+    section = key in SECTIONS or key == LEGACY_HINDSIGHT
+    if place is not None:
+        return f"{place} ({path})" if section and path != key else place
+    if section and path != key:
+        return f"{path} (in the {key} section)"
+    return f"{key} (a dotted key)" if "." in key else f"{key} (top level)"
+
+
+def _refuse_twice(first: str, second: str, path: str) -> None:
+    if first == second:
+        raise ValueError(f"{first} is given twice; keep one")
+    name = label(path) if path in _FIELDS else path
+    raise ValueError(f"{first} and {second} both set {name}; keep one")
+
+
 def _read_legacy_hindsight(values: dict[str, dict[str, Any]]) -> None:
     """An older config's ``hindsight`` section becomes the ``hindsight`` objective, its keys unchanged,
     after the objectives the config lists."""
@@ -755,8 +820,8 @@ def _apply_recipe(values: dict[str, dict[str, Any]]) -> None:
     """Set what the config's recipe sets (:mod:`ptgpo_algos.policy.recipes`) wherever ``values``, the
     settings given, say nothing: given settings win, down to one key of a mapping field."""
     name = values.get("policy", {}).get("recipe")
-    if name is None:
-        return
+    if not isinstance(name, str):
+        return  # none, or not a name, which policy.recipe's check refuses
     try:
         recipe = load_recipe(name)
     except ValueError as error:

@@ -58,9 +58,11 @@ def check_choice(where: str, value: Any, choices: Iterable[Any]) -> Any:
 
 
 def check_registered(where: str, value: Any, registry: Any) -> Any:
-    """The registered spelling of ``value`` (case aside: ``GiGPO`` is ``gigpo``) if it names an entry of
-    ``registry`` (:class:`ptgpo_envs.plugins.Registry`), queried now; otherwise a ValueError that names
-    ``where``, the closest name and every name."""
+    """The registered spelling of ``value`` (case aside: ``GiGPO`` is ``gigpo``) if it is a string that names
+    an entry of ``registry`` (:class:`ptgpo_envs.plugins.Registry`), queried now; otherwise a ValueError that
+    names ``where``, the closest name and every name."""
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expected a name (a string), got {value!r}")
     name = registry.resolve(value)
     if name not in registry:
         raise ValueError(f"{where}: {registry.unknown(value)}")

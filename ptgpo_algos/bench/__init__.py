@@ -39,7 +39,9 @@ Config schema (YAML; unknown keys are errors)::
         held_out: 0.25           # optional: the share of start layouts kept for evaluation: the eval
                                  # seeds are the first `count` from `start` whose layout falls there
                                  # (of a list: those that do), and training redraws seeds that do
-    methods:                     # RL cells: TrainConfig = policy + these (+ env, seed, budget)
+    methods:                     # RL cells: TrainConfig = policy + these (+ env, seed, budget); policy,
+                                 # a method's train and quick's policy each set a field once, in one
+                                 # spelling (ptgpo_algos.config.check_spellings)
       - name: gigpo              # method name in records (defaults to algo)
         algo: gigpo              # estimator name
         algo_config: {}          # estimator keyword arguments
@@ -56,7 +58,7 @@ Config schema (YAML; unknown keys are errors)::
     quick:                       # optional: overrides applied by `ptgpo bench --quick`
       budget: 300                # any of: name, budget (replaces every environment's), iterations
       seeds: [0]                 # (likewise; a quick budget without it ends the RL cells too), seeds,
-                                 # workers, policy (merged key by key), max_eval_episodes (caps every
+                                 # workers, policy (merged field by field), max_eval_episodes (caps every
                                  # environment's eval seeds)
       max_eval_episodes: 10
 

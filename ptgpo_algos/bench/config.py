@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from leaderboard.records import cell_name
-from ptgpo_algos.config import MAX_SEED, key_paths
+from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION, MAX_SEED, check_spellings, key_paths, merge_overrides
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (check_choice, check_int, check_list, check_mapping, check_number, check_string,
                                     unknown_keys)
@@ -145,8 +145,8 @@ class BenchConfig:
             max_eval = quick_section.pop("max_eval_episodes", None)
             if max_eval is not None:
                 max_eval = check_int("quick.max_eval_episodes", max_eval, 1)
-            policy_overrides = check_mapping("quick.policy", quick_section.pop("policy", {}) or {})
-            data["policy"] = {**check_mapping("policy", data.get("policy", {}) or {}), **policy_overrides}
+            policy_overrides = _train_fields(quick_section.pop("policy", {}) or {}, "quick.policy")
+            data["policy"] = _quick_policy(_train_fields(data.get("policy", {}) or {}, "policy"), policy_overrides)
             data.update(quick_section)
             data["name"] = quick_section.get("name", f"{data.get('name', 'bench')}-quick")
 
@@ -157,8 +157,7 @@ class BenchConfig:
         if workers is not None:
             workers = check_int("workers", workers, 1)
         resources = {**DEFAULT_RESOURCES, **_resources(data.get("resources", {}), "resources")}
-        policy = check_mapping("policy", data.get("policy", {}) or {})
-        _not_per_cell(policy, "policy")
+        policy = _not_per_cell(_train_fields(data.get("policy", {}) or {}, "policy"), "policy")
 
         environments = [
             _environment(entry, f"environments[{i}]", max_eval)
@@ -243,6 +242,27 @@ def _resources(value: Any, where: str) -> dict[str, float]:
     return {key: check_number(f"{where}.{key}", amount, 0.0) for key, amount in value.items()}
 
 
+def _train_fields(value: Any, where: str) -> dict[str, Any]:
+    """Training config keys of one place of the benchmark config (the policy section, a method's train),
+    each field set once (:func:`~ptgpo_algos.config.check_spellings`)."""
+    fields = check_mapping(where, value)
+    try:
+        check_spellings((key, item, None) for key, item in fields.items())
+    except ValueError as error:
+        raise BenchError(f"{where}: {error}") from None
+    return fields
+
+
+def _quick_policy(policy: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``quick.policy`` over ``policy``. Where each key of the one replaces the same key of the other, the
+    keys as written (which results folders of quick runs hold); where they spell a field differently or
+    share a section (``optim: {lr: ...}`` over ``optim: {epochs: ...}``), merged field by field, so that
+    what ``policy`` sets and ``quick.policy`` does not is kept."""
+    written = {**policy, **overrides}
+    layered = merge_overrides(policy, overrides)
+    return written if merge_overrides({}, written) == layered else layered
+
+
 def _not_per_cell(train_fields: dict[str, Any], where: str) -> dict[str, Any]:
     for key, value in train_fields.items():
         try:
@@ -292,20 +312,26 @@ def _distinct_files(labels: list[str], methods: list[str]) -> None:
                 )
 
 
-def _seed_range(value: Any, where: str) -> tuple[int, int]:
-    """``{start: 0, count: 100}`` -> ``(0, 100)``."""
+def _seed_range(value: Any, where: str, most: int | None = None) -> tuple[int, int]:
+    """``{start: 0, count: 100}`` -> ``(0, 100)``, at most ``most`` seeds."""
     if not isinstance(value, dict):
         raise BenchError(f"{where}: expected a range {{start: S, count: N}}, got {value!r}")
     unknown_keys(where, value, ("start", "count"))
     start = check_int(f"{where}.start", value.get("start", 0), 0)
-    count = check_int(f"{where}.count", value.get("count"), 1)
+    count = check_int(f"{where}.count", value.get("count"), 1, most)
     return start, start + count
 
 
+def _eval_range(value: Any, where: str) -> tuple[int, int]:
+    """An ``eval_seeds`` range: each of its seeds is an episode played, so the count is bounded as a training
+    config's count of evaluation seeds is."""
+    return _seed_range(value, where, MAX_EPISODES_PER_ITERATION)
+
+
 def _seed_set(value: Any, where: str) -> list[int]:
-    """``[3, 5, 8]`` or ``{start: 0, count: 100}``."""
+    """``[3, 5, 8]`` or ``{start: 0, count: 100}`` of evaluation seeds."""
     if isinstance(value, dict):
-        return list(range(*_seed_range(value, where)))
+        return list(range(*_eval_range(value, where)))
     return _int_list(value, where)
 
 
@@ -379,7 +405,7 @@ def _held_out_seeds(entry: dict[str, Any], share: float, where: str, max_eval: i
 
         if not isinstance(seeds, dict):
             return [seed for seed in _int_list(seeds, f"{where}.eval_seeds") if kept(seed)][:max_eval]
-        start, stop = _seed_range(seeds, f"{where}.eval_seeds")
+        start, stop = _eval_range(seeds, f"{where}.eval_seeds")
         count = stop - start if max_eval is None else min(stop - start, max_eval)
         found, seed = [], start
         # A share of p needs about count / p seeds; far more means the share holds almost no layout.
@@ -400,7 +426,7 @@ def _method(entry: Any, where: str) -> MethodEntry:
     unknown_keys(where, entry, ("name", "algo", "algo_config", "rollout", "train", "resources", "objectives", "seeds"))
     algo = check_string(f"{where}.algo", entry.get("algo"))
     rollout = check_choice(f"{where}.rollout", entry.get("rollout", "linear"), tuple(ROLLOUT_STRATEGIES))
-    train = _not_per_cell(dict(check_mapping(f"{where}.train", entry.get("train", {}) or {})), f"{where}.train")
+    train = _not_per_cell(_train_fields(entry.get("train", {}) or {}, f"{where}.train"), f"{where}.train")
     if "objectives" in entry:
         train = _with_objectives(train, entry["objectives"], where)
     return MethodEntry(

@@ -67,19 +67,22 @@ class _Plan:
 
 
 def _check_flags(args: argparse.Namespace) -> None:
-    from ptgpo_algos.config import MAX_SEED
+    from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION as MAX_EPISODES, MAX_SEED, MAX_STEPS
 
     if not Path(args.target).is_dir():
         raise ValueError(f"{args.target!r} is not a folder: pass a training run folder or a saved model folder")
     checks = [
-        (args.episodes is None or args.episodes >= 1, f"--episodes must be at least 1, got {args.episodes}"),
+        (args.episodes is None or 1 <= args.episodes <= MAX_EPISODES,
+         f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}"),
         (args.temperature is None or (math.isfinite(args.temperature) and args.temperature >= 0),
          f"--temperature must be a number >= 0 (0 = greedy), got {args.temperature}"),
         (args.first_seed is None or args.first_seed >= 0,
          f"--first-seed must be >= 0 (environment seeds are non-negative), got {args.first_seed}"),
         (args.seed is None or 0 <= args.seed <= MAX_SEED, f"--seed must be in [0, {MAX_SEED}], got {args.seed}"),
-        (args.max_steps is None or args.max_steps >= 1, f"--max-steps must be at least 1, got {args.max_steps}"),
-        (args.batch_size is None or args.batch_size >= 1, f"--batch-size must be at least 1, got {args.batch_size}"),
+        (args.max_steps is None or 1 <= args.max_steps <= MAX_STEPS,
+         f"--max-steps must be in [1, {MAX_STEPS}], got {args.max_steps}"),
+        (args.batch_size is None or 1 <= args.batch_size <= MAX_EPISODES,
+         f"--batch-size must be in [1, {MAX_EPISODES}], got {args.batch_size}"),
         (args.history_length is None or args.history_length >= 0,
          f"--history-length must be >= 0, got {args.history_length}"),
     ]

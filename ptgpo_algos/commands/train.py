@@ -43,33 +43,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "model sharded with FSDP2 (optim.fsdp); under torchrun leave it out")
 
 
-def parse_set(items: list[str]) -> dict:
-    """``--set KEY=VALUE`` items as config overrides, each VALUE parsed as YAML."""
+def _set_items(items: list[str]) -> list[tuple[str, object]]:
+    """``--set KEY=VALUE`` items as ``(KEY, VALUE)``, each VALUE parsed as YAML."""
     import yaml
 
     from ptgpo_algos.yaml_safe import load_yaml
 
-    overrides = {}
+    pairs = []
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         try:
-            overrides[key.strip()] = load_yaml(value, name="--set")
+            pairs.append((key.strip(), load_yaml(value, name="--set")))
         except yaml.YAMLError as error:
             raise ValueError(f"--set {item!r}: the value is not valid YAML ({' '.join(str(error).split())})") from None
-    return overrides
+    return pairs
+
+
+def parse_set(items: list[str]) -> dict:
+    """``--set KEY=VALUE`` items as config overrides, each VALUE parsed as YAML; a field set twice among
+    them (``seed=1`` and ``run.seed=2``) is refused (:func:`~ptgpo_algos.config.check_spellings`)."""
+    from ptgpo_algos.config import check_spellings
+
+    pairs = _set_items(items)
+    check_spellings((key, value, f"--set {key}") for key, value in pairs)
+    return dict(pairs)
 
 
 def build_config(args: argparse.Namespace):
-    """The :class:`~ptgpo_algos.config.TrainConfig` the parsed arguments describe (the config file, then
-    flags and ``--set``)."""
-    from ptgpo_algos.config import TrainConfig, merge_overrides
+    """The :class:`~ptgpo_algos.config.TrainConfig` the parsed arguments describe: the config file, with
+    the command line on top. The command line is one source: a field set by a flag and by ``--set`` (or
+    twice by ``--set``) is refused, as in a file."""
+    from ptgpo_algos.config import TrainConfig, check_spellings, cli_fields
 
+    flag_of = {spec.path: spec.flag for spec in cli_fields()}
     flags = {name[4:]: value for name, value in vars(args).items() if name.startswith("cfg:") and value is not None}
-    overrides = merge_overrides(flags, parse_set(args.set))
+    entries = [(path, value, f"--{flag_of[path]}") for path, value in flags.items()]
     if args.difficulty is not None:
-        overrides["env.kwargs.difficulty"] = args.difficulty
+        entries.append(("env.kwargs.difficulty", args.difficulty, "--difficulty"))
+    entries += [(key, value, f"--set {key}") for key, value in _set_items(args.set)]
+    check_spellings(entries)
+    overrides = {key: value for key, value, _ in entries}
     if args.config:
         return TrainConfig.from_yaml(args.config, overrides)
     return TrainConfig.from_dict(overrides)
