@@ -3,7 +3,7 @@ PNG per environment and unit.
 
 Each run's curve is a JSONL file (``ResultRecord.curve_path``) with rows holding at least
 ``{"decisions": int, "success": float}`` (success as a fraction); the trainer's rows also hold
-``tokens`` (generated). The other units of cost (:data:`ptgpo_algos.cost.COST_UNITS`: episodes,
+``tokens`` (generated). The other units of cost (:data:`COST_UNITS`: episodes,
 trained tokens, optimizer updates, training CPU seconds, GPU seconds...) are in the trainer's
 ``cost.jsonl`` beside the curve, whose evaluated rows (those with ``success``) are the same
 evaluations with every cost (:func:`read_cost_curve`). Seeds evaluate at different points, so each
@@ -38,10 +38,10 @@ import numpy as np
 from leaderboard.aggregate import Leaderboard
 from leaderboard.plots import legend_beside, line_figure_size, new_figure, save_png
 from leaderboard.records import RecordProblem, finite_number, not_a_file, slug
-from ptgpo_algos.cost import COST_UNITS
 
 __all__ = [
     "AXES",
+    "COST_UNITS",
     "GRID_POINTS",
     "Curve",
     "MeanCurve",
@@ -54,6 +54,18 @@ __all__ = [
 ]
 
 GRID_POINTS = 101
+#: Every unit of cost a trainer run records (``ptgpo_algos.cost.COST_UNITS``: the names ``cost.jsonl``
+#: spells) -> how it reads on an axis.
+COST_UNITS = {
+    "decisions": "policy decisions",
+    "episodes": "training episodes",
+    "tokens": "generated tokens",
+    "trained_tokens": "trained tokens",
+    "unique_tokens": "unique trained tokens",
+    "optimizer_updates": "optimizer updates",
+    "train_cpu_s": "training CPU seconds",
+    "gpu_s": "GPU seconds",
+}
 #: The curves' x axes: the unit (a row key), its label, and the plot file's suffix.
 AXES = {unit: (text, "" if unit == "decisions" else f"-{unit}") for unit, text in COST_UNITS.items()}
 #: The units a curve file's own rows hold; the others are read from ``cost.jsonl`` beside it.

@@ -18,7 +18,7 @@ hypotheses:
 
 The metric is success in %, one number per (method, level, seed). With ``cost: decisions`` (the
 default) it is final success (``final_success`` x 100): the runs' budget is matched in decisions. With
-any other unit of :data:`ptgpo_algos.cost.COST_UNITS` it is each run's curve read at the level's common
+any other unit of :data:`leaderboard.curves.COST_UNITS` it is each run's curve read at the level's common
 cost in that unit, the smallest final spend among both methods' runs on the level
 (:func:`leaderboard.matched.success_at`: linear interpolation between the evaluations around it); a run
 without a curve in that unit is refused with its file named.
@@ -45,11 +45,10 @@ from typing import Any
 
 import yaml
 
-from leaderboard.curves import curve_file, read_cost_curve
+from leaderboard.curves import COST_UNITS, curve_file, read_cost_curve
 from leaderboard.inference import Welch, holm, welch
 from leaderboard.matched import common_cost, success_at
 from leaderboard.records import ResultRecord
-from ptgpo_algos.cost import COST_UNITS
 from ptgpo_algos.yaml_safe import load_yaml
 
 __all__ = [
@@ -83,7 +82,7 @@ class Hypothesis:
     second: str
     levels: tuple[str, ...]
     question: str = ""
-    #: The unit the comparison is matched in (:data:`ptgpo_algos.cost.COST_UNITS`).
+    #: The unit the comparison is matched in (:data:`leaderboard.curves.COST_UNITS`).
     cost: str = "decisions"
 
 

@@ -2,7 +2,7 @@
 
 A budget matched in decisions leaves the other costs unmatched: a method that trains on more tokens
 per decision, or spends more CPU per iteration, gets more of them. Here the comparison is made in
-each unit of :data:`ptgpo_algos.cost.COST_UNITS` instead:
+each unit of :data:`leaderboard.curves.COST_UNITS` instead:
 
 * The **common cost** of an environment in a unit is the smallest final spend among the compared runs
   (every seed of every method with a curve in that unit): the last point of each run's curve, its final

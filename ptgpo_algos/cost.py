@@ -36,18 +36,11 @@ from ptgpo_algos.validation import check_choice, check_mapping, check_number, se
 
 __all__ = ["BUDGET_UNITS", "COST_UNITS", "Budget", "Cost", "standard_error"]
 
-#: Every unit a run's cost is counted in -> how it reads on an axis. ``decisions`` and ``tokens``
-#: (generated) are the curve rows' own keys; the rest are :class:`Cost`'s fields.
-COST_UNITS: dict[str, str] = {
-    "decisions": "policy decisions",
-    "episodes": "training episodes",
-    "tokens": "generated tokens",
-    "trained_tokens": "trained tokens",
-    "unique_tokens": "unique trained tokens",
-    "optimizer_updates": "optimizer updates",
-    "train_cpu_s": "training CPU seconds",
-    "gpu_s": "GPU seconds",
-}
+#: Every unit a run's cost is counted in, as ``cost.jsonl`` names it: ``decisions`` and ``tokens``
+#: (generated) are the run's own counters, the rest :class:`Cost`'s fields (``eval_cpu_s`` is no cost
+#: of training). The leaderboard reads curves in these units (``leaderboard.curves.AXES``).
+COST_UNITS = ("decisions", "episodes", "tokens", "trained_tokens", "unique_tokens", "optimizer_updates",
+              "train_cpu_s", "gpu_s")
 #: The units ``run.budget`` takes. Decisions have their own field, ``run.total_decisions``, which also
 #: caps the rollouts inside an iteration.
 BUDGET_UNITS = ("trained_tokens", "optimizer_updates", "train_cpu_s", "gpu_s")

@@ -546,9 +546,7 @@ class Trainer:
         fraction = self.config.evaluation.every_fraction
         if fraction is None:
             return iteration % self.config.evaluation.every == 0
-        # The rounding guard keeps 0.3 of a budget on its mark when 0.3 / 0.1 is 2.9999999999999996.
-        mark = lambda progress: math.floor(progress / fraction + 1e-9)  # noqa: E731
-        return mark(self.progress_fraction()) > mark(self.progress_before)
+        return _marks_passed(self.progress_fraction(), fraction) > _marks_passed(self.progress_before, fraction)
 
     def log_cost(self) -> None:
         """Append the run's cost so far to ``cost.jsonl``, with the evaluation of this iteration if it had one."""
@@ -695,6 +693,12 @@ def _objective_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
     if "hindsight_buffer" in checkpoint:
         state.setdefault("hindsight", checkpoint["hindsight_buffer"])
     return state
+
+
+def _marks_passed(progress: float, fraction: float) -> int:
+    """How many multiples of ``fraction`` the run's ``progress`` has reached."""
+    # The guard keeps 0.3 of a budget on its mark when 0.3 / 0.1 is 2.9999999999999996.
+    return math.floor(progress / fraction + 1e-9)
 
 
 def permuted(advantages: list, rng: np.random.Generator) -> list:

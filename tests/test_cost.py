@@ -121,6 +121,14 @@ def test_budget_config_is_checked_before_anything_runs(tmp_path):
 
 
 # ------------------------------------------------------------------------------- reading at matched cost
+def test_the_leaderboard_reads_the_units_the_trainer_writes():
+    from leaderboard.curves import COST_UNITS as READ
+    from ptgpo_algos.cost import COST_UNITS as WRITTEN, Cost
+
+    assert list(READ) == list(WRITTEN)
+    assert set(WRITTEN) - {"decisions", "tokens"} < set(Cost().state_dict())
+
+
 def _curve(*points) -> Curve:
     return Curve(np.array([p[0] for p in points], dtype=float), np.array([p[1] for p in points], dtype=float))
 

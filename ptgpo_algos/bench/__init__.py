@@ -74,7 +74,8 @@ Records also carry the ``protocol`` the cell ran under (the policy section's rec
 evaluation environment reported of its pages and scoring), their ``provenance`` (commit, library
 versions, processor, threads, the full resolved config), the compute spent (training episodes,
 trained tokens, optimizer updates; the cell's CPU seconds split into training, evaluation and model
-building, the tiny model's pretraining counted in the last only: :mod:`ptgpo_algos.cost`) and ``eval_overlap``, the share of evaluation episodes that started in a
+building, the tiny model's pretraining counted in the last only: :mod:`ptgpo_algos.cost`) and
+``eval_overlap``, the share of evaluation episodes that started in a
 layout the run trained on (``held_out`` makes it 0; a baseline that trains nothing has 0, SB3 PPO is
 not measured). Random, expert and zero-shot do not train: their
 records have ``budget: null`` and ``decisions: 0``. Every cell evaluates on the same ``eval_seeds``
