@@ -1,17 +1,20 @@
-"""Learning curves: success vs policy decisions, and vs seconds of the run, mean and standard-error
-band per method, one PNG per environment and axis.
+"""Learning curves: success against each unit of cost, mean and standard-error band per method, one
+PNG per environment and unit.
 
 Each run's curve is a JSONL file (``ResultRecord.curve_path``) with rows holding at least
 ``{"decisions": int, "success": float}`` (success as a fraction); the trainer's rows also hold
-``wall_time_s``, the run's seconds at that evaluation. Seeds evaluate at different points, so each
+``tokens`` (generated). The other units of cost (:data:`COST_UNITS`: episodes,
+trained tokens, optimizer updates, training CPU seconds, GPU seconds...) are in the trainer's
+``cost.jsonl`` beside the curve, whose evaluated rows (those with ``success``) are the same
+evaluations with every cost (:func:`read_cost_curve`). Seeds evaluate at different points, so each
 method's curves are linearly interpolated onto a common grid spanning what every seed covers (from
 the latest first point to the earliest last point: no extrapolation) before the mean and SE are taken.
 
-Why seconds. A matched decision budget does not match compute: a tree plays more, shorter episodes and
-trains on more tokens. ``curves-<env>-seconds.png`` compares methods at equal time instead; a
-benchmark cell runs in one thread of its own process, so its seconds are its CPU seconds on an idle
-core (on a loaded machine they overstate them, for every method alike). Curves without
-``wall_time_s`` (older runs, baselines) are left out of that plot, without a problem reported.
+Why other units. A matched decision budget does not match compute: a tree plays more, shorter
+episodes and trains on more tokens. ``curves-<env>-<unit>.png`` compares methods at equal cost in
+that unit instead; ``train_cpu_s`` is the process CPU of rollouts and updates, evaluation excluded,
+so a loaded machine does not inflate it as it does wall time. Runs without the unit (older runs,
+baselines) are left out of that plot, without a problem reported.
 
 Files are not trusted. A ``curve_path`` must be relative and lead, symbolic links followed, to a
 place inside the record's own results folder (:func:`curve_file`); otherwise the record is listed as
@@ -38,18 +41,37 @@ from leaderboard.records import InputFileError, RecordProblem, finite_number, re
 
 __all__ = [
     "AXES",
+    "COST_UNITS",
     "GRID_POINTS",
     "Curve",
     "MeanCurve",
     "curve_file",
     "mean_curve",
+    "method_curves",
     "plot_learning_curves",
+    "read_cost_curve",
     "read_curve",
 ]
 
 GRID_POINTS = 101
-#: The curves' x axes: the row key, its label, and the plot file's suffix.
-AXES = {"decisions": ("policy decisions", ""), "wall_time_s": ("seconds of the run", "-seconds")}
+#: Every unit of cost a trainer run records (``ptgpo_algos.cost.COST_UNITS``: the names ``cost.jsonl``
+#: spells) -> how it reads on an axis.
+COST_UNITS = {
+    "decisions": "policy decisions",
+    "episodes": "training episodes",
+    "tokens": "generated tokens",
+    "trained_tokens": "trained tokens",
+    "unique_tokens": "unique trained tokens",
+    "optimizer_updates": "optimizer updates",
+    "train_cpu_s": "training CPU seconds",
+    "gpu_s": "GPU seconds",
+}
+#: The curves' x axes: the unit (a row key), its label, and the plot file's suffix.
+AXES = {unit: (text, "" if unit == "decisions" else f"-{unit}") for unit, text in COST_UNITS.items()}
+#: The units a curve file's own rows hold; the others are read from ``cost.jsonl`` beside it.
+CURVE_UNITS = ("decisions", "tokens")
+#: The trainer's cost log, beside its ``curve.jsonl`` (:mod:`ptgpo_algos.cost`).
+COST_FILE = "cost.jsonl"
 
 
 @dataclass(frozen=True)
@@ -71,9 +93,10 @@ class MeanCurve:
     n: int
 
 
-def _point(line: bytes, axis: str) -> tuple[float, float]:
-    """``(x, success)`` from one JSONL line, ``x`` its ``axis`` key; raises ``ValueError`` saying what
-    is wrong."""
+def _point(line: bytes, axis: str, evaluated_only: bool = False) -> tuple[float, float] | None:
+    """``(x, success)`` from one JSONL line, ``x`` its ``axis`` key (None when ``evaluated_only`` and
+    the row has no ``success``, an iteration without evaluation, or a null ``axis``, a unit the run
+    does not count); raises ``ValueError`` saying what is wrong."""
     try:
         row = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError as error:
@@ -84,6 +107,8 @@ def _point(line: bytes, axis: str) -> tuple[float, float]:
         raise ValueError("JSON nested too deeply to parse") from None
     except ValueError as error:  # e.g. an integer with more digits than Python converts
         raise ValueError(f"not a readable JSON value: {error}") from None
+    if evaluated_only and isinstance(row, dict) and ("success" not in row or row.get(axis, 0) is None):
+        return None
     if not isinstance(row, dict) or axis not in row or "success" not in row:
         raise ValueError(f"row needs {axis!r} and 'success', got {_short(row)}")
     x, success = finite_number(row[axis]), finite_number(row["success"])
@@ -102,9 +127,10 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def read_curve(path: str | os.PathLike, axis: str = "decisions") -> tuple[Curve | None, list[RecordProblem]]:
+def read_curve(path: str | os.PathLike, axis: str = "decisions",
+               evaluated_only: bool = False) -> tuple[Curve | None, list[RecordProblem]]:
     """The curve in a JSONL file against ``axis`` (a key of :data:`AXES`), skipping (and reporting by
-    line) rows it cannot read.
+    line) rows it cannot read, and rows without ``success`` when ``evaluated_only``.
 
     A run killed while appending leaves a truncated last line; the rows before it still count.
     Returns ``None`` for the curve when no row is usable.
@@ -127,14 +153,33 @@ def read_curve(path: str | os.PathLike, axis: str = "decisions") -> tuple[Curve 
         if not line.strip():
             continue
         try:
-            points.append(_point(line, axis))
+            point = _point(line, axis, evaluated_only)
         except ValueError as error:
             problems.append(RecordProblem(path, "curve", str(error), number))
+            continue
+        if point is not None:
+            points.append(point)
     if not points:
         problems.append(RecordProblem(path, "curve", "no usable rows"))
         return None, problems
     points.sort(key=lambda point: point[0])
     return Curve(np.array([p[0] for p in points]), np.array([p[1] for p in points])), problems
+
+
+def read_cost_curve(curve_path: Path, unit: str) -> tuple[Curve | None, list[RecordProblem]]:
+    """A run's curve against ``unit`` (a key of :data:`AXES`): from the curve file itself for
+    :data:`CURVE_UNITS`, else from the evaluated rows of the ``cost.jsonl`` beside it. None, without a
+    problem, when the run did not record the unit (no ``cost.jsonl``: an older run or a baseline; no
+    ``gpu_s``: a CPU run)."""
+    if unit in CURVE_UNITS:
+        return read_curve(curve_path, unit)
+    cost_path = curve_path.parent / COST_FILE
+    if curve_path.name != "curve.jsonl" or not cost_path.is_file():
+        return None, []
+    curve, problems = read_curve(cost_path, unit, evaluated_only=True)
+    if curve is None and [p.message for p in problems] == ["no usable rows"]:
+        return None, []  # e.g. a CPU run's gpu_s, null on every row
+    return curve, problems
 
 
 def mean_curve(curves: Sequence[Curve], points: int = GRID_POINTS) -> MeanCurve:
@@ -184,21 +229,22 @@ def curve_file(record_path: Path, curve_path: str) -> tuple[Path | None, RecordP
     return target, None
 
 
-def _curves(board: Leaderboard, env_label: str, axis: str) -> dict[str, list[tuple[Path, Curve]]]:
+def method_curves(board: Leaderboard, env_label: str, axis: str,
+                  report: bool = True) -> dict[str, list[tuple[Path, Curve]]]:
     """Each method's readable curves of ``env_label`` against ``axis``, each beside its record's path;
-    on the decisions axis what cannot be read goes to ``board.problems`` (the seconds axis skips
-    curves without seconds)."""
+    on the decisions axis what cannot be read goes to ``board.problems`` when ``report`` (the other axes
+    skip runs that did not record their unit)."""
     by_method: dict[str, list[tuple[Path, Curve]]] = {}
     for record_path, record in board.records:
         if record.env_label != env_label or record.curve_path is None:
             continue
         path, refused = curve_file(record_path, record.curve_path)
         if path is None:
-            if axis == "decisions":
+            if axis == "decisions" and report:
                 board.problems.append(refused)
             continue
-        curve, problems = read_curve(path, axis)
-        if axis == "decisions":
+        curve, problems = read_cost_curve(path, axis)
+        if axis == "decisions" and report:
             board.problems.extend(problems)
         if curve is not None:
             by_method.setdefault(record.method, []).append((record_path, curve))
@@ -206,8 +252,8 @@ def _curves(board: Leaderboard, env_label: str, axis: str) -> dict[str, list[tup
 
 
 def plot_learning_curves(board: Leaderboard, out_dir: str | os.PathLike) -> list[Path]:
-    """Write ``curves-<env>.png`` (against policy decisions) and ``curves-<env>-seconds.png``
-    (against seconds of the run) for each environment with at least one readable curve.
+    """Write ``curves-<env>.png`` (against policy decisions) and ``curves-<env>-<unit>.png`` (against
+    each other unit of cost some run recorded) for each environment with at least one readable curve.
 
     Unreadable curves are appended to ``board.problems``. Returns the files written.
     """
@@ -216,7 +262,7 @@ def plot_learning_curves(board: Leaderboard, out_dir: str | os.PathLike) -> list
     method_order = [row.method for row in board.rows]
     for env_label in dict.fromkeys(c.env_label for c in board.columns):
         for axis, (axis_label, suffix) in AXES.items():
-            by_method = _curves(board, env_label, axis)
+            by_method = method_curves(board, env_label, axis)
             if not by_method:
                 continue
             figure = new_figure(*line_figure_size(len(by_method)))

@@ -13,9 +13,15 @@ hypotheses:
     second: gigpo
     levels: [multiroom, doorkey, keycorridor]   # environment labels; several: the mean over levels
     question: PTGPO's credit assignment against GiGPO
+    cost: trained_tokens    # optional: the unit the comparison is matched in (default decisions)
 ```
 
-The metric is final success in % (``final_success`` x 100), one number per (method, level, seed).
+The metric is success in %, one number per (method, level, seed). With ``cost: decisions`` (the
+default) it is final success (``final_success`` x 100): the runs' budget is matched in decisions. With
+any other unit of :data:`leaderboard.curves.COST_UNITS` it is each run's curve read at the level's common
+cost in that unit, the smallest final spend among both methods' runs on the level
+(:func:`leaderboard.matched.success_at`: linear interpolation between the evaluations around it); a run
+without a curve in that unit is refused with its file named.
 Over several levels the statistic is the difference of the means over levels of the per-level means,
 tested by Welch's t test with Welch-Satterthwaite degrees of freedom (``leaderboard.inference.welch``);
 seeds are independent runs, not paired. A hypothesis is *separated* when its Holm-adjusted p
@@ -39,7 +45,9 @@ from typing import Any
 
 import yaml
 
+from leaderboard.curves import COST_UNITS, curve_file, read_cost_curve
 from leaderboard.inference import Welch, holm, welch
+from leaderboard.matched import common_cost, success_at
 from leaderboard.records import InputFileError, ResultRecord, read_input
 from leaderboard.render import csv_text, markdown_code, markdown_text
 from ptgpo_algos.yaml_safe import load_yaml
@@ -58,7 +66,7 @@ __all__ = [
 
 #: The file in a results folder that ``ptgpo leaderboard`` reads the preregistered hypotheses from.
 HYPOTHESES_FILE = "hypotheses.yaml"
-_KEYS = ("name", "first", "second", "levels", "question")
+_KEYS = ("name", "first", "second", "levels", "question", "cost")
 
 
 class HypothesisError(ValueError):
@@ -75,6 +83,8 @@ class Hypothesis:
     second: str
     levels: tuple[str, ...]
     question: str = ""
+    #: The unit the comparison is matched in (:data:`leaderboard.curves.COST_UNITS`).
+    cost: str = "decisions"
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,8 @@ class Outcome:
     test: Welch
     holm_p: float | None
     decision: str
+    #: Per level, the common cost the curves were read at (empty for ``decisions``: final success).
+    held_at: tuple[float, ...] = ()
 
 
 def _text(value: Any, where: str) -> str:
@@ -122,8 +134,11 @@ def _hypothesis(raw: Any, where: str) -> Hypothesis:
     if first == second:
         raise HypothesisError(f"{where}: first and second are both {first!r}; a hypothesis compares two methods")
     question = raw.get("question", "")
+    cost = raw.get("cost", "decisions")
+    if cost not in COST_UNITS:
+        raise HypothesisError(f"{where}.cost: {cost!r} is not a unit of cost; choose one of {', '.join(COST_UNITS)}")
     return Hypothesis(_text(raw.get("name"), f"{where}.name"), first, second, levels,
-                      _text(question, f"{where}.question") if question else "")
+                      _text(question, f"{where}.question") if question else "", cost)
 
 
 def load_hypotheses(path: str | os.PathLike) -> Preregistration:
@@ -155,20 +170,51 @@ def load_hypotheses(path: str | os.PathLike) -> Preregistration:
     return Preregistration(float(alpha), hypotheses, str(path))
 
 
-def _successes(records: Iterable[tuple[Path, ResultRecord]], method: str, level: str, where: str) -> dict[int, float]:
-    """Final success in % by seed of ``method`` on ``level``; a failed record is refused."""
-    values = {}
+def _runs(records: Iterable[tuple[Path, ResultRecord]], method: str, level: str,
+          where: str) -> dict[int, tuple[Path, ResultRecord]]:
+    """The ok records of ``method`` on ``level`` by seed; a failed record is refused, and fewer than two seeds."""
+    runs = {}
     for path, record in records:
         if record.method != method or record.env_label != level:
             continue
         if record.status != "ok" or record.final_success is None:
             raise HypothesisError(f"{where}: {path} has no result ({record.status}: {record.error}); re-run the "
                                   "cell before deciding anything (a failed cell is re-run, not dropped)")
-        values[record.seed] = 100.0 * record.final_success
-    if len(values) < 2:
-        raise HypothesisError(f"{where}: {method} on {level} has {len(values)} seed(s) with a record; a test "
+        runs[record.seed] = (path, record)
+    if len(runs) < 2:
+        raise HypothesisError(f"{where}: {method} on {level} has {len(runs)} seed(s) with a record; a test "
                               "needs at least two (is the run finished?)")
-    return values
+    return runs
+
+
+def _cost_curve(path: Path, record: ResultRecord, unit: str, where: str):
+    """The run's curve against ``unit``; refused, naming the record, when it has none."""
+    target, refused = (None, None) if record.curve_path is None else curve_file(path, record.curve_path)
+    curve, problems = (None, []) if target is None else read_cost_curve(target, unit)
+    if curve is None:
+        why = refused or (problems[0] if problems else f"it recorded no {unit}")
+        raise HypothesisError(f"{where}: {path} has no learning curve in {unit} ({why}); a comparison at matched "
+                              f"{COST_UNITS[unit]} needs every run's (re-run the cell with this version)")
+    return curve
+
+
+def _level_successes(records, hypothesis: Hypothesis, level: str,
+                     where: str) -> tuple[dict[int, float], dict[int, float], float | None]:
+    """Success in % by seed of both methods on ``level``, and the common cost they were read at (None:
+    final success, for ``decisions``)."""
+    runs = [_runs(records, method, level, where) for method in (hypothesis.first, hypothesis.second)]
+    if hypothesis.cost == "decisions":
+        first, second = ({seed: 100.0 * record.final_success for seed, (_, record) in side.items()} for side in runs)
+        return first, second, None
+    curves = [{seed: _cost_curve(path, record, hypothesis.cost, where) for seed, (path, record) in side.items()}
+              for side in runs]
+    cost = common_cost([curve for side in curves for curve in side.values()])
+    try:
+        first, second = ({seed: 100.0 * success_at(curve, cost) for seed, curve in side.items()} for side in curves)
+    except ValueError as error:
+        raise HypothesisError(f"{where}: on {level}, a curve cannot be read at {cost:g} {hypothesis.cost} "
+                              f"({error}): it has no evaluation before training") from None
+    return first, second, cost
 
 
 def decide(records: Sequence[tuple[Path, ResultRecord]], preregistration: Preregistration) -> list[Outcome]:
@@ -176,18 +222,19 @@ def decide(records: Sequence[tuple[Path, ResultRecord]], preregistration: Prereg
     tests = []
     for hypothesis in preregistration.hypotheses:
         where = f"{preregistration.source}: {hypothesis.name}"
-        first = [_successes(records, hypothesis.first, level, where) for level in hypothesis.levels]
-        second = [_successes(records, hypothesis.second, level, where) for level in hypothesis.levels]
+        levels = [_level_successes(records, hypothesis, level, where) for level in hypothesis.levels]
+        first, second = [level[0] for level in levels], [level[1] for level in levels]
+        held_at = tuple(level[2] for level in levels if level[2] is not None)
         test = welch([list(v.values()) for v in first], [list(v.values()) for v in second])
         seeds = tuple((len(a), len(b)) for a, b in zip(first, second))
         means = [sum(sum(v.values()) / len(v) for v in side) / len(side) for side in (first, second)]
-        tests.append((hypothesis, seeds, means, test))
-    adjusted = holm([test.p for *_, test in tests])
+        tests.append((hypothesis, seeds, means, test, held_at))
+    adjusted = holm([test.p for *_, test, _ in tests])
     outcomes = []
-    for (hypothesis, seeds, means, test), p in zip(tests, adjusted):
+    for (hypothesis, seeds, means, test, held_at), p in zip(tests, adjusted):
         separated = p is not None and p < preregistration.alpha and test.difference != 0.0
         outcomes.append(Outcome(hypothesis, seeds, means[0], means[1], test, p,
-                                "separated" if separated else "not separated"))
+                                "separated" if separated else "not separated", held_at))
     return outcomes
 
 
@@ -215,25 +262,38 @@ def _seeds_text(outcome: Outcome) -> str:
     return pairs.pop() if len(pairs) == 1 else ", ".join(f"{a}/{b}" for a, b in outcome.seeds)
 
 
+def _held_at(outcome: Outcome) -> str:
+    """Where the decision holds: final success at the matched decision budget, or the common cost of
+    each level in the hypothesis's unit."""
+    unit = outcome.hypothesis.cost
+    if unit == "decisions":
+        return "matched decisions (final success)"
+    return f"{COST_UNITS[unit]} at " + ", ".join(f"{cost:,.0f}" if cost >= 100 else f"{cost:.3g}"
+                                                  for cost in outcome.held_at)
+
+
 def hypotheses_markdown(outcomes: Sequence[Outcome], preregistration: Preregistration) -> str:
-    """The outcome of every hypothesis as a Markdown table, null results included."""
+    """The outcome of every hypothesis as a Markdown table, null results included, each with the unit of
+    cost its decision holds in."""
     lines = [
         "# Preregistered hypotheses",
         "",
-        f"From {markdown_code(Path(preregistration.source).name)}. Effect: first − second in percentage points "
-        "of final success, with its 95 % Welch interval; over several levels, the difference of the means over levels. "
+        f"From {markdown_code(Path(preregistration.source).name)}. Effect: first − second in percentage points of success "
+        "at the cost the *Held at* column names (final success when the budget is matched in decisions; else "
+        "each run's curve read at the level's common cost, `leaderboard/matched.py`), with its 95 % Welch "
+        "interval; over several levels, the difference of the means over levels. "
         f"Holm's correction over the {len(outcomes)} hypotheses, family-wise α = {preregistration.alpha:g}. "
         "*Separated*: Holm p < α; *not separated* is a result too, not a tie.",
         "",
-        "| | Comparison | Levels | Seeds | Means (%) | Effect [95 % CI] | df | p | Holm p | Decision |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| | Comparison | Levels | Held at | Seeds | Means (%) | Effect [95 % CI] | df | p | Holm p | Decision |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for o in outcomes:
         h = o.hypothesis
         df = "–" if o.test.df is None else ("∞" if math.isinf(o.test.df) else f"{o.test.df:.1f}")
         lines.append(
             f"| {markdown_text(h.name)} | {markdown_code(h.first)} − {markdown_code(h.second)} | "
-            f"{markdown_text(', '.join(h.levels))} | {_seeds_text(o)} | "
+            f"{markdown_text(', '.join(h.levels))} | {_held_at(o)} | {_seeds_text(o)} | "
             f"{o.first_mean:.1f} vs {o.second_mean:.1f} | {_effect(o)} | {df} | {_p(o.test.p)} | {_p(o.holm_p)} | "
             f"{_decision(o)} |"
         )
@@ -247,7 +307,7 @@ def hypotheses_csv(outcomes: Sequence[Outcome]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["name", "first", "second", "levels", "first_mean", "second_mean", "difference", "low", "high",
-                     "df", "p", "holm_p", "decision"])
+                     "df", "p", "holm_p", "decision", "cost", "held_at"])
     for o in outcomes:
         h, t = o.hypothesis, o.test
         # The same escaping as the leaderboard's CSV: no text cell can start a spreadsheet formula.
@@ -255,5 +315,5 @@ def hypotheses_csv(outcomes: Sequence[Outcome]) -> str:
                          f"{o.second_mean:.4f}", f"{t.difference:.4f}", "" if t.low is None else f"{t.low:.4f}",
                          "" if t.high is None else f"{t.high:.4f}", "" if t.df is None else f"{t.df:.4f}",
                          "" if t.p is None else f"{t.p:.6g}", "" if o.holm_p is None else f"{o.holm_p:.6g}",
-                         o.decision])
+                         o.decision, h.cost, " ".join(f"{cost:.6g}" for cost in o.held_at)])
     return buffer.getvalue()

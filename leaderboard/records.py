@@ -24,9 +24,14 @@ Storage contract, shared by the benchmark harness (writer) and the leaderboard (
   without the fields added since schema version 1 began still read, with these defaults.
 * Compute spent, besides ``decisions`` (each one environment step: a prefix tree's shared steps are
   restored from snapshots, not replayed) and ``tokens`` (generated): ``episodes`` (training
-  episodes), ``trained_tokens`` (prompt and response tokens through the loss, over every epoch) and
-  ``cpu_time_s`` (the cell process's CPU seconds, all its threads; a resumed cell's last session
-  only). None: not recorded (older records, or a baseline that does not count it).
+  episodes), ``trained_tokens`` (prompt and response tokens through the loss, over every epoch),
+  ``unique_tokens`` (the distinct tokens the update computed: ``trained_tokens`` until an update shares
+  prefixes), ``optimizer_updates``, ``cpu_time_s`` (the cell process's CPU seconds, all its threads,
+  everything included; a resumed cell's last session only), ``train_cpu_s`` (CPU seconds of rollouts
+  and updates), ``eval_cpu_s`` (of held-out evaluations), ``setup_cpu_s`` (of building the models, the
+  tiny model's pretraining included when it was not cached: in neither of the two before) and
+  ``gpu_s`` (GPU seconds; None on a CPU) (:mod:`ptgpo_algos.cost`). None: not recorded (older records,
+  or a baseline that does not count it).
 * Held-out evaluation: ``eval_layouts``, how many distinct start layouts (``info["layout"]``) the
   evaluation episodes had, and ``eval_overlap``, the fraction of evaluation episodes whose start
   layout some training episode also had (0: truly held out; None: not measured).
@@ -127,7 +132,13 @@ class ResultRecord:
     tokens: int = 0
     episodes: int | None = None
     trained_tokens: int | None = None
+    unique_tokens: int | None = None
+    optimizer_updates: int | None = None
     cpu_time_s: float | None = None
+    train_cpu_s: float | None = None
+    eval_cpu_s: float | None = None
+    setup_cpu_s: float | None = None
+    gpu_s: float | None = None
     iterations: int | None = None
     final_success: float | None = None
     best_success: float | None = None
@@ -253,11 +264,12 @@ def _validate_counts(data: dict[str, Any]) -> None:
         _fail(data, "budget", "a positive integer or null")
     if data["budget_unit"] not in BUDGET_UNITS:
         _fail(data, "budget_unit", f"one of {BUDGET_UNITS}")
-    for name in ("iterations", "episodes", "trained_tokens", "eval_layouts"):
+    for name in ("iterations", "episodes", "trained_tokens", "unique_tokens", "optimizer_updates", "eval_layouts"):
         if data[name] is not None and (not _is_int(data[name]) or data[name] < 0):
             _fail(data, name, "a non-negative integer or null")
-    if data["cpu_time_s"] is not None and not (_is_number(data["cpu_time_s"]) and data["cpu_time_s"] >= 0):
-        _fail(data, "cpu_time_s", "a non-negative number or null")
+    for name in ("cpu_time_s", "train_cpu_s", "eval_cpu_s", "setup_cpu_s", "gpu_s"):
+        if data[name] is not None and not (_is_number(data[name]) and data[name] >= 0):
+            _fail(data, name, "a non-negative number or null")
 
 
 def _validate_results(data: dict[str, Any]) -> None:

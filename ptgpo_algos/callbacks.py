@@ -84,11 +84,13 @@ def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
 
 
 class JsonlLogger(Callback):
-    """``metrics.jsonl`` (one row per iteration) and ``curve.jsonl`` (one row per evaluation)."""
+    """``metrics.jsonl`` (one row per iteration), ``curve.jsonl`` (one row per evaluation) and, written
+    by the trainer, ``cost.jsonl`` (one row per iteration: the cost so far in every unit)."""
 
     def __init__(self, out_dir: Path):
         self.metrics_path = out_dir / "metrics.jsonl"
         self.curve_path = out_dir / "curve.jsonl"
+        self.cost_path = out_dir / "cost.jsonl"
 
     def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
         """Append the row to ``metrics.jsonl``."""
@@ -97,6 +99,10 @@ class JsonlLogger(Callback):
     def on_evaluation(self, run: RunView, row: dict[str, Any]) -> None:
         """Append the row to ``curve.jsonl``."""
         _append_jsonl(self.curve_path, row)
+
+    def log_cost(self, row: dict[str, Any]) -> None:
+        """Append the trainer's cost row to ``cost.jsonl`` (:mod:`ptgpo_algos.cost`)."""
+        _append_jsonl(self.cost_path, row)
 
 
 class TensorBoardLogger(Callback):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import signal
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -211,11 +212,13 @@ def _serve(connection, config: dict[str, Any], device: str, threads: int) -> Non
             return
         try:
             restore_weights(policy, request.weights)
+            cpu_start = time.process_time()
             batch, stats = collect_iteration(
                 run, policy, request.tasks,
                 rng=np.random.default_rng(request.seed), generator=torch.Generator().manual_seed(request.seed),
                 max_decisions=request.max_decisions,
             )
+            stats.worker_cpu_s = time.process_time() - cpu_start
             connection.send(("batch", (batch, stats)))
         except Exception:  # noqa: BLE001
             connection.send(("error", traceback.format_exc()))

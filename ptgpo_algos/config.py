@@ -55,6 +55,7 @@ import yaml
 
 from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
 from ptgpo_algos.advantages.config import validate_config
+from ptgpo_algos.cost import Budget
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.patr import PatrConfig
 from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
@@ -101,8 +102,8 @@ MAX_STEPS = 1_000_000
 MAX_NEW_TOKENS = 2**24
 #: The fields a resumed run may change: they say when to stop (and where the folder is, what it keeps),
 #: not what the run does. A resume with any other field changed is refused (:mod:`ptgpo_algos.run_folder`).
-RESUMABLE_FIELDS = frozenset({"run.iterations", "run.total_decisions", "run.time_limit_s", "run.resume",
-                              "run.out_dir", "run.keep_checkpoint", "run.keep_final_model"})
+RESUMABLE_FIELDS = frozenset({"run.iterations", "run.total_decisions", "run.time_limit_s", "run.budget",
+                              "run.resume", "run.out_dir", "run.keep_checkpoint", "run.keep_final_model"})
 
 
 def _field(default: Any = None, help: str = "", *, flat: str | bool = True, flag: str | None = None,
@@ -461,6 +462,10 @@ class EvaluationConfig:
     """Held-out evaluation (:mod:`ptgpo_algos.evaluation`)."""
 
     every: int = _field(10, "evaluate every N iterations", flat="eval_every", flag="eval-every")
+    every_fraction: float | None = _field(None, "evaluate instead at the first iteration boundary at or after each "
+                                          "multiple of this fraction of the run's budget (0.1: every 10 %; the "
+                                          "budget that ends the run, in its own unit); None: every N iterations",
+                                          flat=False)
     seeds: list[int] = _field(help="held-out seeds, or a count N for N seeds from 1,000,000", flat="eval_seeds",
                               flag="eval-episodes",
                               factory=lambda: list(range(EVAL_SEED_BASE, EVAL_SEED_BASE + 64)))
@@ -473,6 +478,8 @@ class EvaluationConfig:
 
     def __post_init__(self) -> None:
         check_int(label("evaluation.every"), self.every, 1)
+        if self.every_fraction is not None:
+            check_number(label("evaluation.every_fraction"), self.every_fraction, 0.0, 1.0, exclusive_low=True)
         seeds = self.seeds
         if isinstance(seeds, int) and not isinstance(seeds, bool):
             check_int(label("evaluation.seeds"), seeds, 1, MAX_EPISODES_PER_ITERATION,
@@ -499,6 +506,9 @@ class RunConfig:
                                          "budget)", flag="total-decisions")
     time_limit_s: float | None = _field(None, "stop after this many seconds of wall time",
                                         flag="time-limit")
+    budget: Budget | None = _field(None, "stop once the run has spent this much in another unit than decisions: "
+                                   "{unit: trained_tokens, optimizer_updates, train_cpu_s or gpu_s, amount: N}, at "
+                                   "the first iteration boundary at or after it (ptgpo_algos.cost)", flat=False)
     checkpoint_every: int = _field(10, "checkpoint every N iterations")
     keep_checkpoint: bool = _field(True, "keep checkpoint.pt once the run has finished (false: removed after "
                                    "final_model/ is saved, so a finished run cannot be extended; benchmark cells "
@@ -522,6 +532,8 @@ class RunConfig:
             check_int(label("run.total_decisions"), self.total_decisions, 1)
         if self.time_limit_s is not None:
             check_number(label("run.time_limit_s"), self.time_limit_s, 0.0, exclusive_low=True)
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            object.__setattr__(self, "budget", Budget.from_mapping(self.budget))
         check_int(label("run.checkpoint_every"), self.checkpoint_every, 1)
         check_bool(label("run.keep_checkpoint"), self.keep_checkpoint)
         check_bool(label("run.keep_final_model"), self.keep_final_model)

@@ -82,6 +82,9 @@ class RolloutStats(Spend):
     reset_wins: int = 0
     invalid_steps: int = 0
     wall_time_s: float = 0.0
+    #: CPU seconds of a process other than the trainer's that played them (an asynchronous rollout
+    #: worker); 0 when the trainer's own process played them, whose CPU the trainer measures itself.
+    worker_cpu_s: float = 0.0
 
     @property
     def decisions_per_s(self) -> float:

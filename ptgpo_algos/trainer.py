@@ -40,6 +40,7 @@ the stages that touch the batch, the model or the run folder.
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 import time
@@ -55,6 +56,7 @@ from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimato
 from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, RunView, TensorBoardLogger
 from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_algos.config import TrainConfig, label
+from ptgpo_algos.cost import Cost, standard_error
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
 from ptgpo_algos.evaluation import EvalResult, evaluate, overlap
@@ -102,6 +104,13 @@ class TrainSummary:
     checkpoint_dir: Path
     iterations: int = 0
     recipe: str | None = None
+    #: The run's :class:`~ptgpo_algos.cost.Cost` counters at the end (``cost.jsonl``'s last row).
+    cost: dict[str, Any] = field(default_factory=dict)
+    #: How far the spend went past ``run.budget``'s amount, in its unit (None: no such budget).
+    budget_overshoot: float | None = None
+    #: CPU seconds this process spent building the models (the tiny model's pretraining included when
+    #: it was not cached): counted in no cost.
+    setup_cpu_s: float = 0.0
 
     @property
     def protocol(self) -> dict[str, Any]:
@@ -132,6 +141,8 @@ class TrainState(Spend):
     train_layouts: set[str] | None = field(default_factory=set)
     #: What the rollout strategy keeps across iterations (3SPO's state statistics); None for one that keeps nothing.
     rollout_memory: Any = None
+    #: The run's cost beyond decisions and generated tokens (:mod:`ptgpo_algos.cost`).
+    cost: Cost = field(default_factory=Cost)
 
     @classmethod
     def seeded(cls, seed: int) -> TrainState:
@@ -163,6 +174,7 @@ class TrainState(Spend):
         self.sampler.set_state(rng["sampler"])
         if self.rollout_memory is not None:
             self.rollout_memory.load_state_dict(checkpoint["rollout_memory"])
+        self.cost.load_state_dict(checkpoint.get("cost"))
 
     def add(self, stats: RolloutStats, batch: Batch) -> None:
         """Add an iteration's rollout counts and the layouts its episodes started in."""
@@ -192,6 +204,10 @@ class Trainer:
                 raise ValueError(f"run.reproducible (--reproducible): pins CPU kernels, but the run is on "
                                  f"{self.device}; pass --device cpu, or leave it off")
             check_reproducible_kernels("run.reproducible (--reproducible)")
+        budget = config.run.budget
+        if budget is not None and budget.unit == "gpu_s" and not self.device.startswith("cuda"):
+            raise ValueError(f"{label('run.budget')}: a budget in gpu_s needs a GPU, but the run is on {self.device}; "
+                             "use train_cpu_s on a CPU")
         check_machine(config)
         check_environment(config)
         if self.device.startswith("cuda"):
@@ -214,6 +230,7 @@ class Trainer:
                 callback.on_train_start(self.view)
             if fresh:
                 self.evaluate()
+                self.log_cost()
             self.collector.start()
             while not self.budget_spent():
                 self.run_iteration()
@@ -229,7 +246,9 @@ class Trainer:
         self.state = TrainState.seeded(config.run.seed)
         self.state.rollout_memory = new_memory(config.rollouts.strategy, config.rollouts)
         self.view = RunView(config, self.state)
+        cpu_start = time.process_time()
         self.build_models()
+        self.setup_cpu_s = time.process_time() - cpu_start
         self.updater = self.build_updater()
         self.logger = JsonlLogger(out_dir)
         self.callbacks: list[Callback] = self.build_callbacks()
@@ -243,8 +262,12 @@ class Trainer:
         self.layout_probe = None  # an environment to read training seeds' layouts from (env.held_out)
         if checkpoint is not None:
             self._restore(checkpoint)
+        if self.device.startswith("cuda") and self.state.cost.gpu_s is None:
+            self.state.cost.gpu_s = 0.0
         self.write_run_files(fresh=checkpoint is None)
         self.started = time.perf_counter() - self.state.wall_time_s
+        #: The run's progress when the current iteration started (evaluation.every_fraction).
+        self.progress_before = self.progress_fraction()
 
     def build_models(self) -> None:
         """The trainable policy, the one that plays (itself, or a separate engine), the KL reference and
@@ -268,7 +291,7 @@ class Trainer:
     def write_run_files(self, fresh: bool) -> None:
         """``config.json`` (with this process's machine), after emptying the logs of a ``fresh`` run."""
         if fresh:
-            for path in (self.logger.metrics_path, self.logger.curve_path):
+            for path in (self.logger.metrics_path, self.logger.curve_path, self.logger.cost_path):
                 path.unlink(missing_ok=True)
         atomic_write_text(self.config.run_dir / "config.json",
                           json.dumps({**self.config.to_dict(), "machine": kernel_record()}, indent=1))
@@ -307,17 +330,29 @@ class Trainer:
         """The processes the run is spread over (1: this one)."""
         return 1
 
+    def run_cpu(self, seconds: float) -> float:
+        """The run's CPU seconds, given this process's: the same here; summed over the ranks of a sharded run."""
+        return seconds
+
     def elapsed(self) -> float:
         """Wall-clock seconds the run has spent, time before a resume included (``run.time_limit_s``'s
         clock)."""
         return time.perf_counter() - self.started
 
     def budget_spent(self) -> bool:
-        """Whether ``run.iterations``, ``run.total_decisions`` or ``run.time_limit_s`` is reached."""
+        """Whether ``run.iterations``, ``run.total_decisions``, ``run.budget`` or ``run.time_limit_s`` is
+        reached."""
         run, state = self.config.run, self.state
         return (state.iteration >= run.iterations
                 or (run.total_decisions is not None and state.decisions >= run.total_decisions)
+                or (run.budget is not None and run.budget.spent(self.spend(run.budget.unit)))
                 or (run.time_limit_s is not None and self.elapsed() >= run.time_limit_s))
+
+    def spend(self, unit: str) -> float:
+        """What the run has spent so far in ``unit`` (:data:`~ptgpo_algos.cost.COST_UNITS`)."""
+        if unit in ("decisions", "tokens"):
+            return getattr(self.state, unit)
+        return getattr(self.state.cost, unit) or 0.0
 
     def next_tasks(self) -> list[Task]:
         """This iteration's tasks: training seeds drawn from the run's generator (each redrawn while
@@ -347,7 +382,8 @@ class Trainer:
         """One iteration: collect, estimate, update, sync, then :meth:`end_iteration` with its metrics row."""
         state = self.state
         iteration = state.iteration + 1
-        iteration_start = time.perf_counter()
+        self.progress_before = self.progress_fraction()
+        iteration_start, cpu_start = time.perf_counter(), time.process_time()
         batch, stats, lag = self.collect()
         rollout_wait = time.perf_counter() - iteration_start
         self.calibrate_sync(batch)
@@ -357,6 +393,8 @@ class Trainer:
         train_time = time.perf_counter() - train_start
         update.update(self.sync(samples))
         self.record(stats, batch)
+        self.count_cost(stats, update, cpu_s=time.process_time() - cpu_start,
+                        wall_s=time.perf_counter() - iteration_start)
         state.iteration = iteration
         row = {
             "iteration": iteration,
@@ -376,6 +414,19 @@ class Trainer:
     def record(self, stats: RolloutStats, batch: Batch) -> None:
         """Count the iteration's rollouts into the state (:meth:`TrainState.add`)."""
         self.state.add(stats, batch)
+
+    def count_cost(self, stats: RolloutStats, update: dict[str, Any], cpu_s: float, wall_s: float) -> None:
+        """Add the iteration's cost (:class:`~ptgpo_algos.cost.Cost`): its episodes, the update's tokens
+        and optimiser steps, ``cpu_s`` and ``wall_s``, this process's CPU and wall seconds of its rollouts
+        and update, and the CPU seconds of an asynchronous worker that played its rollouts."""
+        cost = self.state.cost
+        cost.episodes += int(stats.episodes)
+        cost.trained_tokens += int(update.get("train_tokens", 0))
+        cost.unique_tokens += int(update.get("train_tokens", 0))
+        cost.optimizer_updates += int(update.get("updates", 0))
+        cost.train_cpu_s += self.run_cpu(cpu_s) + stats.worker_cpu_s
+        if cost.gpu_s is not None:
+            cost.gpu_s += wall_s * self.world_size
 
     def batch_figures(self, samples: list, advantages, diagnostics) -> dict[str, float]:
         """The metrics row's figures of the trained batch: its steps, its advantages and the estimator's
@@ -410,6 +461,8 @@ class Trainer:
         fractions = [state.iteration / run.iterations]
         if run.total_decisions is not None:
             fractions.append(state.decisions / run.total_decisions)
+        if run.budget is not None:
+            fractions.append(run.budget.fraction(self.spend(run.budget.unit)))
         if run.time_limit_s is not None:
             fractions.append(self.elapsed() / run.time_limit_s)
         return float(min(1.0, max(fractions)))
@@ -481,17 +534,39 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_iteration_end(self.view, row)
         finished = self.budget_spent()
-        if row["iteration"] % self.config.evaluation.every == 0 or finished:
+        if self.evaluation_due(row["iteration"]) or finished:
             self.evaluate(final=finished)
+        self.log_cost()
         if row["iteration"] % self.config.run.checkpoint_every == 0 or finished:
             self.checkpoint()
+
+    def evaluation_due(self, iteration: int) -> bool:
+        """Every ``evaluation.every`` iterations; with ``evaluation.every_fraction``, instead at the first
+        iteration that reaches each multiple of it of the run's budget (:meth:`progress_fraction`)."""
+        fraction = self.config.evaluation.every_fraction
+        if fraction is None:
+            return iteration % self.config.evaluation.every == 0
+        return _marks_passed(self.progress_fraction(), fraction) > _marks_passed(self.progress_before, fraction)
+
+    def log_cost(self) -> None:
+        """Append the run's cost so far to ``cost.jsonl``, with the evaluation of this iteration if it had one."""
+        state = self.state
+        row = {"iteration": state.iteration, "decisions": state.decisions, "tokens": state.tokens,
+               **state.cost.state_dict()}
+        if state.last_eval_iteration == state.iteration and state.last_eval:
+            episodes = int(state.last_eval["episodes"])
+            success = float(state.last_eval["success"])
+            row.update(success=success, eval_episodes=episodes, success_se=standard_error(success, episodes))
+        self.logger.log_cost(row)
 
     # ================================================================== evaluation, checkpoints
     def evaluate(self, final: bool = False) -> dict[str, Any]:
         """The run's held-out evaluation of the current weights, logged to the curve (on the first
         ``evaluation.curve_episodes`` seeds unless it is the ``final`` one)."""
         state = self.state
+        cpu_start = time.process_time()
         summary = self.evaluation_summary(curve=not final)
+        state.cost.eval_cpu_s += self.run_cpu(time.process_time() - cpu_start)
         if final:
             summary["overlap"] = overlap(summary["layouts"], state.train_layouts)
         state.last_eval_iteration = state.iteration
@@ -534,6 +609,7 @@ class Trainer:
             "pending_rollout": self.collector.state_dict(),
             "rollout_memory": None if state.rollout_memory is None else state.rollout_memory.state_dict(),
             "objectives": self.objectives.state_dict(),
+            "cost": state.cost.state_dict(),
         }
         for callback in self.callbacks:
             if callback.state_key is not None:
@@ -546,6 +622,7 @@ class Trainer:
         state = self.state
         if state.last_eval_iteration != state.iteration:
             self.evaluate(final=True)
+            self.log_cost()
             self.checkpoint()
         for callback in self.callbacks:
             callback.on_train_end(self.view)
@@ -559,8 +636,16 @@ class Trainer:
             tokens=state.tokens, tokens_saved=state.tokens_saved, decisions_saved=state.decisions_saved,
             wall_time_s=state.wall_time_s, metrics_path=self.logger.metrics_path,
             curve_path=self.logger.curve_path, checkpoint_dir=self.config.run_dir, iterations=state.iteration,
-            recipe=self.config.policy.recipe,
+            recipe=self.config.policy.recipe, cost=state.cost.state_dict(), budget_overshoot=self.budget_overshoot(),
+            setup_cpu_s=self.setup_cpu_s,
         )
+
+    def budget_overshoot(self) -> float | None:
+        """How far the spend went past ``run.budget``'s amount (None: no such budget, or the run stopped
+        before reaching it)."""
+        budget = self.config.run.budget
+        spend = None if budget is None else self.spend(budget.unit)
+        return budget.overshoot(spend) if spend is not None and budget.spent(spend) else None
 
     def save_final_model(self) -> None:
         """``final_model/``: the trained policy, ``save_pretrained``."""
@@ -608,6 +693,12 @@ def _objective_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
     if "hindsight_buffer" in checkpoint:
         state.setdefault("hindsight", checkpoint["hindsight_buffer"])
     return state
+
+
+def _marks_passed(progress: float, fraction: float) -> int:
+    """How many multiples of ``fraction`` the run's ``progress`` has reached."""
+    # The guard keeps 0.3 of a budget on its mark when 0.3 / 0.1 is 2.9999999999999996.
+    return math.floor(progress / fraction + 1e-9)
 
 
 def permuted(advantages: list, rng: np.random.Generator) -> list:
@@ -686,6 +777,7 @@ def trim_logs(logger: JsonlLogger, last_iteration: int) -> None:
     """Cut both logs back to the checkpoint's iteration: a resumed run writes the later rows again."""
     _trim_jsonl(logger.metrics_path, last_iteration)
     _trim_jsonl(logger.curve_path, last_iteration)
+    _trim_jsonl(logger.cost_path, last_iteration)
 
 
 def _trim_jsonl(path: Path, last_iteration: int) -> None:

@@ -351,6 +351,12 @@ def test_records_say_which_recipe_and_environment_texts_they_were_measured_under
     assert rl.status == "ok" and (rl.budget, rl.budget_unit, rl.iterations) == (1, "iterations", 1)
     assert rl.protocol == expected and random.protocol == expected
     assert (random.budget, random.budget_unit) == (None, "decisions")
+    # The cell's CPU, split: model building (the tiny model's pretraining, when not cached) apart from
+    # training and evaluation; a baseline counts none of them.
+    assert rl.train_cpu_s > 0 and rl.eval_cpu_s > 0 and rl.setup_cpu_s > 0 and rl.gpu_s is None
+    assert rl.train_cpu_s + rl.eval_cpu_s + rl.setup_cpu_s <= rl.cpu_time_s
+    assert rl.optimizer_updates >= 1 and rl.unique_tokens == rl.trained_tokens
+    assert random.train_cpu_s is None and random.setup_cpu_s is None
 
 
 def test_a_method_or_baseline_may_run_its_own_seeds(tmp_path):

@@ -569,6 +569,8 @@ def test_cli_writes_requested_formats_and_refuses_mixed_budgets(results, capsys)
         "improvement.md",
         "leaderboard.csv",
         "leaderboard.md",
+        "matched-cost.csv",
+        "matched-cost.md",
     ]
     assert capsys.readouterr().out == (out / "leaderboard.md").read_text()
 

@@ -10,7 +10,7 @@ import pytest
 from leaderboard_fixtures import record
 
 from leaderboard.aggregate import build_leaderboard
-from leaderboard.curves import plot_learning_curves, read_curve
+from leaderboard.curves import plot_learning_curves, read_cost_curve, read_curve
 from leaderboard.records import write_record
 
 ROWS = "".join(
@@ -130,18 +130,27 @@ def test_heat_map_digits_contrast_with_their_cells(tmp_path, monkeypatch):
     assert {text.get_color() for text in texts} == {"white", "black"} or len(texts) < 3
 
 
-def test_curves_with_the_runs_seconds_are_also_plotted_against_time(tmp_path):
-    # grpo's rows carry the run's seconds (as the trainer writes them); the baseline's do not.
-    (tmp_path / "grpo.jsonl").write_text("".join(
-        json.dumps({"decisions": d, "success": s, "wall_time_s": t}) + "\n"
-        for d, s, t in ((0, 0.0, 1.5), (50, 0.5, 20.0), (100, 1.0, 41.0))))
+def test_curves_are_plotted_against_every_unit_of_cost_the_runs_recorded(tmp_path):
+    # grpo's run folder holds the trainer's cost.jsonl beside its curve (an iteration without evaluation
+    # has no success; a CPU run's gpu_s is null); the baseline's curve has decisions only.
+    run = tmp_path / "runs" / "grpo"
+    run.mkdir(parents=True)
+    (run / "curve.jsonl").write_text("".join(
+        json.dumps({"decisions": d, "tokens": 3 * d, "success": s, "wall_time_s": 99.0 + d})
+        + "\n" for d, s in ((0, 0.0), (50, 0.5), (100, 1.0))))
+    (run / "cost.jsonl").write_text("".join(json.dumps(row) + "\n" for row in (
+        {"iteration": 0, "decisions": 0, "train_cpu_s": 0.0, "gpu_s": None, "success": 0.0},
+        {"iteration": 1, "decisions": 20, "train_cpu_s": 4.0, "gpu_s": None},
+        {"iteration": 2, "decisions": 50, "train_cpu_s": 10.0, "gpu_s": None, "success": 0.5},
+        {"iteration": 3, "decisions": 100, "train_cpu_s": 21.0, "gpu_s": None, "success": 1.0})))
     (tmp_path / "sb3.jsonl").write_text(ROWS)
-    write_record(tmp_path, record("grpo", "B", 0, 0.5, curve_path="grpo.jsonl"))
+    write_record(tmp_path, record("grpo", "B", 0, 0.5, curve_path="runs/grpo/curve.jsonl"))
     write_record(tmp_path, record("sb3_ppo", "B", 0, 0.2, "baseline", curve_path="sb3.jsonl"))
     board = build_leaderboard(tmp_path)
-    assert [p.name for p in plot_learning_curves(board, tmp_path / "out")] == ["curves-B.png", "curves-B-seconds.png"]
-    assert board.problems == []  # a curve without seconds is left out of the time plot, not a problem
-    curve, problems = read_curve(tmp_path / "grpo.jsonl", "wall_time_s")
-    assert list(curve.x) == [1.5, 20.0, 41.0] and list(curve.success) == [0.0, 0.5, 1.0] and problems == []
-    curve, problems = read_curve(tmp_path / "sb3.jsonl", "wall_time_s")
-    assert curve is None and "row needs 'wall_time_s'" in problems[0].message
+    assert [p.name for p in plot_learning_curves(board, tmp_path / "out")] == [
+        "curves-B.png", "curves-B-tokens.png", "curves-B-train_cpu_s.png"]
+    assert board.problems == []  # a run without a unit is left out of its plot, not a problem
+    curve, problems = read_cost_curve(run / "curve.jsonl", "train_cpu_s")
+    assert list(curve.x) == [0.0, 10.0, 21.0] and list(curve.success) == [0.0, 0.5, 1.0] and problems == []
+    assert read_cost_curve(run / "curve.jsonl", "gpu_s") == (None, [])
+    assert read_cost_curve(tmp_path / "sb3.jsonl", "train_cpu_s") == (None, [])

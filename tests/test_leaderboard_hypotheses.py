@@ -114,7 +114,8 @@ def test_the_leaderboard_command_decides_the_folders_hypotheses(tmp_path, capsys
         "  - {name: H1, first: a, second: b, levels: [one, two], question: 'does a beat b?'}\n")
     assert main(["leaderboard", str(tmp_path), "--formats", "md,csv", "--reported", "none"]) == 0
     table = (tmp_path / "leaderboard" / "hypotheses.md").read_text()
-    assert "| H1 | `a` − `b` | one, two | 3/3 | 50.0 vs 40.0 | +10.0 [" in table and "does a beat b?" in table
+    assert "| H1 | `a` − `b` | one, two | matched decisions (final success) | 3/3 | 50.0 vs 40.0 | +10.0 [" in table
+    assert "does a beat b?" in table
     assert (tmp_path / "leaderboard" / "hypotheses.csv").read_text().count("\n") == 2
     assert "# Preregistered hypotheses" in capsys.readouterr().out
 

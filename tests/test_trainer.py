@@ -457,6 +457,8 @@ def test_rollout_worker_plays_what_the_trainer_process_would(tmp_path, monkeypat
             worker.result()
     assert _played(there) == _played(here)
     assert (there_stats.decisions, there_stats.decisions_saved) == (here_stats.decisions, here_stats.decisions_saved)
+    # The worker's CPU travels with the batch, for the run's training CPU; the trainer measures its own.
+    assert there_stats.worker_cpu_s > 0 and here_stats.worker_cpu_s == 0
     # Tree leaves still share their prefix steps as objects after the trip between processes.
     leaves = there[0]
     assert any(a is b for t in leaves[1:] for a, b in zip(t.steps, leaves[0].steps))

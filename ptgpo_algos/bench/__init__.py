@@ -75,7 +75,9 @@ record says ``budget_unit: iterations``, and the leaderboard checks the iteratio
 Records also carry the ``protocol`` the cell ran under (the policy section's recipe, and what the
 evaluation environment reported of its pages and scoring), their ``provenance`` (commit, library
 versions, processor, threads, the full resolved config), the compute spent (training episodes,
-trained tokens, CPU seconds) and ``eval_overlap``, the share of evaluation episodes that started in a
+trained tokens, optimizer updates; the cell's CPU seconds split into training, evaluation and model
+building, the tiny model's pretraining counted in the last only: :mod:`ptgpo_algos.cost`) and
+``eval_overlap``, the share of evaluation episodes that started in a
 layout the run trained on (``held_out`` makes it 0; a baseline that trains nothing has 0, SB3 PPO is
 not measured). Random, expert and zero-shot do not train: their
 records have ``budget: null`` and ``decisions: 0``. Every cell evaluates on the same ``eval_seeds``
@@ -86,8 +88,9 @@ random plays uniformly, SB3 PPO greedily); ``final_success`` is the last evaluat
 Output folder (default ``bench_results/<name>/``, ``<name>-quick`` with ``--quick``)::
 
     <cell>.json            one result record per cell (leaderboard.records; status ok or failed)
-    runs/<cell>/           the cell's working folder: curve.jsonl, checkpoints, cell.log (its output),
-                           cpu_seconds.txt (the cell's CPU time: its wall time on an idle core)
+    runs/<cell>/           the cell's working folder: curve.jsonl, cost.jsonl, checkpoints, cell.log (its
+                           output), cpu_seconds.txt (the cell process's whole CPU time, model building
+                           included: its wall time on an idle core)
     leaderboard/           tables and plots built from the records
     config.yaml            the resolved config the cells ran with (a resumed run must match it)
     bench.log              one line per cell started, finished, failed or skipped

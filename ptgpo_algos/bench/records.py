@@ -87,10 +87,16 @@ def _run_rl(cell: Cell, run_dir: Path) -> dict[str, Any]:
         "decisions": int(summary.decisions),
         "tokens": int(summary.tokens or 0),
         "iterations": int(summary.iterations),
+        **{name: summary.cost[name] for name in _COST_FIELDS},
+        "setup_cpu_s": summary.setup_cpu_s,
         "curve_path": str(summary.curve_path) if summary.curve_path else None,
         "protocol": _protocol(summary.recipe, summary.final_eval),
         "resolved_config": config.to_dict(),
     }
+
+
+#: The run's cost counters (:class:`ptgpo_algos.cost.Cost`) a record keeps besides episodes and trained tokens.
+_COST_FIELDS = ("unique_tokens", "optimizer_updates", "train_cpu_s", "eval_cpu_s", "gpu_s")
 
 
 def _training_counts(metrics_path: Path) -> dict[str, int | None]:

@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ptgpo leaderboard: {error}", file=sys.stderr)
         return 2
     written = write_outputs(board, out_dir, formats)
+    written += write_matched_cost(board, out_dir, formats)
     if outcomes is not None:
         written += write_hypotheses(outcomes, preregistration, out_dir, formats)
     print(to_markdown(board), end="")
@@ -143,6 +144,19 @@ def _preregistration(args: argparse.Namespace):
     default = args.results_dirs[0] / HYPOTHESES_FILE
     # Whatever stands under the name is read, or refused by name: a link or a FIFO is not passed over.
     return load_hypotheses(default) if os.path.lexists(default) else None
+
+
+def write_matched_cost(board, out_dir: Path, formats: list[str]) -> list[Path]:
+    """``matched-cost.md`` and ``matched-cost.csv`` (as ``formats`` ask; :mod:`leaderboard.matched`),
+    written atomically."""
+    from leaderboard.matched import matched_costs, matched_csv, matched_markdown
+    from ptgpo_algos.files import atomic_write_text
+
+    wanted = [name for name in ("matched-cost.md", "matched-cost.csv") if name.rsplit(".", 1)[1] in formats]
+    found = matched_costs(board) if wanted else []
+    for name in wanted:
+        atomic_write_text(out_dir / name, (matched_markdown if name.endswith(".md") else matched_csv)(found))
+    return [out_dir / name for name in wanted]
 
 
 def write_hypotheses(outcomes, preregistration, out_dir: Path, formats: list[str]) -> list[Path]:

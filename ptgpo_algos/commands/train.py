@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         "decisions_saved": summary.decisions_saved,
         "tokens_saved": summary.tokens_saved,
         "wall_time_s": round(summary.wall_time_s, 1),
+        "cost": summary.cost,
+        "budget_overshoot": summary.budget_overshoot,
         "out_dir": str(summary.checkpoint_dir),
     }, indent=1))
     return 0

@@ -220,6 +220,16 @@ class ShardedTrainer(Trainer):
             return spent
         return bool(all_reduce([float(spent)], op="max")[0])
 
+    def run_cpu(self, seconds: float) -> float:
+        """The CPU seconds of all ranks' processes, the same sum on every rank (a budget in them stops
+        every rank at the same iteration)."""
+        return float(all_reduce([seconds], op="sum")[0])
+
+    def log_cost(self) -> None:
+        """``cost.jsonl``, by rank 0."""
+        if self.info.is_main:
+            super().log_cost()
+
     # ================================================================== one iteration
     def collect(self) -> tuple[Batch, RolloutStats, int]:
         """This rank's groups of the iteration's tasks, one task at a time with its own seed and its
