@@ -152,7 +152,7 @@ def test_hostile_names_stay_inert_in_both_hypotheses_files(tmp_path):
     assert "<script>" not in outside_code and markdown.count("`") % 2 == 0
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
     [row] = [line for line in markdown.splitlines() if line.startswith("|") and "3/3" in line]
-    assert len(re.split(r"(?<!\\)\|", row)) == 12  # the comparison's | and ` did not add a cell
+    assert len(re.split(r"(?<!\\)\|", row)) == 13  # the comparison's | and ` did not add a cell
 
     rows = list(csv.DictReader(io.StringIO(hypotheses_csv(outcomes))))
     assert [rows[0][key] for key in ("name", "first", "second", "levels")] == [
