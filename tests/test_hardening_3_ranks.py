@@ -78,11 +78,19 @@ def _wait_for(condition, seconds: float, what: str) -> None:
 
 
 # ================================================================= ranks die with their launcher
-def _start(config: Path, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ptgpo_algos.cli", "train", "--config", str(config), "--nproc", "2",
-                             "--no-progress", "--out", str(out), *extra], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+def _ignore_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start(config: Path, out: Path, console: Path, *extra: str) -> subprocess.Popen:
+    """The launcher as a shell starts a background job (``ptgpo train ... &``): with Ctrl-C ignored, which
+    its ranks inherit; its output (and its ranks') to ``console``, a file: a pipe would stay open while a
+    rank lives."""
+    with open(console, "w") as output:
+        return subprocess.Popen([sys.executable, "-m", "ptgpo_algos.cli", "train", "--config", str(config), "--nproc",
+                                 "2", "--no-progress", "--out", str(out), *extra], cwd=ROOT, stdout=output,
+                                stderr=subprocess.STDOUT, preexec_fn=_ignore_ctrl_c,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def _last_iteration(out: Path) -> int:
@@ -91,11 +99,13 @@ def _last_iteration(out: Path) -> int:
 
 @pytest.mark.distributed
 def test_no_rank_outlives_a_killed_or_terminated_launcher_and_the_run_then_resumes(tmp_path):
-    # Before: the ranks trained on with parent 1 and held the folder's lock, so --resume was refused.
+    # Before: the ranks trained on with parent 1 and held the folder's lock, so --resume was refused
+    # (they were to die on SIGINT when the launcher died, which a background job ignores).
     config = _config(tmp_path, iterations=1000, checkpoint_every=1, eval_every=1000, time_limit_s=600)
     out = tmp_path / "run"
     for number, stop in enumerate((signal.SIGKILL, signal.SIGTERM)):
-        launcher = _start(config, out, *(["--resume"] if number else []))
+        console = tmp_path / f"console-{stop.name}.txt"
+        launcher = _start(config, out, console, *(["--resume"] if number else []))
         try:
             manifest = out / "checkpoint" / "manifest.json"
             start = manifest.stat().st_mtime_ns if manifest.exists() else 0
@@ -106,10 +116,15 @@ def test_no_rank_outlives_a_killed_or_terminated_launcher_and_the_run_then_resum
             launcher.wait(60)
         finally:
             launcher.kill()
-        _, err = launcher.communicate()
+        try:
+            _wait_for(lambda: not any(_alive(pid) for pid in ranks), 10, f"the ranks to die after {stop.name}")
+        finally:
+            for pid in ranks:  # what the old launcher left behind
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+        err = console.read_text()
         assert launcher.returncode == (-signal.SIGKILL if stop == signal.SIGKILL else 128 + signal.SIGTERM), err
         assert "Traceback" not in err
-        _wait_for(lambda: not any(_alive(pid) for pid in ranks), 10, f"the ranks to die after {stop.name}")
     # The lock was released with the ranks: the run resumes from its last checkpoint.
     finish = _last_iteration(out) + 1
     done = subprocess.run([sys.executable, "-m", "ptgpo_algos.cli", "train", "--config", str(config), "--nproc", "2",

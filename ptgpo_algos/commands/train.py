@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "VALUE is parsed as YAML (repeatable)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--nproc", type=int, default=None, metavar="N",
-                        help="train on N processes of this machine (one per GPU, or CPU processes on gloo), the "
-                             "model sharded with FSDP2 (optim.fsdp); under torchrun leave it out")
+                        help="train on N processes of this machine (one per GPU; or CPU processes on gloo, at most "
+                             "two per core), the model sharded with FSDP2 (optim.fsdp); under torchrun leave it out")
 
 
 def parse_set(items: list[str]) -> dict:
