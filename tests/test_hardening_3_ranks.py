@@ -249,7 +249,7 @@ def test_a_rank_s_unexpected_error_is_one_line_and_its_traceback_goes_to_the_run
     monkeypatch.setattr(trainer, "launch", failing)
     out = tmp_path / "run"
     code, err = _cli("train", "--config", _config(tmp_path), "--nproc", 2, "--out", out, capsys=capsys)
-    assert code == 2 and err == (f"ptgpo train: rank 1 failed: RuntimeError: the weights went astray (its traceback "
+    assert code == 2 and err == (f"ptgpo train: rank 1 failed: RuntimeError: the weights went ... astray (its traceback "
                                  f"is in {out / 'ranks.log'}); the other ranks were stopped\n")
     log = (out / "ranks.log").read_text()
     assert "rank 1 failed:\nTraceback (most recent call last)" in log and "RuntimeError: the weights went" in log
@@ -258,3 +258,77 @@ def test_a_rank_s_unexpected_error_is_one_line_and_its_traceback_goes_to_the_run
     from ptgpo_algos.run_folder import prepare_run_folder
 
     assert prepare_run_folder(TrainConfig.from_yaml(_config(tmp_path), {"out_dir": str(out)})) is False
+
+
+# ================================================================= which failure is reported, how a group stops
+def _error(kind: str, at: float, message: str = "boom") -> "RankError":
+    from ptgpo_algos.distributed.launch import RankError
+
+    lineage = {"ValueError": ("ValueError", "Exception"), "RuntimeError": ("RuntimeError", "Exception")}[kind]
+    return RankError(kind, lineage, message, f"Traceback ...\n{kind}: {message}\n", at)
+
+
+LOST = "[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:10642"
+
+
+@pytest.mark.parametrize("exited, results, errors, expected", [
+    # A killed rank explains its peer's lost connection, whichever was seen first.
+    ({1: -9}, {}, {0: _error("RuntimeError", 1.0, LOST)}, (1, None, -9)),
+    # An error a rank raised explains the others' lost connections and their exits.
+    ({0: 1, 1: 1}, {}, {0: _error("RuntimeError", 0.5, LOST), 1: _error("ValueError", 1.0)}, (1, "ValueError", 1)),
+    # Of two errors raised, the earlier.
+    ({}, {}, {0: _error("ValueError", 2.0), 1: _error("RuntimeError", 1.0)}, (1, "RuntimeError", None)),
+    # A lost connection alone is reported when nothing else explains it.
+    ({}, {}, {1: _error("RuntimeError", 1.0, LOST)}, (1, "RuntimeError", None)),
+    # A rank that delivered its result and then died leaving the group: the work is done.
+    ({0: -6}, {0: "result"}, {}, None),
+    ({}, {}, {}, None),
+])
+def test_the_failure_reported_is_the_one_that_explains_the_others(exited, results, errors, expected):
+    from ptgpo_algos.distributed.launch import _first_failure
+
+    failure = _first_failure(exited, results, errors)
+    if expected is None:
+        assert failure is None
+    else:
+        rank, kind, exitcode = expected
+        assert (failure.rank, failure.error and failure.error.kind) == (rank, kind)
+        if kind is None:
+            assert failure.exitcode == exitcode
+
+
+def test_a_rank_error_keeps_a_long_message_s_first_and_last_lines():
+    from ptgpo_algos.distributed.launch import RankError
+
+    try:
+        raise RuntimeError("worker 3 failed:\nTraceback (most recent call last):\n  File x\nKeyError: 'door'\n")
+    except RuntimeError as error:
+        caught = RankError.of(error)
+    assert caught.message == "worker 3 failed: ... KeyError: 'door'"
+    assert caught.lineage[:2] == ("RuntimeError", "Exception") and "Traceback" in caught.traceback
+    try:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/run/x/config.json")
+    except OSError as error:
+        caught = RankError.of(error)
+    assert (caught.errno, caught.message, caught.filename) == (errno.ENOSPC, os.strerror(errno.ENOSPC),
+                                                               "/run/x/config.json")
+
+
+def _deaf_to_sigterm(ready) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(120)
+
+
+def test_a_process_deaf_to_sigterm_is_killed_after_the_grace(tmp_path):
+    import multiprocessing
+
+    from ptgpo_algos.child_processes import stop_processes
+
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    process = context.Process(target=_deaf_to_sigterm, args=(ready,))
+    process.start()
+    assert ready.wait(60)
+    stop_processes([process], grace_s=0.5)
+    assert process.exitcode == -signal.SIGKILL

@@ -54,11 +54,12 @@ _LEAVE_S = 60.0
 
 @dataclass(frozen=True)
 class RankError:
-    """The exception a rank raised, as plain data (an exception object may not pickle): its class name,
-    its message on one line, its traceback, when it was raised (``time.monotonic``), and for an ``OSError``
-    its ``errno``, ``strerror`` and file."""
+    """The exception a rank raised, as plain data (an exception object may not pickle): its class name and
+    those of its bases (``lineage``), its message on one line, its traceback, when it was raised
+    (``time.monotonic``), and for an ``OSError`` its ``errno``, ``strerror`` and file."""
 
     kind: str
+    lineage: tuple[str, ...]
     message: str
     traceback: str
     raised_at: float
@@ -68,18 +69,21 @@ class RankError:
     @classmethod
     def of(cls, error: BaseException) -> "RankError":
         """``error`` (being handled now) as a :class:`RankError`."""
-        message = " ".join(str(error).split())
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        # A message of many lines (another process's traceback): its first and last say what and why.
+        message = " ... ".join(lines[:1] + lines[1:][-1:])
+        lineage = tuple(kind.__name__ for kind in type(error).__mro__)
         if isinstance(error, OSError) and error.errno is not None:
             filename = None if error.filename is None else str(error.filename)
-            return cls(type(error).__name__, error.strerror or message, traceback.format_exc(), time.monotonic(),
-                       error.errno, filename)
-        return cls(type(error).__name__, message, traceback.format_exc(), time.monotonic())
+            return cls(type(error).__name__, lineage, error.strerror or message, traceback.format_exc(),
+                       time.monotonic(), error.errno, filename)
+        return cls(type(error).__name__, lineage, message, traceback.format_exc(), time.monotonic())
 
     @property
     def lost_peer(self) -> bool:
         """Whether this is a collective that failed because another rank had gone (a consequence, not a cause)."""
-        return self.kind == "DistBackendError" or any(
-            words in self.message for words in ("Connection closed by peer", "Connection reset by peer"))
+        return "DistBackendError" in self.lineage or any(
+            words in self.traceback for words in ("Connection closed by peer", "Connection reset by peer"))
 
 
 class RankFailed(RuntimeError):

@@ -371,16 +371,16 @@ def run_sharded(config: TrainConfig, nproc: int, progress: bool = True) -> Train
         return launch(train_on_rank, nproc, config.to_dict(), progress, device=kind)[0]
     except RankFailed as failure:
         error = failure.error
-        if error is not None and error.kind in _REFUSALS:
+        if error is not None and set(error.lineage) & set(_REFUSALS):
             raise ValueError(f"rank {failure.rank} failed: {error.message}") from None
         if error is None or error.errno is not None:  # killed, or an error of the system: the message says it all
             raise
         raise _with_traceback_saved(failure, config.run_dir / RANKS_LOG) from None
 
 
-#: The errors a rank refuses a run with (its folder, its config, its checkpoint): their message says
-#: what to change, and their traceback would add nothing.
-_REFUSALS = ("ValueError", "FolderBusyError", "CheckpointError", "FileFormatError")
+#: The errors a rank refuses a run with (its folder, its config, its checkpoint: CheckpointError is a
+#: ValueError): their message says what to change, and their traceback would add nothing.
+_REFUSALS = ("ValueError", "FolderBusyError")
 
 
 def _with_traceback_saved(failure: RankFailed, log: Path) -> RankFailed:
