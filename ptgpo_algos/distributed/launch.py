@@ -21,7 +21,6 @@ How many local ranks: one per visible GPU at most; on CPUs one per usable core, 
 :data:`MAX_RANKS_PER_CORE` a core with a warning (they take turns on the cores), never more.
 """
 
-
 from __future__ import annotations
 
 import contextlib
