@@ -51,15 +51,17 @@ def version() -> str:
 
 
 def _one_line_plugin_warnings() -> None:
-    """Show a plugin's failure to load as one line (``ptgpo: warning: ...``), without Python's source line."""
+    """Show a plugin's failure to load, and more ranks than cores, as one line (``ptgpo: warning: ...``),
+    without Python's source line."""
     import warnings
 
+    from ptgpo_algos.child_processes import OversubscribedWarning
     from ptgpo_envs.plugins import PluginWarning
 
     original = warnings.formatwarning
 
     def format_warning(message, category, filename, lineno, line=None):  # noqa: ANN001 (warnings' signature)
-        if issubclass(category, PluginWarning):
+        if issubclass(category, (PluginWarning, OversubscribedWarning)):
             return f"ptgpo: warning: {message}\n"
         return original(message, category, filename, lineno, line)
 

@@ -83,8 +83,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         tmp.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None and error.errno is not None:
+            # A failed write or flush (a full disk) names no file: name the one being written.
+            raise OSError(error.errno, error.strerror, str(path)) from error
         raise
 
 

@@ -19,10 +19,12 @@ from pathlib import Path
 from ptgpo_algos.config import RESUMABLE_FIELDS, TrainConfig
 from ptgpo_algos.files import LOCK_FILE
 
-__all__ = ["RUN_ARTEFACTS", "SHARDED_CHECKPOINT", "is_run_folder", "load_run_config", "prepare_run_folder"]
+__all__ = ["RANKS_LOG", "RUN_ARTEFACTS", "SHARDED_CHECKPOINT", "is_run_folder", "load_run_config", "prepare_run_folder"]
 
 #: The folder of a checkpoint written shard by shard across ranks (``ptgpo train --nproc N``).
 SHARDED_CHECKPOINT = "checkpoint"
+#: The tracebacks of ranks that failed (``--nproc N``); a log of failures, not part of a run.
+RANKS_LOG = "ranks.log"
 #: Files only a training run writes; their presence makes a folder a run folder.
 RUN_ARTEFACTS = ("metrics.jsonl", "curve.jsonl", "checkpoint.pt", SHARDED_CHECKPOINT, "final_model")
 
@@ -74,7 +76,7 @@ def prepare_run_folder(config: TrainConfig) -> bool:
     ``config`` except for :data:`RESUMABLE_FIELDS`; every refusal is a ``ValueError`` saying why.
     """
     run_dir = config.run_dir
-    entries = [p.name for p in run_dir.iterdir() if p.name != LOCK_FILE] if run_dir.is_dir() else []
+    entries = [p.name for p in run_dir.iterdir() if p.name not in (LOCK_FILE, RANKS_LOG)] if run_dir.is_dir() else []
     has_config = "config.json" in entries
     artefacts = [name for name in RUN_ARTEFACTS if name in entries]
     if has_config:

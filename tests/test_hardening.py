@@ -242,10 +242,10 @@ def test_a_cell_dies_with_its_harness(tmp_path):
     # cell must not go on running (and writing into a run folder a re-run will use).
     code = textwrap.dedent(f"""
         import multiprocessing, os, sys, time
-        from ptgpo_algos.bench import pool
+        from ptgpo_algos.child_processes import die_with_parent
 
         def cell(parent, path):
-            pool._die_with_parent(parent)
+            die_with_parent(parent)
             open(path, "w").write(str(os.getpid()))
             time.sleep(120)
 

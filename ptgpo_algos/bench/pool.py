@@ -16,6 +16,7 @@ from leaderboard.records import ResultRecord, read_record, record_exists, record
 from ptgpo_algos.bench.eta import remaining_seconds
 from ptgpo_algos.bench.plan import Cell
 from ptgpo_algos.bench.records import run_cell
+from ptgpo_algos.child_processes import die_with_parent, stop_processes, usable_cores
 from ptgpo_algos.device import temporary_environment
 from ptgpo_envs.plugins import PINNED_PLUGINS_ENV
 from ptgpo_envs.progress import HF_BARS_ENV, NO_PROGRESS_ENV
@@ -24,26 +25,11 @@ __all__ = ["cell_line", "cell_process", "child_env", "default_workers", "died_wi
            "read_cpu_seconds", "record_failed", "run_cells", "say"]
 
 
-def _die_with_parent(parent: int) -> None:
-    """Have the kernel kill this process when the harness dies, however it dies (``kill -9`` too), so
-    that no orphaned cell goes on writing into a folder that a re-run will use (Linux only)."""
-    import ctypes
-    import signal
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the run folder's lock still refuses a second writer
-        return
-    if os.getppid() != parent:  # the harness died before the request took effect
-        os._exit(1)
-
-
 def cell_process(cell: Cell, out_dir: str, parent: int) -> None:
     """Entry point of a cell's spawned process: one thread, output to the cell's log, then run."""
     import sys
 
-    _die_with_parent(parent)
+    die_with_parent(parent)
     run_dir = Path(out_dir) / "runs" / cell.name
     run_dir.mkdir(parents=True, exist_ok=True)
     log = open(run_dir / "cell.log", "a", buffering=1, encoding="utf-8")
@@ -91,8 +77,8 @@ def child_env() -> dict[str, str]:
 
 
 def default_workers() -> int:
-    """The number of CPU cores this process may run on (at least 1)."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    """One cell at a time per core this process may run on (:func:`~ptgpo_algos.child_processes.usable_cores`)."""
+    return usable_cores()
 
 
 def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Logger, progress: bool) -> list[str]:
@@ -134,10 +120,7 @@ def run_cells(cells: list[Cell], out_dir: Path, workers: int, logger: logging.Lo
                 bar.update(1)
                 bar.set_postfix(failed=len(failed))
     except BaseException:
-        for process in running:
-            process.terminate()
-        for process in running:
-            process.join()
+        stop_processes(list(running))
         logger.info("interrupted: %d cell(s) stopped without a record, re-run to resume", len(running))
         raise
     finally:

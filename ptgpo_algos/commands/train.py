@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 
 HELP = "train a policy (tiny model or a Hugging Face model) with any registered advantage estimator"
@@ -39,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "VALUE is parsed as YAML (repeatable)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--nproc", type=int, default=None, metavar="N",
-                        help="train on N processes of this machine (one per GPU, or CPU processes on gloo), the "
-                             "model sharded with FSDP2 (optim.fsdp); under torchrun leave it out")
+                        help="train on N processes of this machine (one per GPU; or CPU processes on gloo, at most "
+                             "two per core), the model sharded with FSDP2 (optim.fsdp); under torchrun leave it out")
 
 
 def _set_items(items: list[str]) -> list[tuple[str, object]]:
@@ -97,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"ptgpo train: bad configuration: {error}", file=sys.stderr)
         return 2
+    from ptgpo_algos.distributed.launch import RankFailed
     from ptgpo_algos.files import FolderBusyError
     from ptgpo_envs.vector import WorkerError
 
@@ -104,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         summary = _train(config, args)
     except (ValueError, FolderBusyError) as error:
         print(f"ptgpo train: {error}", file=sys.stderr)
+        return 2
+    except RankFailed as failure:
+        print(f"ptgpo train: {describe_rank_failure(failure)}", file=sys.stderr)
         return 2
     except (WorkerError, ConnectionError) as error:
         # A worker's error carries its traceback: its first and last lines say what failed and why.
@@ -140,13 +143,14 @@ def _train(config, args: argparse.Namespace):
     from ptgpo_algos.distributed.trainer import run_sharded
 
     nproc = args.nproc if args.nproc is not None else int(os.environ["WORLD_SIZE"])
-    try:
-        return run_sharded(config, nproc, progress=not args.no_progress)
-    except RuntimeError as error:
-        # A rank's refusal (its run folder, its config) arrives as that rank's traceback: say it plainly.
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        refusal = re.match(r"(?:[\w.]+\.)?(?:ValueError|FolderBusyError|CheckpointError): (.*)", lines[-1]) \
-            if lines else None
-        if refusal is None:
-            raise
-        raise ValueError(f"{lines[0]} {refusal.group(1)}") from None
+    return run_sharded(config, nproc, progress=not args.no_progress)
+
+
+def describe_rank_failure(failure) -> str:
+    """A rank's failure on one line: which rank and why (an error of the system as the CLI words one),
+    and that the other ranks were stopped."""
+    from ptgpo_algos.cli import describe_os_error
+
+    os_error = failure.os_error()
+    cause = failure.cause if os_error is None else describe_os_error(os_error)
+    return f"rank {failure.rank} failed: {cause}; the other ranks were stopped"

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch import nn
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
                                                    MetadataIndex, TensorProperties, TensorStorageMetadata)
@@ -202,7 +203,15 @@ def save_sharded(folder: str | os.PathLike, model: nn.Module, optimizer: torch.o
     _barrier()
     optim_state = get_optimizer_state_dict(model, optimizer)
     tensors = {"model": get_model_state_dict(model), "optimizer": optim_state["state"]}
-    dcp.save(tensors, storage_writer=_ManifestWriter(partial), no_dist=not dist.is_initialized())
+    try:
+        dcp.save(tensors, storage_writer=_ManifestWriter(partial), no_dist=not dist.is_initialized())
+    except CheckpointException as error:
+        # DCP gathers every rank's failure into one exception on all ranks; a full disk is an OSError
+        # without a file name (a write's): name the folder, the same on every rank.
+        failed = [failure[0] for failure in error.failures.values() if isinstance(failure[0], OSError)]
+        if failed:
+            raise OSError(failed[0].errno, failed[0].strerror, str(partial)) from error
+        raise
     if _main():
         world = dist.get_world_size() if dist.is_initialized() else 1
         payload = {"format": SHARDED_FORMAT, "version": SHARDED_VERSION, "world_size": world,

@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import shutil
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -47,7 +48,7 @@ from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import resolve_device
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_in_order, gather_objects, reduce_metrics
-from ptgpo_algos.distributed.launch import launch
+from ptgpo_algos.distributed.launch import RankFailed, launch
 from ptgpo_algos.distributed.engine import build_rank_engine, push_gathered
 from ptgpo_algos.distributed.policy import copy_weights, gathered_state, rollout_copy, shard_policy
 from ptgpo_algos.distributed.process_group import RankInfo
@@ -60,7 +61,7 @@ from ptgpo_algos.policy.backends import SYNC_TOKENS, build_policy, sync_prompts,
 from ptgpo_algos.policy.precision import precision_for
 from ptgpo_algos.preflight import check_machine
 from ptgpo_algos.rollout import RolloutStats
-from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, prepare_run_folder
+from ptgpo_algos.run_folder import RANKS_LOG, SHARDED_CHECKPOINT, prepare_run_folder
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.trainer import (Trainer, TrainSummary, check_environment, evaluation_result, evaluation_seeds,
                                  trim_logs)
@@ -376,4 +377,30 @@ def run_sharded(config: TrainConfig, nproc: int, progress: bool = True) -> Train
     check_sharded_config(config)
     device = resolve_device(config.policy.device, where=label("policy.device"))
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    return launch(train_on_rank, nproc, config.to_dict(), progress, device=kind)[0]
+    try:
+        return launch(train_on_rank, nproc, config.to_dict(), progress, device=kind)[0]
+    except RankFailed as failure:
+        error = failure.error
+        if error is not None and set(error.lineage) & set(_REFUSALS):
+            raise ValueError(f"rank {failure.rank} failed: {error.message}") from None
+        if error is None or error.errno is not None:  # killed, or an error of the system: the message says it all
+            raise
+        raise _with_traceback_saved(failure, config.run_dir / RANKS_LOG) from None
+
+
+#: The errors a rank refuses a run with (its folder, its config, its checkpoint: CheckpointError is a
+#: ValueError): their message says what to change, and their traceback would add nothing.
+_REFUSALS = ("ValueError", "FolderBusyError")
+
+
+def _with_traceback_saved(failure: RankFailed, log: Path) -> RankFailed:
+    """``failure`` with its rank's traceback appended to ``log`` (the run folder's ``ranks.log``), or as it
+    is where that cannot be written."""
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)  # a rank may fail before rank 0 made the folder
+        with open(log, "a", encoding="utf-8") as handle:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            handle.write(f"{stamp} rank {failure.rank} failed:\n{failure.error.traceback}\n")
+    except OSError:
+        return failure
+    return failure.saved_to(str(log))
