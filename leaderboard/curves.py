@@ -226,7 +226,9 @@ def curve_file(record_path: Path, curve_path: str) -> tuple[Path | None, RecordP
         return refuse(f"cannot be resolved ({error})")
     if not inside:
         return refuse(f"leads to {target}, outside the results folder")
-    return target, None
+    # Named as the record's folder was given (relative stays relative), so that a page listing an
+    # unreadable curve does not carry the path of the machine that built it.
+    return (target if ".." in Path(curve_path).parts else folder / curve_path), None
 
 
 def method_curves(board: Leaderboard, env_label: str, axis: str,
