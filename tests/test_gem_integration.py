@@ -139,3 +139,13 @@ def test_every_makeable_environment_makes_through_gem():
         assert child.step(action)[:4] == env.step(action)[:4]
         made += 1
     assert made >= 5
+
+
+def test_a_gem_id_builds_its_own_environment_only():
+    with pytest.raises(ValueError, match="ptgpo:Household-v0 always builds ptgpo/Household-v0"):
+        gem.make("ptgpo:Household-v0", ptgpo_id="ptgpo/Sokoban-v0")
+    with pytest.raises(ValueError, match="ptgpo:Household-v0 with .* cannot be made"):
+        gem.make("ptgpo:Household-v0", difficulty="impossible")
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        gem.make("ptgpo:Household-v0", seed="0")
+    assert gem.make("ptgpo:Sokoban-v0").ptgpo_env_id == "ptgpo/Sokoban-v0"
