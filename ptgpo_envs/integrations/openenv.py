@@ -59,6 +59,7 @@ from openenv.core.env_server.types import (
     State,
 )
 from pydantic import Field
+from starlette.websockets import WebSocketDisconnect
 
 from ptgpo_envs.core import Snapshot, TextEnv
 from ptgpo_envs.integrations.serving import (
@@ -262,7 +263,21 @@ def build_app(config: ServerConfig) -> Any:
         max_concurrent_envs=config.max_sessions, session_timeout=config.idle_timeout_s))
     app.router.routes[:] = [route for route in app.router.routes if getattr(route, "path", None) not in _OWN_ROUTES]
     _add_stateless_routes(app, config, make_environment)
-    return BodySizeLimit(app, config.max_body_bytes)
+    return BodySizeLimit(_quiet_disconnects(app), config.max_body_bytes)
+
+
+def _quiet_disconnects(app: Any) -> Any:
+    """``app`` without the traceback OpenEnv's session handler leaves when it closes a WebSocket that the
+    client (or the message size limit) has already closed: the client is gone, there is nothing to answer."""
+
+    async def application(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await app(scope, receive, send)
+        except WebSocketDisconnect:
+            if scope["type"] != "websocket":
+                raise
+
+    return application
 
 
 def _add_stateless_routes(app: Any, config: ServerConfig, make_environment: Callable[[], TextEnvironment]) -> None:
