@@ -14,6 +14,9 @@ from ptgpo_envs.integrations.serving import (
     DEFAULT_SNAPSHOT_CAPACITY,
 )
 
+#: Addresses that only this machine reaches.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
 HELP = "serve a registered environment as an OpenEnv environment (HTTP and WebSocket; needs openenv-core)"
 
 
@@ -86,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     def announce() -> None:
         print(f"ptgpo serve: {args.env_id} on http://{args.host}:{args.port} (OpenEnv; WebSocket sessions at "
               f"ws://{args.host}:{args.port}/ws)", flush=True)
+        if args.host not in LOOPBACK:
+            print(f"ptgpo serve: {args.host} is reachable from other machines and the server asks no one who "
+                  "they are: anyone who reaches the port can play (within the limits above)", flush=True)
 
     serve(config, host=args.host, port=args.port, on_ready=announce)
     return 0
