@@ -339,7 +339,8 @@ def test_stateless_http_routes_answer_client_errors_with_reasons(server):
         good = http.post("/reset", json={"seed": 6})
         assert good.status_code == 200 and good.json()["observation"]["text"] == _local(6)[1]
         assert http.get("/state").json()["env_id"] == ENV_ID
-        assert http.post("/mcp", json={"jsonrpc": "2.0", "method": "openenv/session/create", "id": 1}).status_code in (404, 405)
+        create = {"jsonrpc": "2.0", "method": "openenv/session/create", "id": 1}
+        assert http.post("/mcp", json=create).status_code in (404, 405)  # no session opens but by a WebSocket
     assert "Traceback" not in server.output()
 
 

@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kwargs", default="{}", metavar="JSON",
                         help="the environment's constructor kwargs, e.g. '{\"difficulty\": \"easy\"}'")
     parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
-                        help=f"concurrent client sessions, each with its own environment (default {DEFAULT_MAX_SESSIONS})")
+                        help="concurrent client sessions, each with its own environment "
+                             f"(default {DEFAULT_MAX_SESSIONS})")
     parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
                         help="close a session after this long without a reset or step, freeing its slot "
                              f"(default {DEFAULT_IDLE_TIMEOUT_S:g})")
@@ -37,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest HTTP request body or WebSocket message; larger ones get 413 "
                              f"(default {DEFAULT_MAX_BODY_BYTES})")
     parser.add_argument("--snapshot-capacity", type=int, default=DEFAULT_SNAPSHOT_CAPACITY,
-                        help=f"snapshots kept for reset(restore=...), the oldest dropped first (default {DEFAULT_SNAPSHOT_CAPACITY})")
+                        help="snapshots kept for reset(restore=...), the oldest dropped first "
+                             f"(default {DEFAULT_SNAPSHOT_CAPACITY})")
 
 
 def _fail(message: str) -> int:

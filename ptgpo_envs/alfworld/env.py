@@ -11,9 +11,9 @@ Each episode plays one official (or generated) ALFWorld game in TextWorld's PDDL
 * The first observation is the engine's intro (room and ``Your task is to: ...``); later ones are the
   engine's feedback. ``admissible_actions`` is the engine's list; ``state_key`` is the engine's observation text of the
   current state (an invalid action leaves it unchanged).
-* ``info`` adds ``task_type`` (Pick, Look, Clean, Heat, Cool, Pick2), ``game_id``, ``gamefile`` and ``observation_style``; with
-  ``expert_plan=True`` also ``expert_plan``, the planner's plan from the current state (planning costs
-  0.1-10 s a state, so it is opt-in). :meth:`ALFWorldEnv.expert_action` asks the same planner on demand.
+* ``info`` adds ``task_type`` (Pick, Look, Clean, Heat, Cool, Pick2), ``game_id``, ``gamefile`` and
+  ``observation_style``; with ``expert_plan=True`` also ``expert_plan``, the planner's plan from the
+  current state (planning costs 0.1-10 s a state, so it is opt-in). :meth:`ALFWorldEnv.expert_action` asks the same planner on demand.
 * Both placement grammars (``put X in/on Y`` and ``move X to Y``) are accepted and mapped to the
   engine's admissible command.
 * ``observation_style`` (:mod:`ptgpo_envs.observation_style`): every observation is the engine's own

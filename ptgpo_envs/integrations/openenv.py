@@ -24,8 +24,8 @@ any session may restore any id) and kept for the ``snapshot_capacity`` most rece
 Multi-step play goes through a WebSocket session (:class:`TextEnvClient`). OpenEnv's stateless HTTP
 routes build no episode to continue: ``POST /reset`` plays a reset in an environment of its own (one such
 request at a time, in a thread of its own, so it never holds up the sessions) and ``POST /step`` answers
-409, since a fresh environment has no episode to step. The server's limits (:mod:`ptgpo_envs.integrations.serving`): sessions,
-each closed after ``idle_timeout_s`` without a reset or step; request bodies and WebSocket messages of at
+409, since a fresh environment has no episode to step. The server's limits
+(:mod:`ptgpo_envs.integrations.serving`): sessions, each closed after ``idle_timeout_s`` without a reset or step; request bodies and WebSocket messages of at
 most ``max_body_bytes`` (413 beyond); and reset options that name files of the server's machine refused.
 A client's mistake is answered as a client error (4xx, or an error message on the WebSocket) with its
 reason, never with a traceback.

@@ -80,7 +80,8 @@ class ServerConfig:
         _positive_int("max_body_bytes", self.max_body_bytes)
         if (not isinstance(self.idle_timeout_s, (int, float)) or isinstance(self.idle_timeout_s, bool)
                 or not 1 <= self.idle_timeout_s <= 86400 * 365):
-            raise ValueError(f"idle_timeout_s must be a number of seconds from 1 to a year, got {self.idle_timeout_s!r:.80}")
+            raise ValueError("idle_timeout_s must be a number of seconds from 1 to a year, "
+                             f"got {self.idle_timeout_s!r:.80}")
         check_env_kwargs(self.env_id, self.env_kwargs, "env_kwargs")
         object.__setattr__(self, "env_class", text_env_class(self.env_id, self.env_kwargs))
 
