@@ -148,4 +148,7 @@ def test_a_gem_id_builds_its_own_environment_only():
         gem.make("ptgpo:Household-v0", difficulty="impossible")
     with pytest.raises(ValueError, match="seed must be a non-negative integer"):
         gem.make("ptgpo:Household-v0", seed="0")
-    assert gem.make("ptgpo:Sokoban-v0").ptgpo_env_id == "ptgpo/Sokoban-v0"
+    sokoban = gem.make("ptgpo:Sokoban-v0")
+    assert sokoban.ptgpo_env_id == "ptgpo/Sokoban-v0"
+    with pytest.raises(ValueError, match="always builds ptgpo/Sokoban-v0"):
+        sokoban.spawn(ptgpo_id="ptgpo/Household-v0")

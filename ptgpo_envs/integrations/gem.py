@@ -112,6 +112,7 @@ class GemTextEnv(gem.Env):
     def spawn(self, same_state: bool = False, **kwargs: Any) -> "GemTextEnv":
         """A new environment of the same id and kwargs (``kwargs`` override them); with ``same_state`` at
         this very step of this episode, so that the same actions give the same continuation."""
+        _refuse_another_id(self.ptgpo_env_id, kwargs)
         if same_state and set(kwargs) - {"seed"}:
             raise ValueError(
                 f"spawn(same_state=True) copies this episode, which kwargs {sorted(set(kwargs) - {'seed'})} would "
@@ -128,13 +129,17 @@ class GemTextEnv(gem.Env):
         self._wrapped.close()
 
 
+def _refuse_another_id(env_id: str, kwargs: dict[str, Any]) -> None:
+    if "ptgpo_id" in kwargs:
+        raise ValueError(f"{gem_id(env_id)} always builds {env_id}: drop ptgpo_id=, and make another "
+                         "environment by its own GEM id (gem.make('ptgpo:<Name>'))")
+
+
 def gem_maker(env_id: str) -> Callable[..., GemTextEnv]:
     """GEM's entry point for ``env_id``: a :class:`GemTextEnv` of that environment only, whatever the keywords."""
 
     def make(**kwargs: Any) -> GemTextEnv:
-        if "ptgpo_id" in kwargs:
-            raise ValueError(f"{gem_id(env_id)} always builds {env_id}: drop ptgpo_id=, and make another "
-                             f"environment by its own GEM id (gem.make('ptgpo:<Name>'))")
+        _refuse_another_id(env_id, kwargs)
         return GemTextEnv(env_id, **kwargs)
 
     make.__name__ = make.__qualname__ = f"make_{gem_id(env_id).replace(':', '_')}"
