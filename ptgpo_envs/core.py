@@ -104,6 +104,8 @@ class TextEnv(gym.Env[str, str]):
     #: Default horizon; ``gymnasium.make`` registrations use the same number.
     default_max_steps: ClassVar[int] = 50
     observation_max_chars: ClassVar[int] = 65536
+    #: Reset options whose values name files on this machine: for local use only, a server refuses them.
+    file_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, *, max_steps: int | None = None, render_mode: str | None = None):
         if max_steps is None:

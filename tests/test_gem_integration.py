@@ -25,7 +25,7 @@ def test_every_registered_environment_is_in_gems_registry():
 
     assert register_gem_envs() == []  # importing the module registered them all; a second call adds none
     for env_id in ptgpo_envs.env_ids():
-        assert ENV_REGISTRY[gem_id(env_id)].kwargs == {"ptgpo_id": env_id}
+        assert ENV_REGISTRY[gem_id(env_id)].kwargs == {}  # the maker fixes the environment
     assert gem_id("ptgpo/Household-v0") == "ptgpo:Household-v0"
 
 
@@ -139,3 +139,16 @@ def test_every_makeable_environment_makes_through_gem():
         assert child.step(action)[:4] == env.step(action)[:4]
         made += 1
     assert made >= 5
+
+
+def test_a_gem_id_builds_its_own_environment_only():
+    with pytest.raises(ValueError, match="ptgpo:Household-v0 always builds ptgpo/Household-v0"):
+        gem.make("ptgpo:Household-v0", ptgpo_id="ptgpo/Sokoban-v0")
+    with pytest.raises(ValueError, match="ptgpo:Household-v0 with .* cannot be made"):
+        gem.make("ptgpo:Household-v0", difficulty="impossible")
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        gem.make("ptgpo:Household-v0", seed="0")
+    sokoban = gem.make("ptgpo:Sokoban-v0")
+    assert sokoban.ptgpo_env_id == "ptgpo/Sokoban-v0"
+    with pytest.raises(ValueError, match="always builds ptgpo/Sokoban-v0"):
+        sokoban.spawn(ptgpo_id="ptgpo/Household-v0")

@@ -572,5 +572,5 @@ def test_an_empty_or_broken_alfworld_game_file_is_named(tmp_path, content):
     (game / "game.tw-pddl").write_text(content)
     env = gym.make("ptgpo/ALFWorld-v0", split="eval_out_of_distribution", data_path=str(ALFWORLD_DATA))
     with pytest.raises(ValueError, match=rf"{game / 'game.tw-pddl'}: not a loadable ALFWorld game"):
-        env.reset(options={"game": str(game)})
+        env.reset(options={"game_path": str(game)})
     env.close()

@@ -317,9 +317,77 @@ def test_every_makeable_environment_serves_its_contract(env_id):
     ([ENV_ID, "--kwargs", '{"difficulty": "impossible"}'], "--kwargs"),
     ([ENV_ID, "--port", "0"], "--port"),
     ([ENV_ID, "--max-sessions", "0"], "--max-sessions"),
+    (["CartPole-v1"], "not a text environment"),
 ])
 def test_serve_rejects_bad_flags_before_listening(argv, message, capsys):
     from ptgpo_algos.cli import main
 
     assert main(["serve", *argv]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_stateless_http_routes_answer_client_errors_with_reasons(server):
+    import httpx
+
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        step = http.post("/step", json={"action": {"text": "look"}})
+        assert step.status_code == 409 and "/ws" in step.json()["detail"]
+        bad = http.post("/reset", json={"options": [1]})
+        assert bad.status_code == 400 and "options must be a JSON object" in bad.json()["detail"]
+        assert http.post("/reset", json={"seed": -1}).status_code == 422
+        good = http.post("/reset", json={"seed": 6})
+        assert good.status_code == 200 and good.json()["observation"]["text"] == _local(6)[1]
+        assert http.get("/state").json()["env_id"] == ENV_ID
+        create = {"jsonrpc": "2.0", "method": "openenv/session/create", "id": 1}
+        assert http.post("/mcp", json=create).status_code in (404, 405)  # no session opens but by a WebSocket
+    assert "Traceback" not in server.output()
+
+
+def test_request_bodies_and_messages_over_the_limit_are_refused(server):
+    import httpx
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    big = json.dumps({"seed": 1, "padding": "x" * (2 * 1024 * 1024)})
+    refused = httpx.post(f"{server.url}/reset", content=big, headers={"content-type": "application/json"}, timeout=60)
+    assert refused.status_code == 413 and "--max-request-bytes" in refused.json()["detail"]
+    with connect(f"ws://127.0.0.1:{server.port}/ws", max_size=None) as ws:
+        ws.send(json.dumps({"type": "step", "data": {"text": "x" * (2 * 1024 * 1024)}}))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+        assert closed.value.rcvd.code == 1009  # message too big
+    with server.client() as client:  # the server serves on
+        assert client.reset(seed=0).observation.text == _local(0)[1]
+
+
+def test_an_idle_session_is_closed_and_its_slot_freed():
+    running = Server(ENV_ID, KWARGS, "--max-sessions", "1", "--idle-timeout", "1")
+    try:
+        idle = running.client()
+        idle.reset(seed=0)
+        time.sleep(7)  # OpenEnv's reaper looks every 5 s at the least
+        with running.client() as fresh:
+            assert fresh.reset(seed=1).observation.text == _local(1)[1]
+        with pytest.raises(RuntimeError, match="closed after 1 s without a reset or step"):
+            idle.step(TextAction(text="look"))
+        idle.close()
+    finally:
+        running.stop()
+
+
+def test_a_served_alfworld_takes_games_from_its_split_only(tmp_path):
+    pytest.importorskip("alfworld")
+    data = ROOT.parent / "shared" / "alfworld"
+    if not data.is_dir():
+        pytest.skip("needs ../shared/alfworld")
+    session = TextEnvironment(ServerConfig("ptgpo/ALFWorld-v0", {"split": "eval_out_of_distribution",
+                                                                 "data_path": str(data)}), SnapshotStore(8))
+    try:
+        first = session.reset(options={"game": 2})
+        assert session.reset(options={"game": first.info["game_id"]}).text == first.text
+        for options in ({"game_path": first.info["gamefile"]}, {"game": first.info["gamefile"]}):
+            with pytest.raises(ValueError, match="name files on the server|no game"):
+                session.reset(options=options)
+    finally:
+        session.close()

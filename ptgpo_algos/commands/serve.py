@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+
+from ptgpo_envs.integrations.serving import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SNAPSHOT_CAPACITY,
+)
+
+#: Addresses that only this machine reaches.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 HELP = "serve a registered environment as an OpenEnv environment (HTTP and WebSocket; needs openenv-core)"
 
@@ -17,10 +28,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for all)")
     parser.add_argument("--kwargs", default="{}", metavar="JSON",
                         help="the environment's constructor kwargs, e.g. '{\"difficulty\": \"easy\"}'")
-    parser.add_argument("--max-sessions", type=int, default=64,
-                        help="concurrent client sessions, each with its own environment (default 64)")
-    parser.add_argument("--snapshot-capacity", type=int, default=4096,
-                        help="snapshots kept for reset(restore=...), the oldest dropped first (default 4096)")
+    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
+                        help="concurrent client sessions, each with its own environment "
+                             f"(default {DEFAULT_MAX_SESSIONS})")
+    parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
+                        help="close a session after this long without a reset or step, freeing its slot "
+                             f"(default {DEFAULT_IDLE_TIMEOUT_S:g})")
+    parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
+                        help="largest HTTP request body or WebSocket message; larger ones get 413 "
+                             f"(default {DEFAULT_MAX_BODY_BYTES})")
+    parser.add_argument("--snapshot-capacity", type=int, default=DEFAULT_SNAPSHOT_CAPACITY,
+                        help="snapshots kept for reset(restore=...), the oldest dropped first "
+                             f"(default {DEFAULT_SNAPSHOT_CAPACITY})")
 
 
 def _fail(message: str) -> int:
@@ -36,10 +55,16 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--max-sessions must be at least 1, got {args.max_sessions}"
     if args.snapshot_capacity < 1:
         return f"--snapshot-capacity must be at least 1, got {args.snapshot_capacity}"
+    if not (math.isfinite(args.idle_timeout) and 1 <= args.idle_timeout <= 86400 * 365):
+        return f"--idle-timeout must be a number of seconds from 1 to a year, got {args.idle_timeout:g}"
+    if args.max_request_bytes < 1024:
+        return f"--max-request-bytes must be at least 1024, got {args.max_request_bytes}"
     try:
         args.kwargs = json.loads(args.kwargs)
     except json.JSONDecodeError as error:
         return f"--kwargs is not JSON ({error}); give an object such as '{{\"max_steps\": 30}}'"
+    except RecursionError:
+        return "--kwargs is nested too deeply to read; give a flat object such as '{\"max_steps\": 30}'"
     if not isinstance(args.kwargs, dict):
         return f"--kwargs must be a JSON object of keyword arguments, got {args.kwargs!r:.80}"
     return None
@@ -56,13 +81,19 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"OpenEnv is not installed ({error}): pip install openenv-core")
     try:
         config = ServerConfig(args.env_id, args.kwargs, max_sessions=args.max_sessions,
-                              snapshot_capacity=args.snapshot_capacity)
+                              snapshot_capacity=args.snapshot_capacity, idle_timeout_s=args.idle_timeout,
+                              max_body_bytes=args.max_request_bytes)
     except ValueError as error:
         return _fail(str(error).replace("env_kwargs", "--kwargs", 1))
+    except RecursionError:
+        return _fail("--kwargs is nested too deeply for the environment; give a flat object")
 
     def announce() -> None:
         print(f"ptgpo serve: {args.env_id} on http://{args.host}:{args.port} (OpenEnv; WebSocket sessions at "
               f"ws://{args.host}:{args.port}/ws)", flush=True)
+        if args.host not in LOOPBACK:
+            print(f"ptgpo serve: {args.host} is reachable from other machines and the server asks no one who "
+                  "they are: anyone who reaches the port can play (within the limits above)", flush=True)
 
     serve(config, host=args.host, port=args.port, on_ready=announce)
     return 0

@@ -5,13 +5,15 @@ Each episode plays one official (or generated) ALFWorld game in TextWorld's PDDL
 
 * ``reset(seed=s)`` plays game ``s mod N`` of the split (sorted by path), so seeds ``0..N-1`` cover an
   evaluation split exactly once; ``reset()`` without a seed draws a game from the environment's RNG;
-  ``options={"game": i}`` (index) or ``{"game": path}`` picks one explicitly.
+  ``options={"game": i}`` (index) or ``{"game": id}`` (``info["game_id"]``: the trial folder under the
+  split folder, ``<task folder>/<trial>``) picks one of the split explicitly; ``{"game_path": path}`` plays
+  any game file of this machine (a local option: ``ptgpo serve`` refuses it from clients).
 * The first observation is the engine's intro (room and ``Your task is to: ...``); later ones are the
   engine's feedback. ``admissible_actions`` is the engine's list; ``state_key`` is the engine's observation text of the
   current state (an invalid action leaves it unchanged).
-* ``info`` adds ``task_type`` (Pick, Look, Clean, Heat, Cool, Pick2), ``gamefile`` and ``observation_style``; with
-  ``expert_plan=True`` also ``expert_plan``, the planner's plan from the current state (planning costs
-  0.1-10 s a state, so it is opt-in). :meth:`ALFWorldEnv.expert_action` asks the same planner on demand.
+* ``info`` adds ``task_type`` (Pick, Look, Clean, Heat, Cool, Pick2), ``game_id``, ``gamefile`` and
+  ``observation_style``; with ``expert_plan=True`` also ``expert_plan``, the planner's plan from the
+  current state (planning costs 0.1-10 s a state, so it is opt-in). :meth:`ALFWorldEnv.expert_action` asks the same planner on demand.
 * Both placement grammars (``put X in/on Y`` and ``move X to Y``) are accepted and mapped to the
   engine's admissible command.
 * ``observation_style`` (:mod:`ptgpo_envs.observation_style`): every observation is the engine's own
@@ -29,7 +31,7 @@ import os
 import weakref
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ptgpo_envs.alfworld.data import (
     SPLITS,
@@ -89,6 +91,7 @@ class ALFWorldEnv(TextEnv):
     """ALFWorld games on TextWorld's PDDL engine (see the module docstring for the contract)."""
 
     default_max_steps = 50
+    file_options: ClassVar[frozenset[str]] = frozenset({"game_path"})
 
     def __init__(
         self,
@@ -110,9 +113,11 @@ class ALFWorldEnv(TextEnv):
             data_path = _default_data_path(split)
         self.split = split
         self.split_dir = resolve_split_dir(split, data_path)
+        self._split_root = self.split_dir.resolve()  # games' paths are resolved ones
         self.games: list[GameRecord] = list_games(
             self.split_dir, tuple(task_types) if task_types is not None else None
         )
+        self.game_ids: dict[str, int] = {self._game_id(game): index for index, game in enumerate(self.games)}
         self.expert_plan_in_info = bool(expert_plan)
         self._engine: Any = None  # created on first reset: importing alfworld costs ~1 s
         self._game: GameRecord | None = None
@@ -146,9 +151,12 @@ class ALFWorldEnv(TextEnv):
         return intro
 
     def _pick_game(self, options: dict[str, Any]) -> GameRecord:
-        unknown = set(options) - {"game"}
-        if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; ALFWorld takes {{'game': index or path}}")
+        unknown = set(options) - {"game", "game_path"}
+        if unknown or len(options) > 1:
+            raise ValueError(f"reset options {sorted(options)}: ALFWorld takes one of {{'game': index or id}} "
+                             "or {'game_path': path}")
+        if "game_path" in options:
+            return self._game_at(options["game_path"])
         choice = options.get("game")
         if choice is None:
             if self._reset_seed is not None:
@@ -158,14 +166,33 @@ class ALFWorldEnv(TextEnv):
             if not 0 <= choice < len(self.games):
                 raise ValueError(f"game index {choice} out of range: split {self.split!r} has {len(self.games)} games")
             return self.games[choice]
-        if isinstance(choice, (str, os.PathLike)):
-            path = str(Path(choice).resolve())
-            if os.path.isdir(path):
-                path = os.path.join(path, "game.tw-pddl")
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"no ALFWorld game file at {path}")
-            return GameRecord(path, task_type_of(path))
-        raise TypeError(f"options['game'] must be an index or a game path, got {type(choice).__name__}")
+        if isinstance(choice, str):
+            if choice not in self.game_ids:
+                raise ValueError(f"no game {choice[:200]!r} in split {self.split!r}: give an index (0 to "
+                                 f"{len(self.games) - 1}) or a game id as info['game_id'] shows it, e.g. "
+                                 f"{self._game_id(self.games[0])!r}")
+            return self.games[self.game_ids[choice]]
+        raise ValueError(f"options['game'] must be a game index or id, got {type(choice).__name__}")
+
+    def _game_id(self, game: GameRecord) -> str:
+        """The game's trial folder under the split folder (``<task folder>/<trial>``); its own folder's
+        path for a game outside the split."""
+        folder = Path(game.path).parent
+        try:
+            return folder.relative_to(self._split_root).as_posix()
+        except ValueError:
+            return str(folder)
+
+    def _game_at(self, choice: Any) -> GameRecord:
+        """The game of a file (or its trial folder) anywhere on this machine."""
+        if not isinstance(choice, (str, os.PathLike)):
+            raise ValueError(f"options['game_path'] must be a path, got {type(choice).__name__}")
+        path = str(Path(choice).resolve())
+        if os.path.isdir(path):
+            path = os.path.join(path, "game.tw-pddl")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no ALFWorld game file at {path}")
+        return GameRecord(path, task_type_of(path))
 
     def _start(self, game: GameRecord) -> None:
         """Put the engine at the start of ``game``."""
@@ -216,7 +243,8 @@ class ALFWorldEnv(TextEnv):
         return self._engine.won
 
     def _extra_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"task_type": self._game.task_type, "gamefile": self._game.path,
+        info: dict[str, Any] = {"task_type": self._game.task_type, "game_id": self._game_id(self._game),
+                                "gamefile": self._game.path,
                                 "observation_style": self.observation_style, "alfworld_version": _alfworld_version()}
         if self.expert_plan_in_info:
             info["expert_plan"] = self._engine.plan()

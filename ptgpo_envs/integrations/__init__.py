@@ -2,6 +2,8 @@
 
 * :mod:`.openenv` -- any registered environment as an OpenEnv server (typed action, observation and
   state; snapshots as opaque ids) and the matching OpenEnv client (``pip install openenv-core``);
+* :mod:`.serving` -- what a served environment allows its clients (limits, reset checks, request size),
+  without OpenEnv;
 * :mod:`.gem` -- our environments in GEM's registry (``gem.make("ptgpo:Household-v0")``), with
   ``spawn(same_state=True)`` forking through ``snapshot``/``restore`` (``pip install gem-llm``).
 

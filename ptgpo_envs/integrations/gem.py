@@ -15,12 +15,15 @@ GEM's agents answer in free text and GEM's games read the action from the last `
 ours when the text holds one, else the whole text is the action. ``spawn(same_state=True)`` copies the
 episode with ``snapshot()``/``restore()`` (GEM has it for its math environments only); ``get_state()``
 and ``set_state()`` name the same snapshots as GEM's math environments name theirs.
+
+Each GEM id builds its own environment only: its registered maker takes the environment's keywords and
+``seed``, and refuses ``ptgpo_id`` (which would otherwise build another environment under the same id).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import gem
 import gymnasium as gym
@@ -30,7 +33,7 @@ from gem.envs.registration import ENV_REGISTRY
 from ptgpo_envs.core import Snapshot, TextEnv
 from ptgpo_envs.registry import env_ids, load_plugins
 
-__all__ = ["GemTextEnv", "PREFIX", "gem_id", "register_gem_envs"]
+__all__ = ["GemTextEnv", "PREFIX", "gem_id", "gem_maker", "register_gem_envs"]
 
 #: GEM's ids are ``namespace:Name``; ours are ``ptgpo/Name``.
 PREFIX = "ptgpo:"
@@ -59,10 +62,15 @@ class GemTextEnv(gem.Env):
     def __init__(self, ptgpo_id: str, seed: int | None = None, **kwargs: Any):
         # Not ``env_id``: gem.make sets that attribute to GEM's id, and gem.register takes it as its own.
         super().__init__()
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise ValueError(f"{gem_id(ptgpo_id)}: seed must be a non-negative integer or None, got {seed!r:.80}")
         self.ptgpo_env_id = ptgpo_id
         self.env_kwargs = dict(kwargs)
         self.seed = seed
-        self._wrapped = gym.make(ptgpo_id, disable_env_checker=True, **kwargs)
+        try:
+            self._wrapped = gym.make(ptgpo_id, disable_env_checker=True, **kwargs)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{gem_id(ptgpo_id)} with {kwargs!r:.200} cannot be made: {error}") from None
         env = self._wrapped.unwrapped
         if not isinstance(env, TextEnv):
             raise TypeError(f"{ptgpo_id} is a {type(env).__name__}, not a ptgpo_envs.core.TextEnv")
@@ -104,6 +112,7 @@ class GemTextEnv(gem.Env):
     def spawn(self, same_state: bool = False, **kwargs: Any) -> "GemTextEnv":
         """A new environment of the same id and kwargs (``kwargs`` override them); with ``same_state`` at
         this very step of this episode, so that the same actions give the same continuation."""
+        _refuse_another_id(self.ptgpo_env_id, kwargs)
         if same_state and set(kwargs) - {"seed"}:
             raise ValueError(
                 f"spawn(same_state=True) copies this episode, which kwargs {sorted(set(kwargs) - {'seed'})} would "
@@ -120,6 +129,23 @@ class GemTextEnv(gem.Env):
         self._wrapped.close()
 
 
+def _refuse_another_id(env_id: str, kwargs: dict[str, Any]) -> None:
+    if "ptgpo_id" in kwargs:
+        raise ValueError(f"{gem_id(env_id)} always builds {env_id}: drop ptgpo_id=, and make another "
+                         "environment by its own GEM id (gem.make('ptgpo:<Name>'))")
+
+
+def gem_maker(env_id: str) -> Callable[..., GemTextEnv]:
+    """GEM's entry point for ``env_id``: a :class:`GemTextEnv` of that environment only, whatever the keywords."""
+
+    def make(**kwargs: Any) -> GemTextEnv:
+        _refuse_another_id(env_id, kwargs)
+        return GemTextEnv(env_id, **kwargs)
+
+    make.__name__ = make.__qualname__ = f"make_{gem_id(env_id).replace(':', '_')}"
+    return make
+
+
 def register_gem_envs() -> list[str]:
     """Register every environment of ours not yet in GEM's registry; GEM's ids of those it registered."""
     load_plugins()
@@ -127,7 +153,7 @@ def register_gem_envs() -> list[str]:
     for env_id in env_ids():
         name = gem_id(env_id)
         if name not in ENV_REGISTRY:
-            gem.register(name, GemTextEnv, ptgpo_id=env_id)
+            gem.register(name, gem_maker(env_id))
             added.append(name)
     return added
 

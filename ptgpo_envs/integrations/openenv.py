@@ -21,35 +21,61 @@ process. Snapshots stay on the server (a client never sends one, so nothing it s
 run); ids are random, shared by the server's sessions (one environment id and kwargs per server, so
 any session may restore any id) and kept for the ``snapshot_capacity`` most recent ones.
 
-OpenEnv's stateless ``POST /reset`` and ``POST /step`` build and close an environment per request, as
-for every OpenEnv environment: multi-step play goes through the session (:class:`TextEnvClient`).
+Multi-step play goes through a WebSocket session (:class:`TextEnvClient`). OpenEnv's stateless HTTP
+routes build no episode to continue: ``POST /reset`` plays a reset in an environment of its own (one such
+request at a time, in a thread of its own, so it never holds up the sessions) and ``POST /step`` answers
+409, since a fresh environment has no episode to step. The server's limits
+(:mod:`ptgpo_envs.integrations.serving`): sessions, each closed after ``idle_timeout_s`` without a reset or step; request bodies and WebSocket messages of at
+most ``max_body_bytes`` (413 beyond); and reset options that name files of the server's machine refused.
+A client's mistake is answered as a client error (4xx, or an error message on the WebSocket) with its
+reason, never with a traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import threading
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import gymnasium as gym
+from fastapi import Body, HTTPException
+from fastapi.responses import JSONResponse
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
+from openenv.core.env_server.serialization import serialize_observation
+from openenv.core.env_server.types import (
+    Action,
+    ConcurrencyConfig,
+    EnvironmentMetadata,
+    Observation,
+    ResetRequest,
+    ResetResponse,
+    State,
+)
 from pydantic import Field
+from starlette.websockets import WebSocketDisconnect
 
 from ptgpo_envs.core import Snapshot, TextEnv
-from ptgpo_envs.registry import check_env_kwargs, get_spec
+from ptgpo_envs.integrations.serving import (
+    DEFAULT_SNAPSHOT_CAPACITY,
+    BodySizeLimit,
+    ServerConfig,
+    check_reset_request,
+)
+from ptgpo_envs.registry import get_spec
 
 __all__ = ["ServerConfig", "SnapshotStore", "TextAction", "TextEnvClient", "TextEnvironment", "TextObservation",
            "TextState", "build_app", "serve"]
 
-#: Snapshots a server keeps by default (the oldest are dropped first).
-DEFAULT_SNAPSHOT_CAPACITY = 4096
+#: OpenEnv's routes this server answers itself: the stateless ones without building an environment
+#: on the event loop, and none of MCP (our environments offer no MCP tools).
+_OWN_ROUTES = frozenset({"/reset", "/step", "/state", "/metadata", "/mcp"})
 
 
 class TextAction(Action):
@@ -139,21 +165,6 @@ class SnapshotStore:
             return len(self._items)
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    """What one server serves: an environment id, its constructor kwargs and the server's limits."""
-
-    env_id: str
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    max_sessions: int = 64
-    snapshot_capacity: int = DEFAULT_SNAPSHOT_CAPACITY
-
-    def __post_init__(self) -> None:
-        check_env_kwargs(self.env_id, self.env_kwargs, "env_kwargs")
-        if not isinstance(self.max_sessions, int) or isinstance(self.max_sessions, bool) or self.max_sessions < 1:
-            raise ValueError(f"max_sessions must be a positive integer, got {self.max_sessions!r}")
-
-
 class TextEnvironment(Environment[TextAction, TextObservation, TextState]):
     """One session's environment: a registered environment made with the server's kwargs."""
 
@@ -172,19 +183,18 @@ class TextEnvironment(Environment[TextAction, TextObservation, TextState]):
             raise TypeError(f"{config.env_id} is a {type(env).__name__}, not a ptgpo_envs.core.TextEnv")
         self._env: TextEnv = env
         self._snapshots = False
+        self._closed = False
         self._state = TextState(env_id=config.env_id)
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, *, options: dict | None = None,
               snapshots: bool | None = None, restore: str | None = None, **ignored: Any) -> TextObservation:
         """A new episode (``seed``, ``options``), or the session back at ``restore`` (a ``snapshot_id``).
 
-        ``snapshots=True`` gives every observation from now on a ``snapshot_id``; restoring keeps them on."""
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise ValueError(f"reset: seed must be a non-negative integer, got {seed!r:.80}")
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"reset: options must be a JSON object, got {type(options).__name__}")
-        if snapshots is not None and not isinstance(snapshots, bool):
-            raise ValueError(f"reset: snapshots must be true or false, got {snapshots!r:.80}")
+        ``snapshots=True`` gives every observation from now on a ``snapshot_id``; restoring keeps them on.
+        Options naming files of the server's machine are refused
+        (:func:`~ptgpo_envs.integrations.serving.check_reset_request`)."""
+        self._check_open()
+        check_reset_request(self._config, seed, options, snapshots)
         if snapshots is not None:
             self._snapshots = bool(snapshots)
         if restore is not None:
@@ -198,10 +208,16 @@ class TextEnvironment(Environment[TextAction, TextObservation, TextState]):
 
     def step(self, action: TextAction, timeout_s: float | None = None, **ignored: Any) -> TextObservation:
         """Play ``action.text``; an inadmissible text is a valid message that uses up a step."""
+        self._check_open()
         if not isinstance(action, TextAction):
             raise TypeError(f"step takes a TextAction, got {type(action).__name__}")
         observation, reward, terminated, truncated, info = self._env.step(action.text)
         return self._observe(observation, reward, terminated, truncated, info)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"this session was closed after {self._config.idle_timeout_s:g} s without a reset or "
+                               "step: open a new session")
 
     def _observe(self, text: str, reward: float, terminated: bool, truncated: bool,
                  info: dict[str, Any]) -> TextObservation:
@@ -229,20 +245,88 @@ class TextEnvironment(Environment[TextAction, TextObservation, TextState]):
         return EnvironmentMetadata(name=spec.id, description=spec.description, version="ptgpo")
 
     def close(self) -> None:
-        """Close the wrapped environment (OpenEnv calls this when the session ends)."""
+        """Close the wrapped environment (OpenEnv calls this when the session ends or sits idle too long)."""
+        self._closed = True
         self._wrapped.close()
 
 
 def build_app(config: ServerConfig) -> Any:
-    """The FastAPI application serving ``config``'s environment with OpenEnv's routes (``/ws``,
-    ``/reset``, ``/step``, ``/state``, ``/schema``, ``/metadata``, ``/health``)."""
+    """The ASGI application serving ``config``'s environment: OpenEnv's WebSocket sessions (``/ws``),
+    ``/schema`` and ``/health``, the stateless ``/reset``, ``/step``, ``/state`` and ``/metadata`` answered
+    here, and request bodies over ``config.max_body_bytes`` refused with 413."""
     store = SnapshotStore(config.snapshot_capacity)
 
     def make_environment() -> TextEnvironment:
         return TextEnvironment(config, store)
 
     make_environment.__name__ = f"make_{config.env_id.replace('/', '_')}"
-    return create_fastapi_app(make_environment, TextAction, TextObservation, max_concurrent_envs=config.max_sessions)
+    app = create_fastapi_app(make_environment, TextAction, TextObservation, concurrency_config=ConcurrencyConfig(
+        max_concurrent_envs=config.max_sessions, session_timeout=config.idle_timeout_s))
+    app.router.routes[:] = [route for route in app.router.routes if getattr(route, "path", None) not in _OWN_ROUTES]
+    _add_stateless_routes(app, config, make_environment)
+    return BodySizeLimit(_quiet_disconnects(app), config.max_body_bytes)
+
+
+def _quiet_disconnects(app: Any) -> Any:
+    """``app`` without the traceback OpenEnv's session handler leaves when it closes a WebSocket that the
+    client (or the message size limit) has already closed: the client is gone, there is nothing to answer."""
+
+    async def application(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await app(scope, receive, send)
+        except WebSocketDisconnect:
+            if scope["type"] != "websocket":
+                raise
+
+    return application
+
+
+def _add_stateless_routes(app: Any, config: ServerConfig, make_environment: Callable[[], TextEnvironment]) -> None:
+    # One thread for every stateless reset: building an environment and resetting it (seconds for an
+    # ALFWorld game) never runs on the event loop, and a flood of them queues here, bounded.
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptgpo-stateless")
+    queued = 0
+
+    def reset_once(arguments: dict[str, Any]) -> TextObservation:
+        environment = make_environment()
+        try:
+            return environment.reset(**arguments)
+        finally:
+            environment.close()
+
+    @app.post("/reset", response_model=ResetResponse, tags=["Environment Control"],
+              summary="An episode's first observation, in an environment of its own (play through /ws)")
+    async def reset(request: ResetRequest = Body(default_factory=ResetRequest)) -> ResetResponse:
+        nonlocal queued
+        if queued >= config.max_sessions:
+            raise HTTPException(503, f"{queued} stateless resets are already waiting: retry later, or play "
+                                     "through a WebSocket session at /ws")
+        arguments = request.model_dump(exclude_unset=True)
+        queued += 1
+        try:
+            observation = await asyncio.get_running_loop().run_in_executor(worker, reset_once, arguments)
+        except (ValueError, TypeError) as error:
+            raise HTTPException(400, " ".join(str(error).split())) from None
+        finally:
+            queued -= 1
+        return ResetResponse(**serialize_observation(observation))
+
+    @app.post("/step", tags=["Environment Control"], status_code=409,
+              summary="Refused: a stateless request has no episode to step (play through /ws)")
+    async def step() -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": (
+            "POST /step has no episode to step: OpenEnv's HTTP routes give each request a fresh environment; "
+            "play an episode through a WebSocket session at /ws (TextEnvClient, or any OpenEnv client)")})
+
+    @app.get("/state", response_model=TextState, tags=["State Management"],
+             summary="A fresh environment's state (a session's own comes from its WebSocket)")
+    async def state() -> TextState:
+        return TextState(env_id=config.env_id)
+
+    @app.get("/metadata", response_model=EnvironmentMetadata, tags=["Environment Info"])
+    async def metadata() -> EnvironmentMetadata:
+        spec = get_spec(config.env_id)
+        return EnvironmentMetadata(name=spec.id, description=spec.description, version="ptgpo")
 
 
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000,
@@ -257,8 +341,9 @@ def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000,
             if self.started and on_ready is not None:
                 on_ready()
 
+    # Connections beyond the sessions' and some short requests' are answered 503 by uvicorn itself.
     settings = uvicorn.Config(build_app(config), host=host, port=port, log_level=log_level,
-                              ws_max_size=16 * 1024 * 1024)
+                              ws_max_size=config.max_body_bytes, limit_concurrency=config.max_sessions + 64)
     _Server(settings).run()
 
 
