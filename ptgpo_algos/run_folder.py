@@ -9,6 +9,14 @@ A resume continues *the same run*: a folder is resumed only with a config equal 
 started with, except the fields that say when to stop (:data:`~ptgpo_algos.config.RESUMABLE_FIELDS`),
 and a folder that is not a run folder (a saved model's folder, which also has a ``config.json``) is
 never written into.
+
+A resume never silently starts over: once a checkpoint was due (``metrics.jsonl`` records
+``run.checkpoint_every`` iterations or more, or ``final_model/`` is there), a missing checkpoint, a
+``checkpoint/`` without its ``manifest.json`` (emptied, or its writer cut short) or a checkpoint of the
+wrong kind (``checkpoint`` a file, ``checkpoint.pt`` a folder) is refused, naming it. A run killed
+before its first checkpoint was due kept nothing a resume could use, and starts over. Whether a
+checkpoint's files are intact is checked when it is loaded (:mod:`ptgpo_algos.checkpoint`,
+:mod:`ptgpo_algos.distributed.sharded_checkpoint`).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import json
 from pathlib import Path
 
 from ptgpo_algos.config import RESUMABLE_FIELDS, TrainConfig
-from ptgpo_algos.files import LOCK_FILE
+from ptgpo_algos.files import LOCK_FILE, read_jsonl
 
 __all__ = ["RUN_ARTEFACTS", "SHARDED_CHECKPOINT", "is_run_folder", "load_run_config", "prepare_run_folder"]
 
@@ -99,4 +107,42 @@ def prepare_run_folder(config: TrainConfig) -> bool:
             "resume with the run's own "
             "settings, or train into another out_dir"
         )
-    return (run_dir / "checkpoint.pt").is_file() or (run_dir / SHARDED_CHECKPOINT / "manifest.json").is_file()
+    return _holds_checkpoint(config, saved.run.keep_checkpoint)
+
+
+def _holds_checkpoint(config: TrainConfig, kept: bool) -> bool:
+    """Whether the run folder holds a checkpoint to resume (``kept``: the run kept its checkpoint once
+    finished); ``ValueError`` naming what is wrong where it should hold one and does not, or holds one
+    that cannot be whole."""
+    run_dir = config.run_dir
+    single, sharded = run_dir / "checkpoint.pt", run_dir / SHARDED_CHECKPOINT
+    lost = "restore it from a copy, or start the run over in a new out_dir"
+    if single.exists() and not single.is_file():
+        raise ValueError(f"{single} is a folder, not a checkpoint file: move it out of the run folder, then resume")
+    if sharded.exists() and not sharded.is_dir():
+        raise ValueError(f"{sharded} is a file, not the folder of a checkpoint written across ranks: move it out of "
+                         "the run folder, then resume")
+    if sharded.is_dir() and not (sharded / "manifest.json").is_file():
+        raise ValueError(f"{sharded}: no manifest.json: the checkpoint is incomplete (its writer was cut short, or "
+                         f"files were removed); {lost}")
+    if single.is_file() or sharded.is_dir():
+        return True
+    finished = _finished_iterations(run_dir)
+    if finished < config.run.checkpoint_every and not (run_dir / "final_model").exists():
+        return False  # killed before its first checkpoint: nothing kept that a resume could continue
+    # save_sharded moves the checkpoint it replaces aside before renaming the new one into place.
+    beside = [run_dir / f"{SHARDED_CHECKPOINT}.{suffix}" for suffix in ("partial", "old")]
+    beside = [path for path in beside if (path / "manifest.json").is_file()]
+    hint = (f"; {beside[0]} holds one (its replacement was cut short): rename it to {SHARDED_CHECKPOINT}"
+            if beside else "; run.keep_checkpoint is off, so the finished run deleted it"
+            if not kept else f"; {lost}")
+    raise ValueError(f"--resume: {run_dir / 'metrics.jsonl'} records {finished} finished iterations, but there is no "
+                     f"checkpoint (checkpoint.pt or {SHARDED_CHECKPOINT}/) to continue from, and starting over would "
+                     f"discard them{hint}")
+
+
+def _finished_iterations(run_dir: Path) -> int:
+    """The last iteration ``metrics.jsonl`` records (0 without one)."""
+    path = run_dir / "metrics.jsonl"
+    rows = read_jsonl(path) if path.is_file() else []
+    return max((row["iteration"] for row in rows if isinstance(row.get("iteration"), int)), default=0)
