@@ -19,6 +19,7 @@ Layout (``format: "ptgpo-checkpoint"``, ``version: 1``)::
     hindsight_buffer [Decision fields as a dict, ...] | None
     objectives       {objective name: its state (I-SDPO: the EMA teacher's weights)} | None
     rollout_memory   the rollout strategy's state across iterations (3SPO's statistics) | None
+    sealed           True: the file ends with its SHA-256 (below)
 
 A checkpoint written before the format was versioned loads when it holds plain data only.
 
@@ -48,9 +49,8 @@ import torch
 
 from ptgpo_algos.files import atomic_path, file_sha256
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "COUNTERS", "CheckpointError", "RESTORE_ADVICE",
-           "load_checkpoint",
-           "save_checkpoint", "verify_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "COUNTERS", "RESTORE_ADVICE", "CheckpointError",
+           "load_checkpoint", "save_checkpoint", "verify_checkpoint"]
 
 CHECKPOINT_FORMAT = "ptgpo-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -64,7 +64,6 @@ _SEAL_SIZE = len(_SEAL) + 64  # the zip comment: the marker and the hex digest
 _END_RECORD = b"PK\x05\x06"  # a zip archive's last record, 22 bytes; its last 2: the comment's length
 #: What to do with a checkpoint that cannot be used: resuming without it would discard the finished work.
 RESTORE_ADVICE = "restore it from a copy, or start the run over in a new out_dir"
-_ADVICE_NEW_RUN = "start the run over in a new out_dir"
 
 
 class CheckpointError(ValueError):
@@ -143,7 +142,8 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         ) from None
     _check_layout(path, state)
     if state.get("sealed") and not sealed:
-        raise CheckpointError(f"{path}: damaged: it was written with a checksum, which is gone from its end; {RESTORE_ADVICE}")
+        raise CheckpointError(f"{path}: damaged: it was written with a checksum, which is gone from its end; "
+                              f"{RESTORE_ADVICE}")
     return state
 
 
@@ -154,7 +154,7 @@ def _is_number(value: Any) -> bool:
 def _check_layout(path: Path, state: Any) -> None:
     def fail(what: str) -> None:
         raise CheckpointError(f"{path}: not a ptgpo training checkpoint ({what}); point at the checkpoint.pt "
-                              f"that `ptgpo train` wrote, or {_ADVICE_NEW_RUN}")
+                              "that `ptgpo train` wrote, or start the run over in a new out_dir")
 
     if not isinstance(state, dict):
         fail(f"it holds a {type(state).__name__}, not a mapping")
