@@ -63,7 +63,7 @@ _SEAL = b"ptgpo-sha256:"
 _SEAL_SIZE = len(_SEAL) + 64  # the zip comment: the marker and the hex digest
 _END_RECORD = b"PK\x05\x06"  # a zip archive's last record, 22 bytes; its last 2: the comment's length
 #: What to do with a checkpoint that cannot be used: resuming without it would discard the finished work.
-RESTORE_ADVICE = "restore it from a copy, or start the run over in a new out_dir"
+RESTORE_ADVICE = "restore the checkpoint from a copy, or start the run over in a new out_dir"
 
 
 class CheckpointError(ValueError):

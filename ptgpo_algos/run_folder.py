@@ -14,7 +14,9 @@ A resume never silently starts over: once a checkpoint was due (``metrics.jsonl`
 ``run.checkpoint_every`` iterations or more, or ``final_model/`` is there), a missing checkpoint, a
 ``checkpoint/`` without its ``manifest.json`` (emptied, or its writer cut short) or a checkpoint of the
 wrong kind (``checkpoint`` a file, ``checkpoint.pt`` a folder) is refused, naming it. A run killed
-before its first checkpoint was due kept nothing a resume could use, and starts over. Whether a
+before its first checkpoint was due kept nothing a resume could use, and starts over; so does, with a
+warning, a run that deleted its checkpoint when it finished (``run.keep_checkpoint`` off, as a
+benchmark's cells run). Whether a
 checkpoint's files are intact is checked when it is loaded (:mod:`ptgpo_algos.checkpoint`,
 :mod:`ptgpo_algos.distributed.sharded_checkpoint`).
 """
@@ -22,6 +24,7 @@ checkpoint's files are intact is checked when it is loaded (:mod:`ptgpo_algos.ch
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 from ptgpo_algos.config import RESUMABLE_FIELDS, TrainConfig
@@ -116,7 +119,7 @@ def _holds_checkpoint(config: TrainConfig, kept: bool) -> bool:
     that cannot be whole."""
     run_dir = config.run_dir
     single, sharded = run_dir / "checkpoint.pt", run_dir / SHARDED_CHECKPOINT
-    lost = "restore it from a copy, or start the run over in a new out_dir"
+    lost = "restore the checkpoint from a copy, or start the run over in a new out_dir"
     if single.exists() and not single.is_file():
         raise ValueError(f"{single} is a folder, not a checkpoint file: move it out of the run folder, then resume")
     if sharded.exists() and not sharded.is_dir():
@@ -130,15 +133,21 @@ def _holds_checkpoint(config: TrainConfig, kept: bool) -> bool:
     finished = _finished_iterations(run_dir)
     if finished < config.run.checkpoint_every and not (run_dir / "final_model").exists():
         return False  # killed before its first checkpoint: nothing kept that a resume could continue
+    metrics = run_dir / "metrics.jsonl"
     # save_sharded moves the checkpoint it replaces aside before renaming the new one into place.
     beside = [run_dir / f"{SHARDED_CHECKPOINT}.{suffix}" for suffix in ("partial", "old")]
     beside = [path for path in beside if (path / "manifest.json").is_file()]
-    hint = (f"; {beside[0]} holds one (its replacement was cut short): rename it to {SHARDED_CHECKPOINT}"
-            if beside else "; run.keep_checkpoint is off, so the finished run deleted it"
-            if not kept else f"; {lost}")
-    raise ValueError(f"--resume: {run_dir / 'metrics.jsonl'} records {finished} finished iterations, but there is no "
-                     f"checkpoint (checkpoint.pt or {SHARDED_CHECKPOINT}/) to continue from, and starting over would "
-                     f"discard them{hint}")
+    if beside:
+        raise ValueError(f"--resume: {run_dir} has no {SHARDED_CHECKPOINT}/, but {beside[0]} holds one (its "
+                         f"replacement was cut short): rename it to {SHARDED_CHECKPOINT}, then resume")
+    if not kept:
+        # Deleted by design when the run finished (a benchmark's cells keep no checkpoint): nothing was lost.
+        warnings.warn(f"--resume: {metrics} records {finished} finished iterations, but the run kept no checkpoint "
+                      "(run.keep_checkpoint off): starting it over", stacklevel=3)
+        return False
+    raise ValueError(f"--resume: {metrics} records {finished} finished iterations, but there is no checkpoint "
+                     f"(checkpoint.pt or {SHARDED_CHECKPOINT}/) to continue from, and starting over would discard "
+                     f"them; {lost}")
 
 
 def _finished_iterations(run_dir: Path) -> int:

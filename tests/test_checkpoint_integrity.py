@@ -222,8 +222,15 @@ def test_resume_names_the_checkpoint_left_beside_when_a_replacement_was_cut_shor
     config = _run_folder(tmp_path, finished=2)
     (config.run_dir / "checkpoint.old").mkdir()
     (config.run_dir / "checkpoint.old" / "manifest.json").write_text("{}")
-    with pytest.raises(ValueError, match=r"checkpoint\.old .*rename it to checkpoint"):
+    with pytest.raises(ValueError, match=r"checkpoint\.old holds one .*rename it to checkpoint, then resume"):
         prepare_run_folder(config)
+
+
+def test_resume_starts_over_with_a_warning_a_run_that_kept_no_checkpoint_by_design(tmp_path):
+    # run.keep_checkpoint off (a benchmark's cells): the finished run deleted it; nothing was lost.
+    config = _run_folder(tmp_path, finished=2, keep_checkpoint=False)
+    with pytest.warns(UserWarning, match=r"2 finished iterations, but the run kept no checkpoint"):
+        assert prepare_run_folder(config) is False
 
 
 def test_resume_starts_over_when_no_checkpoint_was_due(tmp_path):
