@@ -19,8 +19,19 @@ Layout (``format: "ptgpo-checkpoint"``, ``version: 1``)::
     hindsight_buffer [Decision fields as a dict, ...] | None
     objectives       {objective name: its state (I-SDPO: the EMA teacher's weights)} | None
     rollout_memory   the rollout strategy's state across iterations (3SPO's statistics) | None
+    sealed           True: the file ends with its SHA-256 (below)
 
 A checkpoint written before the format was versioned loads when it holds plain data only.
+
+**Integrity.** ``torch.save`` writes a zip archive, whose last record may carry a comment that
+readers skip. :func:`save_checkpoint` writes there the SHA-256 of every byte before it
+(``ptgpo-sha256:<hex>``) and records ``sealed: True`` in the payload; :func:`load_checkpoint`
+recomputes it, streaming the file, before a byte is unpickled, and refuses a file that differs,
+naming it. The checksum travels inside the file it covers: the two are written to one temporary
+file and moved into place together, so no crash leaves a good checkpoint beside a stale checksum,
+and a copied checkpoint keeps its proof. A checkpoint of an older ptgpo (no checksum) loads with a
+warning that it is unverified; one whose payload says it was sealed but whose checksum is gone is
+refused.
 """
 
 from __future__ import annotations
@@ -29,15 +40,17 @@ import errno
 import math
 import os
 import re
+import struct
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ptgpo_algos.files import atomic_path
+from ptgpo_algos.files import atomic_path, file_sha256
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "COUNTERS", "CheckpointError", "load_checkpoint",
-           "save_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "COUNTERS", "RESTORE_ADVICE", "CheckpointError",
+           "load_checkpoint", "save_checkpoint", "verify_checkpoint"]
 
 CHECKPOINT_FORMAT = "ptgpo-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -46,6 +59,11 @@ _RNG_KEYS = ("python", "numpy", "torch", "sampler")
 #: The counters a checkpoint keeps (the keys of ``checkpoint["counters"]``, all numbers).
 COUNTERS = ("iteration", "decisions", "tokens", "decisions_saved", "tokens_saved", "wall_time_s", "best_success",
             "last_eval_iteration")
+_SEAL = b"ptgpo-sha256:"
+_SEAL_SIZE = len(_SEAL) + 64  # the zip comment: the marker and the hex digest
+_END_RECORD = b"PK\x05\x06"  # a zip archive's last record, 22 bytes; its last 2: the comment's length
+#: What to do with a checkpoint that cannot be used: resuming without it would discard the finished work.
+RESTORE_ADVICE = "restore the checkpoint from a copy, or start the run over in a new out_dir"
 
 
 class CheckpointError(ValueError):
@@ -54,7 +72,7 @@ class CheckpointError(ValueError):
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
     """Write ``state`` (the layout above, plain data and tensors only) atomically to ``path``."""
-    payload = {**state, "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION}
+    payload = {**state, "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "sealed": True}
     with atomic_path(path) as tmp:
         try:
             torch.save(payload, tmp)
@@ -62,11 +80,50 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
             reason = " ".join(str(error).split())[:200]
             raise OSError(errno.EIO, f"writing the checkpoint failed ({reason}); is the disk full?",
                           str(path)) from None
+        _seal(tmp)
+
+
+def _seal(path: Path) -> None:
+    """Write the SHA-256 of the archive ``torch.save`` wrote, up to its comment's length, as that comment."""
+    with open(path, "r+b") as handle:
+        handle.seek(-22, os.SEEK_END)
+        end = handle.read(22)
+        if end[:4] != _END_RECORD or end[-2:] != b"\0\0":
+            raise RuntimeError(f"{path}: torch.save did not end the archive with a zip end record without a comment; "
+                               "this torch writes checkpoints that ptgpo cannot seal")
+        size = handle.tell()
+        digest = file_sha256(path, size - 2)
+        handle.seek(size - 2)
+        handle.write(struct.pack("<H", _SEAL_SIZE) + _SEAL + digest.encode("ascii"))
+
+
+def verify_checkpoint(path: str | os.PathLike) -> bool:
+    """Check ``path`` against the checksum it carries: True when it matches, False (with a warning) for a
+    checkpoint without one; :class:`CheckpointError` naming the file when it differs."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        handle.seek(max(size - _SEAL_SIZE - 2, 0))
+        tail = handle.read()
+    if len(tail) < _SEAL_SIZE + 2 or tail[:2] != struct.pack("<H", _SEAL_SIZE) or not tail[2:].startswith(_SEAL):
+        warnings.warn(f"{path}: no checksum (written by an older ptgpo, or its end was cut off): loading it "
+                      "unverified", stacklevel=2)
+        return False
+    recorded = tail[2 + len(_SEAL):].decode("ascii", errors="replace")
+    actual = file_sha256(path, size - _SEAL_SIZE - 2)
+    if actual != recorded:
+        raise CheckpointError(f"{path}: damaged: its SHA-256 ({actual[:12]}...) differs from the one recorded when "
+                              f"it was written ({recorded[:12]}...); {RESTORE_ADVICE}")
+    return True
 
 
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint`; raise :class:`CheckpointError` for anything else."""
     path = Path(path)
+    if not path.is_file():
+        what = "a folder, not a checkpoint file" if path.is_dir() else "no such file"
+        raise CheckpointError(f"{path}: {what}; point at the checkpoint.pt that `ptgpo train` wrote")
+    sealed = verify_checkpoint(path)
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch raises many types for a truncated or random file
@@ -81,9 +138,12 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         reason = " ".join(str(error).split())[-200:] or type(error).__name__
         raise CheckpointError(
             f"{path}: cannot be read as a checkpoint ({type(error).__name__}: {reason}); it is truncated or "
-            "damaged: restore a copy, or delete it to start the run over"
+            f"damaged: {RESTORE_ADVICE}"
         ) from None
     _check_layout(path, state)
+    if state.get("sealed") and not sealed:
+        raise CheckpointError(f"{path}: damaged: it was written with a checksum, which is gone from its end; "
+                              f"{RESTORE_ADVICE}")
     return state
 
 
@@ -94,7 +154,7 @@ def _is_number(value: Any) -> bool:
 def _check_layout(path: Path, state: Any) -> None:
     def fail(what: str) -> None:
         raise CheckpointError(f"{path}: not a ptgpo training checkpoint ({what}); point at the checkpoint.pt "
-                              "that `ptgpo train` wrote, or delete it to start the run over")
+                              "that `ptgpo train` wrote, or start the run over in a new out_dir")
 
     if not isinstance(state, dict):
         fail(f"it holds a {type(state).__name__}, not a mapping")

@@ -10,6 +10,8 @@
   that holds a symbolic link anywhere inside it is refused (:func:`refuse_links`): a writer would
   follow it and truncate, append to or replace a file outside the folder. Temporary files that a
   killed writer left at the top of the folder are removed once the lock is held.
+* :func:`file_sha256`: a file's SHA-256, read in blocks (a checkpoint of many GiB is never held in
+  memory), so that a reader can prove a file is the one its writer recorded.
 * :func:`read_jsonl`: the rows of a JSON-lines log. A crash can tear the last line (the writer was
   killed mid-line): it is dropped with a warning. A bad line anywhere else means the file was damaged
   and raises :class:`FileFormatError` naming the file and line.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -40,6 +43,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "check_writable",
+    "file_sha256",
     "folder_lock",
     "read_jsonl",
     "refuse_links",
@@ -153,6 +157,20 @@ def check_writable(path: str | os.PathLike, where: str, *, folder: bool = False)
     if not target.is_dir() or not os.access(target, os.W_OK | os.X_OK):
         raise ValueError(f"{where}: cannot write {str(path)!r} ({str(target)!r} is not writable); choose a "
                          f"{kind} you can write to")
+
+
+def file_sha256(path: str | os.PathLike, length: int | None = None) -> str:
+    """The SHA-256 (hex) of ``path``'s first ``length`` bytes (all of it by default), read 1 MiB at a time."""
+    digest = hashlib.sha256()
+    left = os.path.getsize(path) if length is None else length
+    with open(path, "rb") as handle:
+        while left > 0:
+            block = handle.read(min(left, 1 << 20))
+            if not block:
+                break
+            digest.update(block)
+            left -= len(block)
+    return digest.hexdigest()
 
 
 def refuse_links(folder: str | os.PathLike) -> None:

@@ -9,15 +9,26 @@ A resume continues *the same run*: a folder is resumed only with a config equal 
 started with, except the fields that say when to stop (:data:`~ptgpo_algos.config.RESUMABLE_FIELDS`),
 and a folder that is not a run folder (a saved model's folder, which also has a ``config.json``) is
 never written into.
+
+A resume never silently starts over: once a checkpoint was due (``metrics.jsonl`` records
+``run.checkpoint_every`` iterations or more, or ``final_model/`` is there), a missing checkpoint, a
+``checkpoint/`` without its ``manifest.json`` (emptied, or its writer cut short) or a checkpoint of the
+wrong kind (``checkpoint`` a file, ``checkpoint.pt`` a folder) is refused, naming it. A run killed
+before its first checkpoint was due kept nothing a resume could use, and starts over; so does, with a
+warning, a run that deleted its checkpoint when it finished (``run.keep_checkpoint`` off, as a
+benchmark's cells run). Whether a
+checkpoint's files are intact is checked when it is loaded (:mod:`ptgpo_algos.checkpoint`,
+:mod:`ptgpo_algos.distributed.sharded_checkpoint`).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 from ptgpo_algos.config import RESUMABLE_FIELDS, TrainConfig
-from ptgpo_algos.files import LOCK_FILE
+from ptgpo_algos.files import LOCK_FILE, read_jsonl
 
 __all__ = ["RANKS_LOG", "RUN_ARTEFACTS", "SHARDED_CHECKPOINT", "is_run_folder", "load_run_config", "prepare_run_folder"]
 
@@ -101,4 +112,48 @@ def prepare_run_folder(config: TrainConfig) -> bool:
             "resume with the run's own "
             "settings, or train into another out_dir"
         )
-    return (run_dir / "checkpoint.pt").is_file() or (run_dir / SHARDED_CHECKPOINT / "manifest.json").is_file()
+    return _holds_checkpoint(config, saved.run.keep_checkpoint)
+
+
+def _holds_checkpoint(config: TrainConfig, kept: bool) -> bool:
+    """Whether the run folder holds a checkpoint to resume (``kept``: the run kept its checkpoint once
+    finished); ``ValueError`` naming what is wrong where it should hold one and does not, or holds one
+    that cannot be whole."""
+    run_dir = config.run_dir
+    single, sharded = run_dir / "checkpoint.pt", run_dir / SHARDED_CHECKPOINT
+    lost = "restore the checkpoint from a copy, or start the run over in a new out_dir"
+    if single.exists() and not single.is_file():
+        raise ValueError(f"{single} is a folder, not a checkpoint file: move it out of the run folder, then resume")
+    if sharded.exists() and not sharded.is_dir():
+        raise ValueError(f"{sharded} is a file, not the folder of a checkpoint written across ranks: move it out of "
+                         "the run folder, then resume")
+    if sharded.is_dir() and not (sharded / "manifest.json").is_file():
+        raise ValueError(f"{sharded}: no manifest.json: the checkpoint is incomplete (its writer was cut short, or "
+                         f"files were removed); {lost}")
+    if single.is_file() or sharded.is_dir():
+        return True
+    finished = _finished_iterations(run_dir)
+    if finished < config.run.checkpoint_every and not (run_dir / "final_model").exists():
+        return False  # killed before its first checkpoint: nothing kept that a resume could continue
+    metrics = run_dir / "metrics.jsonl"
+    # save_sharded moves the checkpoint it replaces aside before renaming the new one into place.
+    beside = [run_dir / f"{SHARDED_CHECKPOINT}.{suffix}" for suffix in ("partial", "old")]
+    beside = [path for path in beside if (path / "manifest.json").is_file()]
+    if beside:
+        raise ValueError(f"--resume: {run_dir} has no {SHARDED_CHECKPOINT}/, but {beside[0]} holds one (its "
+                         f"replacement was cut short): rename it to {SHARDED_CHECKPOINT}, then resume")
+    if not kept:
+        # Deleted by design when the run finished (a benchmark's cells keep no checkpoint): nothing was lost.
+        warnings.warn(f"--resume: {metrics} records {finished} finished iterations, but the run kept no checkpoint "
+                      "(run.keep_checkpoint off): starting it over", stacklevel=3)
+        return False
+    raise ValueError(f"--resume: {metrics} records {finished} finished iterations, but there is no checkpoint "
+                     f"(checkpoint.pt or {SHARDED_CHECKPOINT}/) to continue from, and starting over would discard "
+                     f"them; {lost}")
+
+
+def _finished_iterations(run_dir: Path) -> int:
+    """The last iteration ``metrics.jsonl`` records (0 without one)."""
+    path = run_dir / "metrics.jsonl"
+    rows = read_jsonl(path) if path.is_file() else []
+    return max((row["iteration"] for row in rows if isinstance(row.get("iteration"), int)), default=0)

@@ -282,6 +282,18 @@ def saved(tmp_path):
     return tmp_path / "checkpoint", scorer, optimizer
 
 
+def _write_manifest(folder, manifest: dict) -> None:
+    """Write a crafted manifest with the checksums of the folder's files and its own, as a crafter would:
+    the checksums prove a checkpoint whole, and what they cover is still validated as it is read."""
+    import hashlib
+
+    manifest["files"] = {name: {"sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest(),
+                                "bytes": (folder / name).stat().st_size} for name in manifest["files"]}
+    body = {key: value for key, value in manifest.items() if key != "sha256"}
+    manifest["sha256"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
 def test_a_checkpoint_round_trips_in_one_process(saved):
     from ptgpo_algos.distributed.sharded_checkpoint import load_sharded
 
@@ -314,7 +326,7 @@ def test_a_crafted_manifest_is_refused(saved, change, message):
     folder, scorer, optimizer = saved
     manifest = json.loads((folder / "manifest.json").read_text())
     change(manifest)
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+    _write_manifest(folder, manifest)
     with pytest.raises(CheckpointError, match=f"manifest.json: refused: .*{message}"):
         load_sharded(folder, scorer, optimizer)
 
@@ -326,11 +338,11 @@ def test_a_pickled_object_in_a_data_file_is_refused_without_running(saved, tmp_p
     folder, scorer, optimizer = saved
     marker = tmp_path / "ran"
     torch.save({"x": _Payload(marker)}, folder / target)
+    manifest = json.loads((folder / "manifest.json").read_text())
     if target.endswith(".distcp"):  # every chunk points at the whole crafted file, so that it is unpickled
-        manifest = json.loads((folder / "manifest.json").read_text())
         for entry in manifest["storage"]:
             entry.update(start=0, length=(folder / target).stat().st_size)
-        (folder / "manifest.json").write_text(json.dumps(manifest))
+    _write_manifest(folder, manifest)
     with pytest.raises(CheckpointError, match="refused|cannot be read") as refused:
         load_sharded(folder, scorer, optimizer)
     assert "refused" in str(refused.value) and "system" in str(refused.value) or target == "state.pt"

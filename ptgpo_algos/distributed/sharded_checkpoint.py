@@ -12,12 +12,21 @@ random states, the config -- goes to :data:`STATE_FILE`, written by rank 0 and r
 
 Layout of a checkpoint folder::
 
-    manifest.json      the shards' description: each tensor's dtype, size and chunks, where each chunk is
+    manifest.json      the shards' description: each tensor's dtype, size and chunks, where each chunk is;
+                       each file's SHA-256 and size (``files``), and its own SHA-256 (``sha256``)
     __R_0.distcp       rank R's shards (tensors only)
     state.pt           {format, version, world_size, param_groups, extra}
 
 A folder is written beside the last one and renamed into place once complete (every rank must see
 the same folder: a shared disk across nodes).
+
+**Integrity.** Rank 0 writes ``state.pt`` first; each rank hashes the shard files it wrote (SHA-256,
+streamed), and the manifest, written last by rank 0, records every file's checksum and size and, under
+``sha256``, the checksum of its own other fields (``json.dumps(..., sort_keys=True)``). The checksums
+are inside the folder they cover, which is renamed into place whole, so they are never out of step
+with the files. :func:`load_sharded` checks them all (rank 0, before any rank reads a tensor) and
+refuses a missing, truncated or damaged file with one message naming it, on every rank. A manifest of
+an older ptgpo (no checksums) loads with a warning that it is unverified.
 
 Resuming on another world size reshards the weights and the optimiser's moments exactly; what is
 per rank (each rank's random generators, kept in ``extra`` by the caller) maps one to one only on
@@ -26,10 +35,12 @@ the same world size.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,15 +50,19 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch import nn
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
                                                    MetadataIndex, TensorProperties, TensorStorageMetadata)
 from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict)
 
-from ptgpo_algos.checkpoint import CheckpointError
-from ptgpo_algos.files import atomic_path
+from ptgpo_algos.checkpoint import RESTORE_ADVICE, CheckpointError
+from ptgpo_algos.distributed.collectives import gather_objects
+from ptgpo_algos.files import atomic_path, file_sha256
 
-__all__ = ["MANIFEST", "SHARDED_FORMAT", "STATE_FILE", "load_sharded", "read_manifest", "save_sharded"]
+__all__ = ["MANIFEST", "SHARDED_FORMAT", "STATE_FILE", "load_sharded", "read_manifest", "save_sharded",
+           "verify_sharded"]
 
 MANIFEST = "manifest.json"
 STATE_FILE = "state.pt"
@@ -56,6 +71,7 @@ SHARDED_VERSION = 1
 #: The dtypes a manifest may name (those of weights, moments and step counters).
 TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32")
 _DATA_FILE = re.compile(r"__\d+_\d+\.distcp")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,17 @@ class _Stored:
     transform_descriptors: tuple[str, ...] | None = None
 
 
-def _manifest(metadata: Metadata, storage: dict[MetadataIndex, Any]) -> dict[str, Any]:
+def _file_record(path: Path) -> dict[str, Any]:
+    """What the manifest records of a file it covers: its SHA-256 and size."""
+    return {"sha256": file_sha256(path), "bytes": path.stat().st_size}
+
+
+def _manifest_checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _manifest(metadata: Metadata, storage: dict[MetadataIndex, Any],
+              files: dict[str, dict[str, Any]]) -> dict[str, Any]:
     tensors = {}
     for fqn, item in metadata.state_dict_metadata.items():
         if isinstance(item, BytesStorageMetadata):
@@ -83,17 +109,35 @@ def _manifest(metadata: Metadata, storage: dict[MetadataIndex, Any]) -> dict[str
         where.append({"fqn": index.fqn, "offsets": list(index.offset), "index": index.index,
                       "path": info.relative_path, "start": info.offset, "length": info.length})
     planner = {key: list(value) for key, value in (metadata.planner_data or {}).items()}
-    return {"format": SHARDED_FORMAT, "version": SHARDED_VERSION, "tensors": tensors, "storage": where,
-            "planner": planner}
+    body = {"format": SHARDED_FORMAT, "version": SHARDED_VERSION, "tensors": tensors, "storage": where,
+            "planner": planner, "files": files}
+    return {**body, "sha256": _manifest_checksum(body)}
 
 
 class _ManifestWriter(dcp.FileSystemWriter):
-    """DCP's file writer, describing the checkpoint in JSON instead of a pickle."""
+    """DCP's file writer, describing the checkpoint in JSON instead of a pickle, with each file's checksum:
+    each rank hashes the files it wrote; ``written`` (rank 0's) adds files written before DCP's."""
+
+    def __init__(self, path: Path, written: dict[str, dict[str, Any]] | None = None) -> None:
+        super().__init__(path)
+        self.written = written or {}
+
+    def write_data(self, plan: Any, planner: Any) -> Future:
+        results = super().write_data(plan, planner).wait()
+        records = {name: _file_record(Path(self.path) / name)
+                   for name in sorted({result.storage_data.relative_path for result in results})}
+        # A result's storage record is all that reaches rank 0's finish: the file's checksum rides on it.
+        done: Future = Future()
+        done.set_result([WriteResult(r.index, r.size_in_bytes, (r.storage_data, records[r.storage_data.relative_path]))
+                         for r in results])
+        return done
 
     def finish(self, metadata: Metadata, results: list[list[Any]]) -> None:
-        storage = {result.index: result.storage_data for part in results for result in part}
+        pairs = [(result.index, result.storage_data) for part in results for result in part]
+        storage = {index: info for index, (info, _) in pairs}
+        files = {**self.written, **{info.relative_path: record for _, (info, record) in pairs}}
         with atomic_path(Path(self.path) / MANIFEST) as tmp:
-            Path(tmp).write_text(json.dumps(_manifest(metadata, storage)))
+            Path(tmp).write_text(json.dumps(_manifest(metadata, storage, files)))
 
 
 def _ints(value: Any, where: str) -> list[int]:
@@ -130,18 +174,36 @@ def _storage_entry(entry: Any, tensors: dict[str, Any]) -> tuple[MetadataIndex, 
     return MetadataIndex(entry["fqn"], offsets, index), _Stored(path, start, length)
 
 
-def read_manifest(folder: str | os.PathLike) -> Metadata:
-    """DCP's :class:`Metadata` of a checkpoint folder, from its JSON manifest; :class:`CheckpointError`
-    naming the folder for anything that is not a manifest this module wrote."""
-    folder = Path(folder)
+def _manifest_data(folder: Path) -> dict[str, Any]:
+    """The manifest's fields, its own checksum checked (when it has one); :class:`CheckpointError` naming
+    the file when it is missing, not JSON, or differs from its checksum."""
     path = folder / MANIFEST
     if not path.is_file():
         other = " (a .metadata file is there: DCP's own format, whose pickle is never read)" \
             if (folder / ".metadata").exists() else ""
         raise CheckpointError(f"{folder}: not a ptgpo sharded checkpoint: no {MANIFEST}{other}; point at a folder "
-                              "that ptgpo wrote, or delete it to start the run over")
+                              "that ptgpo wrote, or start the run over in a new out_dir")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:  # json.JSONDecodeError is a ValueError
+        raise CheckpointError(f"{path}: refused: not JSON ({error}); it is damaged or was not written by ptgpo: "
+                              f"{RESTORE_ADVICE}") from None
+    if isinstance(data, dict) and "sha256" in data:
+        recorded = data.pop("sha256")
+        actual = _manifest_checksum(data)
+        if actual != recorded:
+            raise CheckpointError(f"{path}: damaged: its SHA-256 ({actual[:12]}...) differs from the one it recorded "
+                                  f"({str(recorded)[:12]}...); {RESTORE_ADVICE}")
+    return data
+
+
+def read_manifest(folder: str | os.PathLike) -> Metadata:
+    """DCP's :class:`Metadata` of a checkpoint folder, from its JSON manifest; :class:`CheckpointError`
+    naming the folder for anything that is not a manifest this module wrote."""
+    folder = Path(folder)
+    data = _manifest_data(folder)
+    path = folder / MANIFEST
+    try:
         if not isinstance(data, dict) or data.get("format") != SHARDED_FORMAT:
             raise ValueError(f"format {data.get('format') if isinstance(data, dict) else data!r}")
         if data.get("version") != SHARDED_VERSION:
@@ -155,7 +217,7 @@ def read_manifest(folder: str | os.PathLike) -> Metadata:
         if not isinstance(planner, dict) or not all(isinstance(v, list) and all(isinstance(p, (str, int)) for p in v)
                                                     for v in planner.values()):
             raise ValueError("malformed planner paths")
-    except (ValueError, TypeError, UnicodeDecodeError) as error:  # json.JSONDecodeError is a ValueError
+    except (ValueError, TypeError) as error:
         raise CheckpointError(f"{path}: refused: {error}; this file was not written by ptgpo (or is damaged): do not "
                               "use this checkpoint") from None
     return Metadata(described, planner_data={k: tuple(v) for k, v in planner.items()}, storage_data=storage)
@@ -171,6 +233,41 @@ class _ManifestReader(dcp.FileSystemReader):
         if any(item.type.name == "BYTE_IO" for item in plan.items):
             raise CheckpointError(f"{self.path}: refused: it asks to unpickle a non-tensor value")
         return super().read_data(plan, planner)
+
+
+def verify_sharded(folder: str | os.PathLike) -> bool:
+    """Check every file of a checkpoint folder against the size and SHA-256 its manifest records: True
+    when all match, False (with a warning) for a manifest without checksums (an older ptgpo's);
+    :class:`CheckpointError` naming the first file that is missing, truncated or damaged."""
+    folder = Path(folder)
+    read_manifest(folder)  # a manifest this module wrote, its own checksum checked
+    data = _manifest_data(folder)
+    files = data.get("files")
+    if files is None:
+        warnings.warn(f"{folder}: no checksums in its {MANIFEST} (written by an older ptgpo): loading it unverified",
+                      stacklevel=2)
+        return False
+    needed = {entry["path"] for entry in data["storage"]} | {STATE_FILE}
+    if not isinstance(files, dict) or not needed <= set(files) or not all(
+            (name == STATE_FILE or _DATA_FILE.fullmatch(name)) and isinstance(record, dict)
+            and isinstance(record.get("sha256"), str) and _SHA256.fullmatch(record["sha256"])
+            and isinstance(record.get("bytes"), int) and not isinstance(record["bytes"], bool)
+            for name, record in files.items()):
+        raise CheckpointError(f"{folder / MANIFEST}: refused: its files do not each have a SHA-256 and a size, "
+                              f"or it names a file not among them; {RESTORE_ADVICE}")
+    for name, record in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing: {MANIFEST} names it, and the checkpoint is incomplete without it; "
+                                  f"{RESTORE_ADVICE}")
+        size = path.stat().st_size
+        if size < record["bytes"]:
+            raise CheckpointError(f"{path}: truncated: {size} bytes of the {record['bytes']} written; {RESTORE_ADVICE}")
+        actual = file_sha256(path)
+        if size != record["bytes"] or actual != record["sha256"]:
+            raise CheckpointError(f"{path}: damaged: its SHA-256 ({actual[:12]}...) differs from the one recorded when "
+                                  f"it was written ({record['sha256'][:12]}...); {RESTORE_ADVICE}")
+    return True
 
 
 def _main() -> bool:
@@ -197,14 +294,20 @@ def save_sharded(folder: str | os.PathLike, model: nn.Module, optimizer: torch.o
     ``extra`` (plain data: counters, random states, the config) from rank 0. Every rank calls it."""
     folder = Path(folder)
     partial = folder.with_name(folder.name + ".partial")
+    optim_state = get_optimizer_state_dict(model, optimizer)
+    written = {}
     if _main():
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        payload = {"format": SHARDED_FORMAT, "version": SHARDED_VERSION, "world_size": world,
+                   "param_groups": optim_state["param_groups"], "extra": extra or {}}
+        torch.save(payload, partial / STATE_FILE)
+        written[STATE_FILE] = _file_record(partial / STATE_FILE)
     _barrier()
-    optim_state = get_optimizer_state_dict(model, optimizer)
     tensors = {"model": get_model_state_dict(model), "optimizer": optim_state["state"]}
     try:
-        dcp.save(tensors, storage_writer=_ManifestWriter(partial), no_dist=not dist.is_initialized())
+        dcp.save(tensors, storage_writer=_ManifestWriter(partial, written), no_dist=not dist.is_initialized())
     except CheckpointException as error:
         # DCP gathers every rank's failure into one exception on all ranks; a full disk is an OSError
         # without a file name (a write's): name the folder, the same on every rank.
@@ -213,10 +316,6 @@ def save_sharded(folder: str | os.PathLike, model: nn.Module, optimizer: torch.o
             raise OSError(failed[0].errno, failed[0].strerror, str(partial)) from error
         raise
     if _main():
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        payload = {"format": SHARDED_FORMAT, "version": SHARDED_VERSION, "world_size": world,
-                   "param_groups": optim_state["param_groups"], "extra": extra or {}}
-        torch.save(payload, partial / STATE_FILE)
         _replace(folder, partial)
     _barrier()
 
@@ -244,6 +343,15 @@ def load_sharded(folder: str | os.PathLike, model: nn.Module, optimizer: torch.o
     ranks that wrote it. Every rank calls it."""
     folder = Path(folder)
     read_manifest(folder)  # refused here, with the folder named, before DCP reads anything
+    refusal = None
+    if _main():  # one rank reads every file once; each rank then raises the same refusal
+        try:
+            verify_sharded(folder)
+        except CheckpointError as error:
+            refusal = str(error)
+    refusal = next((message for message in gather_objects(refusal) if message is not None), None)
+    if refusal is not None:
+        raise CheckpointError(refusal)
     state = _read_state(folder)
     optim_state = get_optimizer_state_dict(model, optimizer)
     target = {"model": get_model_state_dict(model), "optimizer": optim_state["state"]}
