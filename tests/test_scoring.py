@@ -251,3 +251,51 @@ def test_the_transformers_sync_statistic_is_rounding_in_float32_and_larger_under
     bf16.autocast_dtype = torch.bfloat16  # the GPU's compute dtype, rehearsed on the CPU
     noisy = bf16.verify_sync(cpu, prompts, max_tokens=32)
     assert noisy.mean_logprob_diff > 10 * report.mean_logprob_diff
+
+
+# ----------------------------------------------------------------------------- rollouts under autocast
+class _WeightCasts:
+    """Counts the casts made of ``parameters``' storage while active (``aten::_to_copy``; in inference
+    mode the dispatcher shows them as ``aten::to``)."""
+
+    def __init__(self, parameters):
+        self.storages = {p.untyped_storage().data_ptr() for p in parameters}
+        self.count = 0
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                source = args[0] if args else None
+                if (func.overloadpacket in (torch.ops.aten._to_copy, torch.ops.aten.to)
+                        and isinstance(source, torch.Tensor)
+                        and source.untyped_storage().data_ptr() in counter.storages):
+                    counter.count += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+@pytest.mark.parametrize("mode", ["generate", "choose"])
+def test_rollouts_under_autocast_cast_each_weight_once_not_at_every_token(tiny_path, mode):
+    # The GPU recipe rehearsed on the CPU: float32 weights, forward passes under bf16 autocast.
+    policy = load_policy(tiny_path, mode=mode, max_new_tokens=8, min_new_tokens=8,
+                         precision=precision_for("cuda", "bfloat16"))
+    weights = [p for p in policy.model.parameters() if p.dtype == torch.float32]
+    with _WeightCasts(weights) as casts:
+        policy.decide([_context(), _context(("go up",))], generator=torch.Generator().manual_seed(0))
+    # Each weight at most once per call (autocast's cache), whatever the number of decoded tokens;
+    # in inference mode autocast keeps no cache and generate mode cast every weight 9 times.
+    assert 0 < casts.count <= len(weights)
+    if mode == "choose":
+        with _WeightCasts(weights) as casts:
+            policy.action_distribution([_context()])
+        assert 0 < casts.count <= len(weights)

@@ -242,7 +242,9 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         prompts = [self.prompts.prompt_ids(c) for c in contexts]
         # Eval mode: under gradient checkpointing, train mode would switch the KV cache off.
         self.model.eval()
-        with torch.inference_mode(), self.computing():
+        # no_grad, not inference_mode: autocast keeps no cast cache in inference mode, so every
+        # float32 weight would be cast to the compute dtype again at every decoded token.
+        with torch.no_grad(), self.computing():
             if self.mode == "choose":
                 return self._decide_choose(contexts, prompts, greedy, generator, temperature)
             return self._decide_generate(prompts, greedy, generator, temperature)
@@ -252,7 +254,7 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         samples from)."""
         prompts = [self.prompts.prompt_ids(c) for c in contexts]
         self.model.eval()
-        with torch.inference_mode(), self.computing():
+        with torch.no_grad(), self.computing():  # no_grad: autocast's cast cache (see decide)
             _, scores = self._candidate_logprobs(prompts, self._candidates(contexts), cached=True)
         return [F.softmax(s.float() / self.temperature, dim=-1) for s in scores]
 
