@@ -41,7 +41,8 @@ from ptgpo_algos.policy.precision import Precision, precision_for
 from ptgpo_algos.policy.prompts import PromptBuilder
 from ptgpo_algos.policy.templates import PromptTemplate
 
-__all__ = ["CausalLMPolicy", "POLICY_SETTINGS_FILE", "load_model_and_tokenizer", "saved_policy_settings"]
+__all__ = ["CausalLMPolicy", "POLICY_SETTINGS_FILE", "load_model_and_tokenizer", "prepare_model",
+           "saved_policy_settings"]
 
 
 
@@ -71,15 +72,25 @@ def load_model_and_tokenizer(
     stored = precision.frozen if lora or adapters else precision.trainable
     model = AutoModelForCausalLM.from_pretrained(base_name, dtype=getattr(torch, stored))
     model.to(device)
+    return prepare_model(model, lora=lora, gradient_checkpointing=gradient_checkpointing,
+                         adapters=path if adapters else None), tokenizer
+
+
+def prepare_model(model, *, lora: dict[str, Any] | None = None, gradient_checkpointing: bool = False,
+                  adapters: Path | None = None):
+    """``model`` (its weights already stored as the precision says: see :func:`load_model_and_tokenizer`)
+    made trainable as the policy trains it: gradient checkpointing, then the saved ``adapters``'
+    folder or new LoRA adapters, trainable in float32. A model built in the process (random weights
+    at a benchmark's shape) goes through this as a loaded one does."""
     if gradient_checkpointing:
         # transformers 5.x renamed it; 4.x only has the old name.
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
         model.config.use_cache = False
-    if adapters:
+    if adapters is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(path), is_trainable=True)
+        model = PeftModel.from_pretrained(model, str(adapters), is_trainable=True)
     elif lora:
         from peft import LoraConfig, get_peft_model
 
@@ -91,11 +102,11 @@ def load_model_and_tokenizer(
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, config)
-    if lora or adapters:
+    if lora or adapters is not None:
         for parameter in model.parameters():
             if parameter.requires_grad:
                 parameter.data = parameter.data.float()
-    return model, tokenizer
+    return model
 
 
 #: What a saved LoRA policy's folder holds instead of full weights (peft's adapter format).
