@@ -1,11 +1,13 @@
 """The phases of ``scripts/gpu_check.sh``; each runs in its own process, so that GPU memory is returned
 and a phase that fails or runs out of time costs only itself. Each writes ``OUT/<phase>_<model>.json``
-as it goes (``"complete": true`` once it has finished); ``summary`` reads whatever exists.
+(``OUT/tiny.json``) as it goes (``"complete": true`` once it has finished); ``summary`` reads whatever exists.
 
     python scripts/gpu_check.py env OUT               # versions, GPU, disk: OUT/environment.json
     python scripts/gpu_check.py build OUT MODEL       # random-init MODEL (configs/models/MODEL), saved in bf16
-    python scripts/gpu_check.py update OUT MODEL      # sync-check floor, one PPO update, micro-batch gradient
-    python scripts/gpu_check.py iteration OUT MODEL   # one training iteration, rollouts on transformers
+    python scripts/gpu_check.py update OUT MODEL      # sync-check floor, the update cold and warm, micro-batch gradient
+    python scripts/gpu_check.py rollout OUT MODEL     # fixed-shape decoding per KV cache against its bandwidth floor
+    python scripts/gpu_check.py tiny OUT              # one embedded-benchmark cell on the GPU and on the CPU
+    python scripts/gpu_check.py iteration OUT MODEL   # one training iteration, rollouts on transformers (by hand)
     python scripts/gpu_check.py vllm_iteration OUT MODEL  # the same with vLLM rollouts (weight sync)
     python scripts/gpu_check.py shapes OUT MODEL      # prompt, response and request counts, for vllm bench
     python scripts/gpu_check.py summary OUT           # the one summary table, OUT/summary.md
@@ -15,14 +17,20 @@ weights (nothing downloaded), trained as ``configs/bench/alfworld_MODEL.yaml`` s
 of 1.5B, LoRA r 64 on 7B; micro-batches of 8). The tokenizer is the tiny model's, trained locally on
 the suite's environments' text; the model keeps Qwen2.5's vocabulary, so the output layer is the real one.
 
+``update`` and ``rollout`` build the model's random weights in their own process
+(:func:`in_process_policy`: nothing saved or reloaded); ``build`` saves them for the phases that read
+a folder (``iteration``, vLLM's).
+
 * ``update``: (1) the sync check's statistic with the same weights on both sides, before any update:
   :data:`~ptgpo_algos.policy.backends.SYNC_PROMPTS` prompts of 1,500 tokens, 32 tokens sampled through
   the cached generation path and scored by one full forward pass, both at the recipe's precision (the
   noise floor a sync check is held to); (2) one PPO update of 128 samples (16 tasks x 8) of 1,500-token
-  prompts and 512-token responses through the trainer's memory path (pi_old recomputed, the KL
-  reference, micro-batches, lr of the recipe): ``torch.cuda.max_memory_allocated`` next to the
-  planner's trainer figure, seconds, the share of weights changed; (3) the micro-batched gradient of 8
-  samples against one pass over them.
+  prompts and 512-token responses through the trainer's update (:class:`~ptgpo_algos.updater.Updater`:
+  pi_old, the KL reference, micro-batches, lr of the recipe), cold and then warm (AdamW's moments
+  exist): ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` next to the planner's
+  trainer figure, seconds, tokens/s, MFU over every pass (:func:`update_passes`), the share of weights
+  changed; (3) the micro-batched gradient of 8 samples against one pass over them.
+* ``rollout``: see :func:`rollout`. ``tiny``: see :func:`tiny_cells`.
 * ``iteration``: the recipe's PTGPO cell for one iteration on ``ptgpo/Household-v0`` (the ALFWorld-like
   environment that needs no game files) with the transformers rollout backend, responses forced to
   :data:`TRANSFORMERS_RESPONSE_TOKENS` tokens, episodes of :data:`ITERATION_STEPS` steps, one
@@ -365,9 +373,10 @@ def _gpu_name(device: str) -> str | None:
 def rollout(out: Path, model: str, device: str, rows: int, prompt_tokens: int, new_tokens: int, *,
             layers: int | None = None, vocab: int | None = None) -> None:
     """The fixed-shape rollout phase: ``rows`` random prompts of ``prompt_tokens`` through the policy's
-    cached decoding (its precision, no gradients, autocast's cast cache), ``new_tokens`` forced new
-    tokens: the prefill's seconds, a decode step's milliseconds and generated tokens/s, against the
-    decode step's memory-bandwidth floor (:func:`decode_floor_s`)."""
+    own generation (its precision, no gradients, autocast's cast cache; greedy, ``new_tokens`` forced),
+    once per KV cache (:data:`~ptgpo_algos.policy.batching.DECODE_CACHES`) and, on a GPU, with the
+    static cache's steps under ``torch.compile`` (CUDA graphs): the prefill's seconds, a decode step's
+    milliseconds and generated tokens/s, against the step's memory-bandwidth floor (:func:`decode_floor_s`)."""
     import torch
 
     from ptgpo_algos.config import TrainConfig
@@ -376,41 +385,12 @@ def rollout(out: Path, model: str, device: str, rows: int, prompt_tokens: int, n
     config = TrainConfig.from_dict(update_spec(out, model, device))
     start = time.perf_counter()
     policy = in_process_policy(out, model, config.policy, device, False, layers=layers, vocab=vocab)
+    policy.max_new_tokens = policy.min_new_tokens = new_tokens
     network, base = policy.model, policy._base()
-    gpu = _gpu_name(device)
     cuda = device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     sync()
-    name = f"rollout_{model}"
-    result = {"rows": rows, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "gpu": gpu,
-              "build_seconds": time.perf_counter() - start}
-    _write(out, name, result)
-    vocab_size = network.get_input_embeddings().weight.shape[0]
-    generator = torch.Generator().manual_seed(0)
-    prompts = torch.randint(0, vocab_size - 2, (rows, prompt_tokens), generator=generator).tolist()
-    network.eval()
-    _reset_peak(device)
-    with torch.no_grad(), policy.computing():
-        ids, mask = left_pad(prompts, policy.pad_id, policy.device)
-        begin = time.perf_counter()
-        logits, cache = forward_with_cache(network, input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
-                                           use_cache=True, logits_to_keep=1)
-        tokens = logits[:, -1].float().argmax(-1)
-        sync()
-        result["prefill_s"] = time.perf_counter() - begin
-        position = position_ids(mask)[:, -1]
-        steps = []
-        for _ in range(new_tokens - 1):
-            begin = time.perf_counter()
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            position = position + 1
-            logits, cache = forward_with_cache(network, cache, input_ids=tokens[:, None], attention_mask=mask,
-                                               position_ids=position[:, None], use_cache=True)
-            tokens = torch.log_softmax(logits[:, -1].float(), dim=-1).argmax(-1)
-            sync()
-            steps.append(time.perf_counter() - begin)
-    # The first steps compile and warm the kernels: the median is the steady step.
-    step_s = sorted(steps)[len(steps) // 2] if steps else None
+    name, gpu = f"rollout_{model}", _gpu_name(device)
     bytes_per = 2 if policy.autocast_dtype is not None else 4
     weights = sum(p.numel() for p in network.parameters())
     if not base.config.tie_word_embeddings:
@@ -421,11 +401,47 @@ def rollout(out: Path, model: str, device: str, rows: int, prompt_tokens: int, n
     kv = 2 * text.num_hidden_layers * rows * text.num_key_value_heads * head_dim * context * bytes_per
     peaks = gpu_peaks(gpu)
     floor = decode_floor_s(weights * bytes_per, kv, peaks[1]) if peaks else None
-    result.update(**_memory(device), decode_step_ms=step_s * 1e3 if step_s else None,
-                  generated_tokens_per_s=rows / step_s if step_s else None,
-                  weight_gib=weights * bytes_per / GIB, kv_cache_gib=kv / GIB,
-                  floor_step_ms=floor * 1e3 if floor else None,
-                  over_floor=step_s / floor if step_s and floor else None, complete=True)
+    result = {"rows": rows, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "gpu": gpu,
+              "build_seconds": time.perf_counter() - start, "weight_gib": weights * bytes_per / GIB,
+              "kv_cache_gib": kv / GIB, "floor_step_ms": floor * 1e3 if floor else None}
+    _write(out, name, result)
+    vocab_size = network.get_input_embeddings().weight.shape[0]
+    prompts = torch.randint(0, vocab_size - 2, (rows, prompt_tokens), generator=torch.Generator().manual_seed(0)).tolist()
+    network.eval()
+    with torch.no_grad(), policy.computing():
+        ids, mask = left_pad(prompts, policy.pad_id, policy.device)
+        sync()
+        begin = time.perf_counter()
+        forward_with_cache(network, input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True,
+                           logits_to_keep=1)
+        sync()
+        result["prefill_s"] = prefill = time.perf_counter() - begin
+        del ids, mask
+    variants = [("dynamic", False), ("static", False)] + ([("static", True)] if cuda else [])
+    reference = None
+    for cache, compiled in variants:
+        label = cache + (" compiled" if compiled else "")
+        policy.decode_cache = cache
+        if compiled:
+            # The decode steps' shapes are fixed by the static cache: CUDA graphs replay them. The
+            # first decoding compiles; the second is the one timed.
+            base.forward = torch.compile(base.forward, mode="reduce-overhead", dynamic=False)
+        for attempt in range(2 if compiled else 1):
+            _reset_peak(device)
+            begin = time.perf_counter()
+            decisions = policy._decide_generate(prompts, True, None, 1.0)
+            sync()
+            seconds = time.perf_counter() - begin
+        tokens = [d.response_ids for d in decisions]
+        reference = reference or tokens
+        step_s = max(seconds - prefill, 0.0) / (new_tokens - 1)
+        result.setdefault("decode", {})[label] = {
+            **_memory(device), "seconds": seconds, "decode_step_ms": step_s * 1e3,
+            "generated_tokens_per_s": rows * new_tokens / seconds,
+            "over_floor": step_s / floor if floor else None,
+            "tokens_as_dynamic": sum(a == b for a, b in zip(tokens, reference)) / rows}
+        _write(out, name, result)
+    result["complete"] = True
     _write(out, name, result)
 
 
@@ -601,12 +617,13 @@ def summary_rows(out: Path, model: str, vllm: bool) -> list[tuple[str, str]]:
                  f"{_fmt(warm.get('mfu'), '.1%')}" if warm else "not run")),
         ("update: weights changed / micro-batch grad rel. err.", _phase_cell(
             upd, f"{_fmt(upd.get('weights_changed_frac'), '.4f')} / {_fmt(upd.get('grad_rel_err_microbatch'), '.2g')}")),
-        ("rollout: prefill s / decode step ms / generated tok/s", _phase_cell(
-            roll, f"{_fmt(roll.get('prefill_s'), '.2f')} / {_fmt(roll.get('decode_step_ms'), '.1f')} / "
-                  f"{_fmt(roll.get('generated_tokens_per_s'))}")),
-        ("rollout: bandwidth floor ms / step over floor", _phase_cell(
-            roll, f"{_fmt(roll.get('floor_step_ms'), '.1f')} / {_fmt(roll.get('over_floor'), '.2f')}")),
-    ]
+        ("rollout: prefill s / bandwidth floor ms a step", _phase_cell(
+            roll, f"{_fmt(roll.get('prefill_s'), '.2f')} / {_fmt(roll.get('floor_step_ms'), '.1f')}")),
+    ] + [(f"rollout, {label} cache: ms a step / tok/s / x floor", _phase_cell(
+            roll, f"{_fmt(decode.get('decode_step_ms'), '.1f')} / {_fmt(decode.get('generated_tokens_per_s'))} / "
+                  f"{_fmt(decode.get('over_floor'), '.2f')}" if decode else "not run"))
+         for label, decode in ((label, roll.get("decode", {}).get(label, {}))
+                               for label in ("dynamic", "static", "static compiled"))]
     if not vllm:
         return rows + [(label, no_vllm) for label in (
             "vLLM iteration: weight sync s / mean dlogp (floor)", "vLLM rollout: generated tok/s",

@@ -9,8 +9,9 @@
 #   update_qwen2.5-1.5b    the sync check's floor; the PPO update at 16 tasks x 8 samples of 1,500 + 512
 #                          tokens, cold and again warm (steady-state max_memory_allocated/reserved against
 #                          the planner, tokens/s, MFU over every pass); the micro-batch gradient
-#   rollout_qwen2.5-1.5b   128 prompts of 1,500 tokens, 128 forced new tokens: prefill s, ms a decode step,
-#                          generated tok/s, against the step's memory-bandwidth floor
+#   rollout_qwen2.5-1.5b   128 prompts of 1,500 tokens, 128 forced new tokens, per KV cache (dynamic, static,
+#                          static compiled): prefill s, ms a decode step, generated tok/s, against the
+#                          step's memory-bandwidth floor
 #   update_qwen2.5-7b      the same update, LoRA, cold only
 #   tiny                   one cell of the embedded benchmark on the GPU, then the same cell on the CPU
 # With vLLM installed (never on the machines this project is lent) `vllm bench throughput` and an
@@ -91,9 +92,9 @@ $python -c "import torch; assert torch.cuda.is_available()" || {
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 phase env 25 $python "${check[@]}" env "$out"
 phase update_qwen2.5-1.5b 90 $python "${check[@]}" update "$out" qwen2.5-1.5b
-phase rollout_qwen2.5-1.5b 60 $python "${check[@]}" rollout "$out" qwen2.5-1.5b
+phase rollout_qwen2.5-1.5b 75 $python "${check[@]}" rollout "$out" qwen2.5-1.5b
 phase update_qwen2.5-7b 130 $python "${check[@]}" update "$out" qwen2.5-7b --cold-only
-phase tiny 55 $python "${check[@]}" tiny "$out" --device cuda
+phase tiny 40 $python "${check[@]}" tiny "$out" --device cuda
 
 if $python -c "import vllm" 2>/dev/null; then
   # vLLM's phases read a saved model: 1.5B's random weights, on a RAM disk when it has room.

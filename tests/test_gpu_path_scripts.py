@@ -103,9 +103,11 @@ def test_gpu_check_summary_reads_whatever_phases_left(tmp_path):
     # The 7B update ran out of time after its floor: what it wrote is shown, marked.
     (tmp_path / "update_qwen2.5-7b.json").write_text(json.dumps({
         "planned": {"trainer_gib": 60.0}, "sync_floor": {"mean_logprob_diff": 0.02, "max_logprob_diff": 0.3}}))
+    # The compiled decoding ran out of time: the two caches before it are shown.
     (tmp_path / "rollout_qwen2.5-1.5b.json").write_text(json.dumps({
-        "prefill_s": 1.5, "decode_step_ms": 12.5, "generated_tokens_per_s": 10240.0, "floor_step_ms": 4.0,
-        "over_floor": 3.125, "complete": True}))
+        "prefill_s": 1.5, "floor_step_ms": 4.0, "decode": {
+            "dynamic": {"decode_step_ms": 12.5, "generated_tokens_per_s": 10240.0, "over_floor": 3.125},
+            "static": {"decode_step_ms": 14.0, "generated_tokens_per_s": 9000.0, "over_floor": 3.5}}}))
     (tmp_path / "tiny.json").write_text(json.dumps({
         "cell": "multiroom__grpo__seed0", "iterations": 2,
         "cuda": {"status": "ok", "wall_time_s": 20.5, "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3"},
@@ -117,8 +119,10 @@ def test_gpu_check_summary_reads_whatever_phases_left(tmp_path):
     assert cells["update, warm: max allocated / reserved GiB"] == ["36.5 / 39.2", "not run (incomplete)"]
     assert cells["update, warm: s / train tok/s / MFU"][0] == "12.0 / 21,000 / 31.2%"
     assert cells["update: weights changed / micro-batch grad rel. err."][0] == "0.9999 / 0.0031"
-    assert cells["rollout: prefill s / decode step ms / generated tok/s"] == ["1.50 / 12.5 / 10,240", "not run"]
-    assert cells["rollout: bandwidth floor ms / step over floor"][0] == "4.0 / 3.12"
+    assert cells["rollout: prefill s / bandwidth floor ms a step"] == ["1.50 / 4.0 (incomplete)", "not run"]
+    assert cells["rollout, dynamic cache: ms a step / tok/s / x floor"][0] == "12.5 / 10,240 / 3.12 (incomplete)"
+    assert cells["rollout, static cache: ms a step / tok/s / x floor"][0] == "14.0 / 9,000 / 3.50 (incomplete)"
+    assert cells["rollout, static compiled cache: ms a step / tok/s / x floor"][0] == "not run (incomplete)"
     assert cells["vllm bench throughput: output tok/s"] == ["vLLM not installed"] * 2
     lines = module.summary(tmp_path).splitlines()
     assert lines[-3] == ("Tiny benchmark cell multiroom__grpo__seed0, 2 iterations: cuda 20.5 s (ok, record: device "
@@ -190,7 +194,9 @@ def test_gpu_check_phases_run_on_a_one_layer_model_on_the_cpu(tmp_path, monkeypa
     assert module.main(["rollout", str(out), "qwen2.5-7b", "--device", "cpu", "--layers", "1", "--vocab", "8192",
                         "--rows", "2", "--prompt-tokens", "12", "--new-tokens", "3"]) == 0
     rollout = json.loads((out / "rollout_qwen2.5-7b.json").read_text())
-    assert rollout["complete"] and rollout["prefill_s"] > 0 and rollout["decode_step_ms"] > 0
+    assert rollout["complete"] and rollout["prefill_s"] > 0 and set(rollout["decode"]) == {"dynamic", "static"}
+    # The static cache decodes the dynamic one's tokens (greedy); compiled decoding needs a GPU.
+    assert all(d["decode_step_ms"] > 0 and d["tokens_as_dynamic"] == 1.0 for d in rollout["decode"].values())
     assert rollout["floor_step_ms"] is None and rollout["kv_cache_gib"] > 0  # no GPU: no bandwidth to divide by
     assert module.main(["iteration", str(out), "qwen2.5-7b", "--device", "cpu", "--tasks", "1",
                         "--response-tokens", "4"]) == 0

@@ -299,3 +299,48 @@ def test_rollouts_under_autocast_cast_each_weight_once_not_at_every_token(tiny_p
         with _WeightCasts(weights) as casts:
             policy.action_distribution([_context()])
         assert 0 < casts.count <= len(weights)
+
+
+def _random_qwen2_policy(tiny_path, **settings):
+    """The tiny model's tokenizer on a random-init Qwen2 of another shape (GQA, q/k/v biases, untied head)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from ptgpo_algos.policy.hf import CausalLMPolicy, _load_tokenizer
+
+    tokenizer = _load_tokenizer(tiny_path)
+    torch.manual_seed(11)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), hidden_size=96, intermediate_size=160,
+                                         num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2,
+                                         tie_word_embeddings=False, max_position_embeddings=4096))
+    return CausalLMPolicy(model, tokenizer, mode="generate", **settings)
+
+
+@pytest.mark.parametrize("model", ["tiny", "qwen2"])
+@pytest.mark.parametrize("gpu_recipe", [False, True])
+def test_static_cache_decoding_gives_the_reference_decodings_tokens_and_logprobs(tiny_path, model, gpu_recipe):
+    settings = {"max_new_tokens": 10, "min_new_tokens": 6}
+    if gpu_recipe:  # fp32 weights under bf16 autocast, as on a GPU
+        settings.update(autocast_dtype="bfloat16", frozen_dtype="bfloat16")
+    contexts = [_context(), _context(("go up",)), _context(("go left", "go down"))]
+    decisions = {}
+    for cache in ("dynamic", "static"):
+        policy = (load_policy(tiny_path, mode="generate", decode_cache=cache, **settings) if model == "tiny"
+                  else _random_qwen2_policy(tiny_path, decode_cache=cache, **settings))
+        sampled = policy.decide(contexts, generator=torch.Generator().manual_seed(3))
+        greedy = policy.decide(contexts[:2], greedy=True)
+        decisions[cache] = sampled + greedy
+    for reference, static in zip(decisions["dynamic"], decisions["static"]):
+        assert static.response_ids == reference.response_ids and len(reference.response_ids) >= 6
+        assert static.logprobs == pytest.approx(reference.logprobs, abs=1e-5)
+    with pytest.raises(ValueError, match="decode_cache: one of dynamic, static"):
+        load_policy(tiny_path, mode="generate", decode_cache="paged")
+
+
+def test_the_decode_cache_is_a_checked_setting_that_the_built_policy_uses(tiny_path):
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.policy.backends import build_policy
+
+    with pytest.raises(ValueError, match="policy.decode_cache"):
+        TrainConfig.from_dict({"policy": {"decode_cache": "paged"}})
+    config = TrainConfig.from_dict({"policy": {"model": str(tiny_path), "mode": "generate", "decode_cache": "static"}})
+    assert build_policy(config, "cpu").decode_cache == "static"

@@ -33,7 +33,8 @@ import torch.nn.functional as F
 
 from ptgpo_algos.data import Context, Decision
 from ptgpo_algos.policy.base import SYNC_TOKENS, SyncReport, call_temperature, check_sampling_settings
-from ptgpo_algos.policy.batching import device_generator, forward_with_cache, left_pad, position_ids, sample_next
+from ptgpo_algos.policy.batching import (DECODE_CACHES, device_generator, forward_with_cache, left_pad,
+                                         new_decode_cache, position_ids, sample_next)
 from ptgpo_algos.policy.hf_scoring import PolicyScoring
 from ptgpo_algos.policy.hf_weights import POLICY_SETTINGS_FILE, PolicyWeights, saved_policy_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
@@ -159,8 +160,11 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         autocast_dtype: str | None = None,
         frozen_dtype: str = "float32",
         logprob_chunk: int = 512,
+        decode_cache: str = "dynamic",
     ):
         check_sampling_settings(mode, score, temperature)
+        if decode_cache not in DECODE_CACHES:
+            raise ValueError(f"decode_cache: one of {', '.join(DECODE_CACHES)}, got {decode_cache!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.mode = mode
@@ -175,6 +179,8 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self.frozen_dtype = getattr(torch, frozen_dtype)
         #: Response positions sent through the output layer at a time (memory: ~4 x chunk x vocabulary floats).
         self.logprob_chunk = int(logprob_chunk)
+        #: The KV cache of generation (:data:`~ptgpo_algos.policy.batching.DECODE_CACHES`).
+        self.decode_cache = decode_cache
         #: True on the KL reference of a LoRA policy: the same model with its adapters switched off.
         self.adapters_disabled = False
         self.require_think = bool(require_think)
@@ -307,16 +313,23 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
     def _decide_generate(self, prompts, greedy, generator, temperature) -> list[Decision]:
         sampler = device_generator(generator, self.device)
         ids, mask = left_pad(prompts, self.pad_id, self.device)
+        width, batch = ids.shape[1], len(prompts)
+        cache = new_decode_cache(self._base(), self.decode_cache, width + self.max_new_tokens)
         logits, cache = forward_with_cache(
-            self.model, input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True, logits_to_keep=1
+            self.model, cache, input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True,
+            logits_to_keep=1,
         )
         logits = logits[:, -1, :]
-        batch = len(prompts)
+        position = position_ids(mask)[:, -1]
+        static = cache is not None
+        if static:
+            # The mask at the static cache's full length, filled a column a step: every decode step has
+            # the same shapes.
+            mask = torch.cat([mask, mask.new_zeros(batch, self.max_new_tokens)], dim=1)
         generated: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         entropies: list[list[float]] = [[] for _ in range(batch)]
         done = [False] * batch
-        position = position_ids(mask)[:, -1]
         for step in range(self.max_new_tokens):
             early = step < self.min_new_tokens
             if early and self.eos_id is not None:
@@ -347,7 +360,10 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
             step_mask = torch.tensor([[0 if d else 1] for d in done], dtype=torch.long, device=self.device)
             # Finished rows keep being fed (padding, masked out) so the batch stays rectangular.
             tokens = torch.where(step_mask[:, 0].bool(), tokens, torch.full_like(tokens, self.pad_id))
-            mask = torch.cat([mask, step_mask], dim=1)
+            if static:
+                mask[:, width + step] = step_mask[:, 0]
+            else:
+                mask = torch.cat([mask, step_mask], dim=1)
             position = position + 1
             logits, cache = forward_with_cache(
                 self.model,
