@@ -310,22 +310,26 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
             )
         return decisions
 
-    def _decide_generate(self, prompts, greedy, generator, temperature) -> list[Decision]:
-        sampler = device_generator(generator, self.device)
+    def _prefill(self, prompts):
+        """The prompts' forward pass into a fresh KV cache (:attr:`decode_cache`): ``(last logits, cache,
+        attention mask, last positions, prompt width)``. With a static cache the mask is at the cache's
+        full length, to be filled a column a step, so that every decode step has the same shapes."""
         ids, mask = left_pad(prompts, self.pad_id, self.device)
-        width, batch = ids.shape[1], len(prompts)
+        width = ids.shape[1]
         cache = new_decode_cache(self._base(), self.decode_cache, width + self.max_new_tokens)
         logits, cache = forward_with_cache(
             self.model, cache, input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True,
             logits_to_keep=1,
         )
-        logits = logits[:, -1, :]
         position = position_ids(mask)[:, -1]
-        static = cache is not None
-        if static:
-            # The mask at the static cache's full length, filled a column a step: every decode step has
-            # the same shapes.
-            mask = torch.cat([mask, mask.new_zeros(batch, self.max_new_tokens)], dim=1)
+        if self.decode_cache == "static":
+            mask = torch.cat([mask, mask.new_zeros(len(prompts), self.max_new_tokens)], dim=1)
+        return logits[:, -1, :], cache, mask, position, width
+
+    def _decide_generate(self, prompts, greedy, generator, temperature) -> list[Decision]:
+        sampler = device_generator(generator, self.device)
+        logits, cache, mask, position, width = self._prefill(prompts)
+        batch, static = len(prompts), self.decode_cache == "static"
         generated: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         entropies: list[list[float]] = [[] for _ in range(batch)]
