@@ -259,7 +259,7 @@ def in_process_policy(out: Path, model: str, spec, device: str, checkpointing: b
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ptgpo_algos.policy.hf import CausalLMPolicy, _load_tokenizer, prepare_model
+    from ptgpo_algos.policy.hf import CausalLMPolicy, load_tokenizer, prepare_model
     from ptgpo_algos.policy.precision import precision_for
     from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
     from scale_rehearsal import architecture
@@ -271,7 +271,7 @@ def in_process_policy(out: Path, model: str, spec, device: str, checkpointing: b
         network = AutoModelForCausalLM.from_config(
             config, dtype=getattr(torch, precision.frozen if spec.lora else precision.trainable))
     network = prepare_model(network, lora=spec.lora, gradient_checkpointing=checkpointing)
-    tokenizer = _load_tokenizer(build_tiny_model(TinyModelSpec(**TINY_TOKENIZER), cache_dir=out / "cache"))
+    tokenizer = load_tokenizer(build_tiny_model(TinyModelSpec(**TINY_TOKENIZER), cache_dir=out / "cache"))
     return CausalLMPolicy(network, tokenizer, mode="generate", max_prompt_tokens=10**6, max_new_tokens=RESPONSE_TOKENS,
                           autocast_dtype=precision.autocast, frozen_dtype=precision.frozen,
                           logprob_chunk=spec.logprob_chunk)
@@ -406,7 +406,8 @@ def rollout(out: Path, model: str, device: str, rows: int, prompt_tokens: int, n
               "kv_cache_gib": kv / GIB, "floor_step_ms": floor * 1e3 if floor else None}
     _write(out, name, result)
     vocab_size = network.get_input_embeddings().weight.shape[0]
-    prompts = torch.randint(0, vocab_size - 2, (rows, prompt_tokens), generator=torch.Generator().manual_seed(0)).tolist()
+    generator = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, vocab_size - 2, (rows, prompt_tokens), generator=generator).tolist()
     network.eval()
     with torch.no_grad(), policy.computing():
         ids, mask = left_pad(prompts, policy.pad_id, policy.device)
@@ -610,7 +611,8 @@ def summary_rows(out: Path, model: str, vllm: bool) -> list[tuple[str, str]]:
             upd, f"{_fmt(cold.get('seconds'), '.1f')} / {_fmt(cold.get('train_tokens_per_s'))} / "
                  f"{_fmt(cold.get('max_memory_allocated_gib'), '.1f')}")),
         ("update, warm: max allocated / reserved GiB", _phase_cell(
-            upd, f"{_fmt(warm.get('max_memory_allocated_gib'), '.1f')} / {_fmt(warm.get('max_memory_reserved_gib'), '.1f')}"
+            upd, f"{_fmt(warm.get('max_memory_allocated_gib'), '.1f')} / "
+                 f"{_fmt(warm.get('max_memory_reserved_gib'), '.1f')}"
                  if warm else "not run")),
         ("update, warm: s / train tok/s / MFU", _phase_cell(
             upd, f"{_fmt(warm.get('seconds'), '.1f')} / {_fmt(warm.get('train_tokens_per_s'))} / "
@@ -648,7 +650,8 @@ def tiny_line(out: Path) -> str | None:
              f"{cell.get('device')}, GPU {cell.get('gpu') or 'none'})"
              for device, cell in tiny.items() if isinstance(cell, dict)]
     state = "" if tiny.get("complete") else " (incomplete)"
-    return f"Tiny benchmark cell {tiny.get('cell')}, {tiny.get('iterations')} iterations{state}: " + "; ".join(cells) + "."
+    return (f"Tiny benchmark cell {tiny.get('cell')}, {tiny.get('iterations')} iterations{state}: "
+            + "; ".join(cells) + ".")
 
 
 def summary(out: Path) -> str:

@@ -123,5 +123,6 @@ def test_provenance_names_the_gpu_a_cuda_run_computed_on(monkeypatch):
     asked = []
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: asked.append(device) or "NVIDIA H100 80GB HBM3")
     record = provenance({"policy": {"device": "auto"}}, "cuda:0")
-    assert (record["device"], record["gpu"]) == ("cuda:0", "NVIDIA H100 80GB HBM3") and asked == [torch.device("cuda:0")]
+    assert (record["device"], record["gpu"]) == ("cuda:0", "NVIDIA H100 80GB HBM3")
+    assert asked == [torch.device("cuda:0")]
     assert provenance(None, "cpu")["gpu"] is None and provenance(None)["device"] is None

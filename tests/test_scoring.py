@@ -305,9 +305,9 @@ def _random_qwen2_policy(tiny_path, **settings):
     """The tiny model's tokenizer on a random-init Qwen2 of another shape (GQA, q/k/v biases, untied head)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from ptgpo_algos.policy.hf import CausalLMPolicy, _load_tokenizer
+    from ptgpo_algos.policy.hf import CausalLMPolicy, load_tokenizer
 
-    tokenizer = _load_tokenizer(tiny_path)
+    tokenizer = load_tokenizer(tiny_path)
     torch.manual_seed(11)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), hidden_size=96, intermediate_size=160,
                                          num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2,

@@ -42,7 +42,7 @@ from ptgpo_algos.policy.precision import Precision, precision_for
 from ptgpo_algos.policy.prompts import PromptBuilder
 from ptgpo_algos.policy.templates import PromptTemplate
 
-__all__ = ["CausalLMPolicy", "POLICY_SETTINGS_FILE", "load_model_and_tokenizer", "prepare_model",
+__all__ = ["CausalLMPolicy", "POLICY_SETTINGS_FILE", "load_model_and_tokenizer", "load_tokenizer", "prepare_model",
            "saved_policy_settings"]
 
 
@@ -68,7 +68,7 @@ def load_model_and_tokenizer(
     path = Path(name_or_path)
     adapters = (path / ADAPTER_CONFIG).exists()
     base_name = _adapter_base(path) if adapters else str(name_or_path)
-    tokenizer = _load_tokenizer(path if not adapters or (path / "tokenizer_config.json").exists() else base_name)
+    tokenizer = load_tokenizer(path if not adapters or (path / "tokenizer_config.json").exists() else base_name)
     precision = precision or precision_for(device, dtype)
     stored = precision.frozen if lora or adapters else precision.trainable
     model = AutoModelForCausalLM.from_pretrained(base_name, dtype=getattr(torch, stored))
@@ -123,7 +123,9 @@ def _adapter_base(path: Path) -> str:
     return str(base)
 
 
-def _load_tokenizer(name_or_path: str | Path):
+def load_tokenizer(name_or_path: str | Path):
+    """The tokenizer of a model folder or hub name (the tiny model's own class for a tiny folder), with
+    a padding token (end of text when it has none)."""
     from transformers import AutoTokenizer
 
     from ptgpo_algos.policy.tiny import TINY_MARKER, load_tiny_tokenizer
