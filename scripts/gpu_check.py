@@ -328,14 +328,14 @@ def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=optim.lr)
     before = {n: p.detach().to("cpu", copy=True) for n, p in policy.named_trainable().items()}
     peaks = gpu_peaks(result["gpu"])
+    reference = policy.reference_policy() if optim.kl_coef else None
     for step in ("cold", "warm") if warm else ("cold",):
         # The trainer's update: pi_old and the reference scored first (the first mini-batch's pi_old
         # from its own forward), then the mini-batches. The cold step's backward runs before AdamW's
         # moments exist; the warm one's is the steady state.
         batch = random_samples(vocab_size, samples, prompt_tokens, response_tokens, seed=0)
         updater = Updater(policy, optimizer, dataclasses.replace(optim, epochs=1), config.algorithm,
-                          rng=np.random.default_rng(0), reference=policy.reference_policy() if optim.kl_coef else None,
-                          old_logprobs="recompute")
+                          rng=np.random.default_rng(0), reference=reference, old_logprobs="recompute")
         _reset_peak(device)
         begin = time.perf_counter()
         updater.prepare(batch)
