@@ -36,8 +36,9 @@ Storage contract, shared by the benchmark harness (writer) and the leaderboard (
   evaluation episodes had, and ``eval_overlap``, the fraction of evaluation episodes whose start
   layout some training episode also had (0: truly held out; None: not measured).
 * ``provenance`` (None: not recorded): ``commit`` and ``dirty`` of the code, ``python`` and
-  ``versions`` of the libraries, ``cpu``, ``cores``, ``threads``, ``platform`` and ``config``, the
-  run's full resolved configuration (:func:`ptgpo_algos.provenance.provenance`).
+  ``versions`` of the libraries, ``cpu``, ``cores``, ``threads``, ``platform``, ``device`` (the torch
+  device an RL cell's policy computed on, resolved; None for a baseline and in older records) and
+  ``gpu`` (its name; None on a CPU), and ``config``, the run's full resolved configuration (:func:`ptgpo_algos.provenance.provenance`).
 * :func:`read_records` reads every ``*.json`` file directly in the directory (not in subdirectories,
   so curves and other artefacts can live next to the records in subfolders) and reports each file it
   cannot use as a :class:`RecordProblem` with the file name and, for a JSON syntax error, the line,

@@ -280,6 +280,8 @@ class PolicyConfig:
                                  "benchmarks; 0: any length)")
     logprob_chunk: int = _field(512, "response positions sent through the output layer at a time when scoring "
                                 "(memory: about 4 x chunk x vocabulary floats)")
+    decode_cache: str = _field("dynamic", "generate mode, transformers rollouts: the KV cache, dynamic or static "
+                               "(allocated once at full length: fixed shapes a step)")
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -304,6 +306,7 @@ class PolicyConfig:
         check_int(label("policy.min_new_tokens"), self.min_new_tokens, 0, self.max_new_tokens,
                   hint="at most max_new_tokens")
         check_int(label("policy.logprob_chunk"), self.logprob_chunk, 1)
+        check_choice(label("policy.decode_cache"), self.decode_cache, ("dynamic", "static"))
         if self.gradient_checkpointing is not None:
             check_bool(label("policy.gradient_checkpointing"), self.gradient_checkpointing)
         if self.lora is not None:

@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGES", "code_version", "cpu_model", "provenance"]
+__all__ = ["PACKAGES", "code_version", "cpu_model", "gpu_model", "provenance"]
 
 #: The libraries whose versions a record carries, besides Python's.
 PACKAGES = ("torch", "transformers", "numpy", "gymnasium", "minigrid")
@@ -62,6 +62,15 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def gpu_model(device: str | None) -> str | None:
+    """The name of the GPU ``device`` (``cuda`` or ``cuda:N``) is, as torch reports it; None for any
+    other device or when torch was not loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None or not device or not device.startswith("cuda"):
+        return None
+    return str(torch.cuda.get_device_name(torch.device(device)))
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -69,11 +78,12 @@ def _version(package: str) -> str | None:
         return None
 
 
-def provenance(config: dict[str, Any] | None) -> dict[str, Any]:
+def provenance(config: dict[str, Any] | None, device: str | None = None) -> dict[str, Any]:
     """A record's ``provenance``: code version, Python's and :data:`PACKAGES`' versions, the processor,
     the cores this process may use and torch's intra-op threads (None when torch was not loaded), the
-    platform, and ``config``, the run's full resolved configuration (None for a cell that failed
-    before it had one)."""
+    platform, ``device``, the torch device the run computed on as resolved (``cpu``, ``cuda:0``; a
+    config's ``auto`` says neither), ``gpu``, that GPU's name (None on a CPU), and ``config``, the
+    run's full resolved configuration (None for a cell that failed before it had one)."""
     torch = sys.modules.get("torch")
     return {
         **code_version(),
@@ -83,5 +93,7 @@ def provenance(config: dict[str, Any] | None) -> dict[str, Any]:
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "threads": torch.get_num_threads() if torch is not None else None,
         "platform": platform.platform(),
+        "device": device,
+        "gpu": gpu_model(device),
         "config": config,
     }

@@ -10,7 +10,8 @@ scored without gradients, cut into mini-batches and micro-batches, and trained o
 2. Before the update, without gradients and in micro-batches: :func:`recompute_old_logprobs` scores
    the trained samples with the trainer's own weights, which become pi_old in the ratio (verl's
    default: a rollout engine's log-probabilities differ from the trainer's by kernels and precision,
-   and a lagged collector's by an update), and :func:`reference_logprobs` scores them with the frozen
+   and a lagged collector's by an update; the samples of the update's first optimiser step skip it
+   and take their pi_old from that step's own forward, ``TrainingSample.old_from_first_step``), and :func:`reference_logprobs` scores them with the frozen
    reference of the KL term, so that its forward never runs while the policy's graph is alive.
 3. Mini-batches (:func:`minibatches`) never split the steps with the same prompt, whose context the
    policy then computes once; :func:`accumulate_gradients` runs one forward and backward in
@@ -50,6 +51,10 @@ class TrainingSample:
     old_logprobs: torch.Tensor | None = None
     #: The frozen reference's log-probabilities of the sample's units (the KL term).
     ref_logprobs: torch.Tensor | None = None
+    #: pi_old is the trainer's current weights' and the sample trains in the update's first optimiser
+    #: step, whose forward is taken under those very weights: that forward, detached, is pi_old
+    #: (stored in ``old_logprobs`` then, for later epochs), and no pass of its own is needed.
+    old_from_first_step: bool = False
 
 
 def flatten_batch(
@@ -233,6 +238,12 @@ def micro_batch_loss(policy, chunk: list[TrainingSample], loss: PolicyLoss,
     device = policy.device
     scored = policy.score(decisions, entropy_grad=bool(loss.entropy_coef))
     width = scored.logprobs.shape[1]
+    if any(s.old_from_first_step and s.old_logprobs is None for s in chunk):
+        lengths = scored.mask.detach().sum(-1).long().cpu()
+        values = scored.logprobs.detach().float().cpu()
+        for row, sample in enumerate(chunk):
+            if sample.old_from_first_step and sample.old_logprobs is None:
+                sample.old_logprobs = values[row, : int(lengths[row])].clone()
     behaviour = [rollout_logprobs(d, policy.mode) for d in decisions]
     recomputed = chunk[0].old_logprobs is not None
     old = _pad([s.old_logprobs for s in chunk] if recomputed else behaviour, width).to(device)

@@ -109,6 +109,9 @@ class Updater:
         self.reference = reference
         self.old_logprobs = old_logprobs
         self.report_drift = report_drift
+        #: The first epoch's order of the prompt groups, drawn by :meth:`prepare` when it hands the first
+        #: optimiser step's pi_old to that step (None: :meth:`run` draws it).
+        self._first_order: np.ndarray | None = None
 
     @property
     def scoring_batch_size(self) -> int:
@@ -126,12 +129,29 @@ class Updater:
         trained = self.trained(samples)
         stats: dict[str, float] = {}
         if trained and self.old_logprobs == "recompute":
-            drift = recompute_old_logprobs(self.policy, trained, self.scoring_batch_size)
+            if not self.report_drift:
+                # The first step's samples are scored under the very weights they train with: their
+                # pi_old is that step's forward, detached (the same value, one pass fewer; with one
+                # mini-batch an iteration, no pass at all). The drift needs every sample scored.
+                first = self._first_step(samples)
+                for sample in first:
+                    sample.old_from_first_step = True
+                trained = [s for s in trained if not s.old_from_first_step]
+            drift = recompute_old_logprobs(self.policy, trained, self.scoring_batch_size) if trained else {}
             if self.report_drift:
                 stats.update(drift)
+            trained = self.trained(samples)
         if trained and self.reference is not None:
             reference_logprobs(self.reference, trained, self.scoring_batch_size)
         return stats
+
+    def _first_step(self, samples: Sequence[TrainingSample]) -> list[TrainingSample]:
+        """The samples the update's first mini-batch trains on (it takes the first optimiser step), the
+        first epoch's order drawn now and kept for :meth:`run`."""
+        layout = self.layout(samples, kl=self.reference is not None)
+        self._first_order = self.rng.permutation(len(layout.groups))
+        first = next(minibatches(layout.groups, self._first_order, self.optim.minibatch_size), [])
+        return layout.local(samples, [i for i in first if layout.trained[i]])
 
     def run(self, samples: list[TrainingSample], auxiliary: Auxiliary | None = None) -> dict[str, float]:
         """PPO epochs over shuffled mini-batches, one optimiser step each; the mean of each figure over
@@ -142,7 +162,9 @@ class Updater:
         trained_tokens = 0
         layout = self.layout(samples, kl=bool(samples) and samples[0].ref_logprobs is not None)
         for _ in range(self.optim.epochs):
-            order = self.rng.permutation(len(layout.groups))
+            order, self._first_order = self._first_order, None
+            if order is None:
+                order = self.rng.permutation(len(layout.groups))
             chunks = list(minibatches(layout.groups, order, self.optim.minibatch_size))
             for index, indices in enumerate(chunks):
                 trained = [i for i in indices if layout.trained[i]]

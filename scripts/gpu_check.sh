@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The GPU path checked at the benchmark's scale on one GPU, with nothing to download: random-init
-# Qwen2.5-1.5B (full fine-tuning) and Qwen2.5-7B (LoRA r 64), the architectures of configs/models/,
-# trained as configs/bench/alfworld_*.yaml say. Per model: the sync check's noise floor, one PPO update
-# at 16 tasks x 8 samples of 1,500 + 512 tokens (planner against torch.cuda.max_memory_allocated, the
-# micro-batch gradient against one pass), one training iteration with transformers rollouts
-# (decisions/s, tokens/s, checkpoint size and time); with vLLM installed also `vllm bench throughput`
-# and an iteration on vLLM rollouts (the weight sync). Phases run riskiest first, each in its own
-# process under its own time limit, each writes OUT/<phase>_<model>.json as it goes, and
-# OUT/summary.md is made from whatever exists. Without vLLM the check takes about 8 minutes on one H200
-# (docs/results/gpu-check/ holds a run).
+# The GPU path checked at the benchmark's scale on one GPU in about 4 minutes (limits: 6), with nothing to
+# download: random-init Qwen2.5-1.5B (full fine-tuning) and Qwen2.5-7B (LoRA r 64), the architectures of
+# configs/models/, built in each phase's process (nothing saved or reloaded) and trained as
+# configs/bench/alfworld_*.yaml say. Riskiest and most valuable first, each phase in its own process
+# under its own time limit, each writing OUT/<phase>.json as it goes, so a phase that fails or runs out
+# of time loses only itself:
+#   env                    versions, the GPU, nvidia-smi, free disk
+#   update_qwen2.5-1.5b    the sync check's floor; the PPO update at 16 tasks x 8 samples of 1,500 + 512
+#                          tokens, cold and again warm (steady-state max_memory_allocated/reserved against
+#                          the planner, tokens/s, MFU over every pass); the micro-batch gradient
+#   rollout_qwen2.5-1.5b   128 prompts of 1,500 tokens, 128 forced new tokens, per KV cache (dynamic, static,
+#                          static compiled): prefill s, ms a decode step, generated tok/s, against the
+#                          step's memory-bandwidth floor
+#   update_qwen2.5-7b      the same update, LoRA, cold only
+#   tiny                   one cell of the embedded benchmark on the GPU, then the same cell on the CPU
+# With vLLM installed (never on the machines this project is lent) `vllm bench throughput` and an
+# iteration on vLLM rollouts follow for 1.5B. OUT/summary.md is made from whatever exists, and
+# OUT/gpu_check.tar.gz holds every figure and log (no weights, no checkpoints).
 #
 #   bash scripts/make_wheelhouse.sh .whl                     # where pip works: the dependencies the node lacks
 #   bash scripts/gpu_check.sh --wheelhouse .whl [OUT]        # on an air-gapped node with torch and transformers
@@ -31,6 +39,8 @@ export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1 VLLM_ALLOW_INSECURE_SERIALIZAT
 # Nothing is downloaded: a lookup that would try fails at once instead of waiting on a network.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 python=${PYTHON:-python3}
+# The tiny tokenizer and the tiny cells' model are built under OUT (removed before the archive).
+export PTGPO_CACHE=${PTGPO_CACHE:-$out/cache}
 
 if [ -n "$wheelhouse" ]; then
   # The dependencies beside the node's own packages, the project from this checkout: nothing is fetched.
@@ -46,13 +56,6 @@ fi
 $python -c "import ptgpo_algos, ptgpo_envs" || {
   echo "gpu_check: the project does not import: pip install -e . (or --wheelhouse DIR on an air-gapped node)" >&2; exit 2; }
 
-# Random weights go to a RAM disk when it has room for both models (writing 7B's 15 GB to disk is slow).
-if [ -z "${GPU_CHECK_MODELS:-}" ] && [ "$dry_run" = 0 ] && [ -d /dev/shm ] \
-   && [ "$(df -Pk /dev/shm | awk 'NR==2 {print $4}')" -gt $((24 * 1024 * 1024)) ]; then
-  export GPU_CHECK_MODELS=/dev/shm/ptgpo-gpu-check-models
-  trap 'rm -rf /dev/shm/ptgpo-gpu-check-models' EXIT
-fi
-
 phase() {  # name, time limit (s), command...
   local name=$1 limit=$2 start=$SECONDS; shift 2
   echo "== $name (limit ${limit}s)"
@@ -65,44 +68,49 @@ rm -f "$out/phases.txt"
 failed=0
 check=(scripts/gpu_check.py)
 
+archive() {  # the figures and logs, small enough to come back whole
+  rm -rf "$out/cache" "$out"/tiny_*/runs
+  (cd "$out" && tar -czf gpu_check.tar.gz --exclude=gpu_check.tar.gz --exclude=models ./*)
+}
+
 if [ "$dry_run" = 1 ]; then
+  toy=(--device cpu --layers 1 --vocab 8192 --prompt-tokens 24)
   phase env 120 $python "${check[@]}" env "$out"
-  for model in qwen2.5-1.5b qwen2.5-7b; do
-    phase "build_$model" 600 $python "${check[@]}" build "$out" "$model" --layers 1 --vocab 8192 --device cpu
-    phase "update_$model" 600 $python "${check[@]}" update "$out" "$model" --device cpu --samples 8 \
-      --prompt-tokens 24 --response-tokens 16
-    phase "iteration_$model" 900 $python "${check[@]}" iteration "$out" "$model" --device cpu --tasks 1 \
-      --response-tokens 8
-  done
+  phase update_qwen2.5-1.5b 300 $python "${check[@]}" update "$out" qwen2.5-1.5b "${toy[@]}" --samples 8 \
+    --response-tokens 16
+  phase rollout_qwen2.5-1.5b 200 $python "${check[@]}" rollout "$out" qwen2.5-1.5b "${toy[@]}" --rows 2 --new-tokens 4
+  phase update_qwen2.5-7b 300 $python "${check[@]}" update "$out" qwen2.5-7b "${toy[@]}" --samples 8 \
+    --response-tokens 16 --cold-only
+  phase tiny 300 $python "${check[@]}" tiny "$out" --device cpu --iterations 1
   $python "${check[@]}" summary "$out"
+  archive
   exit $((failed > 0))
 fi
 
 $python -c "import torch; assert torch.cuda.is_available()" || {
   echo "gpu_check needs a CUDA GPU (or --dry-run on a CPU)" >&2; exit 2; }
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 phase env 25 $python "${check[@]}" env "$out"
-# Memory first (the update at full shapes, 7B's the tightest), then the iterations, then vLLM's phases.
-phase build_qwen2.5-1.5b 40 $python "${check[@]}" build "$out" qwen2.5-1.5b
-phase update_qwen2.5-1.5b 70 $python "${check[@]}" update "$out" qwen2.5-1.5b
-phase build_qwen2.5-7b 50 $python "${check[@]}" build "$out" qwen2.5-7b
-phase update_qwen2.5-7b 100 $python "${check[@]}" update "$out" qwen2.5-7b
-phase iteration_qwen2.5-1.5b 95 $python "${check[@]}" iteration "$out" qwen2.5-1.5b
-phase iteration_qwen2.5-7b 100 $python "${check[@]}" iteration "$out" qwen2.5-7b
+phase update_qwen2.5-1.5b 90 $python "${check[@]}" update "$out" qwen2.5-1.5b
+phase rollout_qwen2.5-1.5b 75 $python "${check[@]}" rollout "$out" qwen2.5-1.5b
+phase update_qwen2.5-7b 130 $python "${check[@]}" update "$out" qwen2.5-7b --cold-only
+phase tiny 40 $python "${check[@]}" tiny "$out" --device cuda
 
 if $python -c "import vllm" 2>/dev/null; then
-  read -r prompt_len output_len requests < <($python "${check[@]}" shapes "$out" qwen2.5-1.5b)
-  for model in qwen2.5-1.5b qwen2.5-7b; do
-    path=$($python -c "import json,sys; print(json.load(open(sys.argv[1]))['path'])" "$out/build_$model.json") || continue
+  # vLLM's phases read a saved model: 1.5B's random weights, on a RAM disk when it has room.
+  export GPU_CHECK_MODELS=${GPU_CHECK_MODELS:-$out/models}
+  model=qwen2.5-1.5b
+  read -r prompt_len output_len requests < <($python "${check[@]}" shapes "$out" "$model")
+  phase "build_$model" 40 $python "${check[@]}" build "$out" "$model"
+  path=$($python -c "import json,sys; print(json.load(open(sys.argv[1]))['path'])" "$out/build_$model.json") && {
     phase "vllm_bench_$model" 150 vllm bench throughput --model "$path" --tokenizer "$path" \
       --dataset-name random --random-input-len "$prompt_len" --random-output-len "$output_len" \
       --num-prompts "$requests" --dtype bfloat16 --gpu-memory-utilization 0.35 \
       --output-json "$out/vllm_bench_$model.json"
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 > "$out/gpu_memory_$model.csv" &
-    smi=$!
     phase "vllm_iteration_$model" 240 $python "${check[@]}" vllm_iteration "$out" "$model"
-    kill "$smi" 2>/dev/null
-  done
+  }
+  rm -rf "$GPU_CHECK_MODELS"
 fi
-rm -rf "$out/models"
 $python "${check[@]}" summary "$out"
+archive
 exit $((failed > 0))

@@ -47,6 +47,8 @@ def test_embedded_default_is_the_documented_grid():
     assert config.policy["tiny"]["seed"] == 0
     assert all(len(e.eval_seeds) == 300 for e in config.environments)
     assert len(plan_cells(config)) == 2 * (6 + 4) * 3
+    # A CPU benchmark on any machine: on a GPU machine `auto` would put every cell's tiny model on the GPU.
+    assert all(c.spec["policy.device"] == "cpu" for c in plan_cells(config) if c.kind == "rl")
 
 
 def test_quick_keeps_the_grid_and_shrinks_budget_seeds_and_evaluation():

@@ -91,29 +91,58 @@ def _summary_cells(module, out: Path) -> dict[str, list[str]]:
 
 def test_gpu_check_summary_reads_whatever_phases_left(tmp_path):
     module = _script("gpu_check")
-    (tmp_path / "environment.json").write_text(json.dumps({"gpu": "NVIDIA H200", "vllm": None, "torch": "2.11.0"}))
-    (tmp_path / "build_qwen2.5-1.5b.json").write_text(json.dumps({"parameters": 1_543_714_304, "complete": True}))
+    (tmp_path / "environment.json").write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "vllm": None,
+                                                           "torch": "2.11.0"}))
     (tmp_path / "update_qwen2.5-1.5b.json").write_text(json.dumps({
-        "planned": {"trainer_gib": 40.0}, "measured_trainer_gib": 36.5, "seconds": 12.0, "train_tokens_per_s": 21000,
-        "sync_floor": {"mean_logprob_diff": 0.0123, "max_logprob_diff": 0.25}, "weights_changed_frac": 0.99991,
-        "grad_rel_err_microbatch": 3.1e-3, "complete": True}))
+        "parameters": 1_543_714_304, "build_seconds": 6.25, "planned": {"trainer_gib": 40.0},
+        "sync_floor": {"mean_logprob_diff": 0.0123, "max_logprob_diff": 0.25},
+        "cold": {"seconds": 15.7, "train_tokens_per_s": 16381, "max_memory_allocated_gib": 28.9},
+        "warm": {"seconds": 12.0, "train_tokens_per_s": 21000, "max_memory_allocated_gib": 36.5,
+                 "max_memory_reserved_gib": 39.25, "mfu": 0.3125},
+        "weights_changed_frac": 0.99991, "grad_rel_err_microbatch": 3.1e-3, "complete": True}))
     # The 7B update ran out of time after its floor: what it wrote is shown, marked.
     (tmp_path / "update_qwen2.5-7b.json").write_text(json.dumps({
         "planned": {"trainer_gib": 60.0}, "sync_floor": {"mean_logprob_diff": 0.02, "max_logprob_diff": 0.3}}))
-    (tmp_path / "iteration_qwen2.5-1.5b.json").write_text(json.dumps({
-        "seconds": 70.0, "decisions_per_s": 3.5, "tokens_per_s": 1792.0, "update_seconds": 9.5,
-        "checkpoint_gib": 17.25, "checkpoint_seconds": 21.0, "final_model_gib": 2.88, "max_memory_allocated_gib": 80.2,
-        "planned": {"peak_gib": 90.0}, "complete": True}))
+    # The compiled decoding ran out of time: the two caches before it are shown.
+    (tmp_path / "rollout_qwen2.5-1.5b.json").write_text(json.dumps({
+        "prefill_s": 1.5, "floor_step_ms": 4.0, "decode": {
+            "dynamic": {"decode_step_ms": 12.5, "generated_tokens_per_s": 10240.0, "over_floor": 3.125},
+            "static": {"decode_step_ms": 14.0, "generated_tokens_per_s": 9000.0, "over_floor": 3.5}}}))
+    (tmp_path / "tiny.json").write_text(json.dumps({
+        "cell": "multiroom__grpo__seed0", "iterations": 2,
+        "cuda": {"status": "ok", "wall_time_s": 20.5, "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3"},
+        "cpu": {"status": "ok", "wall_time_s": 14.25, "device": "cpu", "gpu": None}, "complete": True}))
     cells = _summary_cells(module, tmp_path)
-    assert cells["parameters (random init)"] == ["1,543,714,304", "not run"]
+    assert cells["parameters (random init) / build s"] == ["1,543,714,304 / 6.2", "n/a / n/a (incomplete)"]
     assert cells["sync-check floor, bf16: mean / max abs dlogp"] == ["0.0123 / 0.25", "0.02 / 0.3 (incomplete)"]
-    assert cells["update: max_memory_allocated GiB"] == ["36.5", "n/a (incomplete)"]
+    assert cells["update, cold: s / train tok/s / max allocated GiB"][0] == "15.7 / 16,381 / 28.9"
+    assert cells["update, warm: max allocated / reserved GiB"] == ["36.5 / 39.2", "not run (incomplete)"]
+    assert cells["update, warm: s / train tok/s / MFU"][0] == "12.0 / 21,000 / 31.2%"
     assert cells["update: weights changed / micro-batch grad rel. err."][0] == "0.9999 / 0.0031"
-    assert cells["iteration (transformers): decisions/s / tok/s"] == ["3.5 / 1,792", "not run"]
-    assert cells["iteration: checkpoint GiB / s"][0] == "17.25 / 21.0"
-    assert cells["iteration: planned peak / max_memory_allocated GiB"][0] == "90.0 / 80.2"
+    assert cells["rollout: prefill s / bandwidth floor ms a step"] == ["1.50 / 4.0 (incomplete)", "not run"]
+    assert cells["rollout, dynamic cache: ms a step / tok/s / x floor"][0] == "12.5 / 10,240 / 3.12 (incomplete)"
+    assert cells["rollout, static cache: ms a step / tok/s / x floor"][0] == "14.0 / 9,000 / 3.50 (incomplete)"
+    assert cells["rollout, static compiled cache: ms a step / tok/s / x floor"][0] == "not run (incomplete)"
     assert cells["vllm bench throughput: output tok/s"] == ["vLLM not installed"] * 2
-    assert "NVIDIA H200" in module.summary(tmp_path).splitlines()[-1]
+    lines = module.summary(tmp_path).splitlines()
+    assert lines[-3] == ("Tiny benchmark cell multiroom__grpo__seed0, 2 iterations: cuda 20.5 s (ok, record: device "
+                         "cuda, GPU NVIDIA H100 80GB HBM3); cpu 14.2 s (ok, record: device cpu, GPU none).")
+    assert "NVIDIA H100 80GB HBM3" in lines[-1]
+
+
+def test_gpu_check_throughput_figures_on_hand_numbers():
+    module = _script("gpu_check")
+    assert module.gpu_peaks("NVIDIA H100 80GB HBM3") == (989e12, 3.35e12)
+    assert module.gpu_peaks("NVIDIA H100 PCIe") == (756e12, 2.0e12) and module.gpu_peaks("NVIDIA H200")[1] == 4.8e12
+    assert module.gpu_peaks("Tesla T4") is None and module.gpu_peaks(None) is None
+    # 10 decoder weights over 7 tokens, a 3-weight output layer over the 2 scored ones: 2 * (70 + 6).
+    assert module.pass_flops(10, 3, 7, 2) == 152.0
+    full = module.update_passes(old_share=0.5, reference=True, checkpointing=True, lora=False)
+    assert full == {"pi_old": 0.5, "reference": 1.0, "forward": 1.0, "recompute": 1.0, "backward": 2.0}
+    lora = module.update_passes(old_share=0.0, reference=False, checkpointing=False, lora=True)
+    assert sum(lora.values()) == 2.0
+    # 3 GB of weights and 1 GB of cache at 2 TB/s: 2 ms a step.
+    assert module.decode_floor_s(3e9, 1e9, 2e12) == 0.002
 
 
 def test_gpu_check_summary_with_vllm_reads_its_bench_and_sync(tmp_path):
@@ -144,15 +173,31 @@ def test_gpu_check_phases_run_on_a_one_layer_model_on_the_cpu(tmp_path, monkeypa
     monkeypatch.setattr(sys.modules["scale_rehearsal"], "architecture", _narrow(sys.modules["scale_rehearsal"].architecture))
     assert module.main(["build", str(out), "qwen2.5-7b", "--layers", "1", "--vocab", "8192", "--device", "cpu"]) == 0
     assert json.loads((folder / "config.json").read_text())["hidden_size"] == 256
-    assert module.main(["update", str(out), "qwen2.5-7b", "--device", "cpu", "--samples", "8",
-                        "--prompt-tokens", "16", "--response-tokens", "8"]) == 0
+    # The update builds its random weights in its own process, as wide as the narrowed architecture.
+    assert module.main(["update", str(out), "qwen2.5-7b", "--device", "cpu", "--samples", "8", "--layers", "1",
+                        "--vocab", "8192", "--prompt-tokens", "16", "--response-tokens", "8"]) == 0
     update = json.loads((out / "update_qwen2.5-7b.json").read_text())
-    assert update["complete"] and update["lora"] and update["updates"] == 1
-    assert update["train_tokens"] == 8 * (16 + 8) and update["measured_trainer_gib"] is None
+    assert update["complete"] and update["lora"] and update["layers"] == 1 and update["gpu"] is None
+    for step in ("cold", "warm"):
+        assert update[step]["updates"] == 1 and update[step]["train_tokens"] == 8 * (16 + 8)
+        assert update[step]["max_memory_allocated_gib"] is None and update[step]["mfu"] is None
+        # One mini-batch: its pi_old is the update's own forward, no pass of its own; the recipe
+        # checkpoints activations (one recomputation); LoRA's backward forms input gradients only.
+        assert update["gradient_checkpointing"]
+        assert update[step]["passes"] == {"pi_old": 0.0, "reference": 1.0, "forward": 1.0, "recompute": 1.0,
+                                          "backward": 1.0}
+    assert update["warm"]["tflops"] == update["cold"]["tflops"] > 0
     assert "micro-batch 8 x 24 tokens" in update["planned"]["table"]
     # float32 on the CPU: cached decoding and one forward pass agree to rounding.
     assert update["sync_floor"]["tokens"] == 32 and update["sync_floor"]["mean_logprob_diff"] < 1e-3
     assert update["grad_rel_err_microbatch"] < 1e-4 and update["weights_changed_frac"] > 0.5
+    assert module.main(["rollout", str(out), "qwen2.5-7b", "--device", "cpu", "--layers", "1", "--vocab", "8192",
+                        "--rows", "2", "--prompt-tokens", "12", "--new-tokens", "3"]) == 0
+    rollout = json.loads((out / "rollout_qwen2.5-7b.json").read_text())
+    assert rollout["complete"] and rollout["prefill_s"] > 0 and set(rollout["decode"]) == {"dynamic", "static"}
+    # The static cache decodes the dynamic one's tokens (greedy); compiled decoding needs a GPU.
+    assert all(d["decode_step_ms"] > 0 and d["tokens_as_dynamic"] == 1.0 for d in rollout["decode"].values())
+    assert rollout["floor_step_ms"] is None and rollout["kv_cache_gib"] > 0  # no GPU: no bandwidth to divide by
     assert module.main(["iteration", str(out), "qwen2.5-7b", "--device", "cpu", "--tasks", "1",
                         "--response-tokens", "4"]) == 0
     iteration = json.loads((out / "iteration_qwen2.5-7b.json").read_text())

@@ -104,8 +104,25 @@ def test_records_measure_the_overlap_and_carry_provenance_and_compute(tmp_path, 
     assert provenance["threads"] >= 1 and provenance["cores"] >= 1 and provenance["python"]
     assert provenance["config"]["env"]["held_out"] == 0.25 and provenance["config"]["run"]["iterations"] == 2
     assert random.provenance["config"]["baseline"] == "random"
+    # The device the policy ran on as resolved (the config says auto), and no GPU behind it.
+    assert rl.provenance["config"]["policy"]["device"] == "auto"
+    assert (rl.provenance["device"], rl.provenance["gpu"]) == ("cpu", None)
+    assert (random.provenance["device"], random.provenance["gpu"]) == (None, None)
     rows = read_jsonl(tmp_path / "held" / "runs" / "doorkey__grpo__seed0" / "metrics.jsonl")
     assert rl.episodes == sum(row["episodes"] for row in rows) > 0
     assert rl.trained_tokens == sum(row["train_tokens"] for row in rows)
     assert rl.cpu_time_s > 0 and rl.decisions > 0
     assert random.episodes is None and random.cpu_time_s >= 0
+
+
+def test_provenance_names_the_gpu_a_cuda_run_computed_on(monkeypatch):
+    import torch
+
+    from ptgpo_algos.provenance import provenance
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: asked.append(device) or "NVIDIA H100 80GB HBM3")
+    record = provenance({"policy": {"device": "auto"}}, "cuda:0")
+    assert (record["device"], record["gpu"]) == ("cuda:0", "NVIDIA H100 80GB HBM3")
+    assert asked == [torch.device("cuda:0")]
+    assert provenance(None, "cpu")["gpu"] is None and provenance(None)["device"] is None

@@ -251,3 +251,96 @@ def test_the_transformers_sync_statistic_is_rounding_in_float32_and_larger_under
     bf16.autocast_dtype = torch.bfloat16  # the GPU's compute dtype, rehearsed on the CPU
     noisy = bf16.verify_sync(cpu, prompts, max_tokens=32)
     assert noisy.mean_logprob_diff > 10 * report.mean_logprob_diff
+
+
+# ----------------------------------------------------------------------------- rollouts under autocast
+class _WeightCasts:
+    """Counts the casts made of ``parameters``' storage while active (``aten::_to_copy``; in inference
+    mode the dispatcher shows them as ``aten::to``)."""
+
+    def __init__(self, parameters):
+        self.storages = {p.untyped_storage().data_ptr() for p in parameters}
+        self.count = 0
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                source = args[0] if args else None
+                if (func.overloadpacket in (torch.ops.aten._to_copy, torch.ops.aten.to)
+                        and isinstance(source, torch.Tensor)
+                        and source.untyped_storage().data_ptr() in counter.storages):
+                    counter.count += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+@pytest.mark.parametrize("mode", ["generate", "choose"])
+def test_rollouts_under_autocast_cast_each_weight_once_not_at_every_token(tiny_path, mode):
+    # The GPU recipe rehearsed on the CPU: float32 weights, forward passes under bf16 autocast.
+    policy = load_policy(tiny_path, mode=mode, max_new_tokens=8, min_new_tokens=8,
+                         precision=precision_for("cuda", "bfloat16"))
+    weights = [p for p in policy.model.parameters() if p.dtype == torch.float32]
+    with _WeightCasts(weights) as casts:
+        policy.decide([_context(), _context(("go up",))], generator=torch.Generator().manual_seed(0))
+    # Each weight at most once per call (autocast's cache), whatever the number of decoded tokens;
+    # in inference mode autocast keeps no cache and generate mode cast every weight 9 times.
+    assert 0 < casts.count <= len(weights)
+    if mode == "choose":
+        with _WeightCasts(weights) as casts:
+            policy.action_distribution([_context()])
+        assert 0 < casts.count <= len(weights)
+
+
+def _random_qwen2_policy(tiny_path, **settings):
+    """The tiny model's tokenizer on a random-init Qwen2 of another shape (GQA, q/k/v biases, untied head)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from ptgpo_algos.policy.hf import CausalLMPolicy, load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_path)
+    torch.manual_seed(11)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), hidden_size=96, intermediate_size=160,
+                                         num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2,
+                                         tie_word_embeddings=False, max_position_embeddings=4096))
+    return CausalLMPolicy(model, tokenizer, mode="generate", **settings)
+
+
+@pytest.mark.parametrize("model", ["tiny", "qwen2"])
+@pytest.mark.parametrize("gpu_recipe", [False, True])
+def test_static_cache_decoding_gives_the_reference_decodings_tokens_and_logprobs(tiny_path, model, gpu_recipe):
+    settings = {"max_new_tokens": 10, "min_new_tokens": 6}
+    if gpu_recipe:  # fp32 weights under bf16 autocast, as on a GPU
+        settings.update(autocast_dtype="bfloat16", frozen_dtype="bfloat16")
+    contexts = [_context(), _context(("go up",)), _context(("go left", "go down"))]
+    decisions = {}
+    for cache in ("dynamic", "static"):
+        policy = (load_policy(tiny_path, mode="generate", decode_cache=cache, **settings) if model == "tiny"
+                  else _random_qwen2_policy(tiny_path, decode_cache=cache, **settings))
+        sampled = policy.decide(contexts, generator=torch.Generator().manual_seed(3))
+        greedy = policy.decide(contexts[:2], greedy=True)
+        decisions[cache] = sampled + greedy
+    for reference, static in zip(decisions["dynamic"], decisions["static"]):
+        assert static.response_ids == reference.response_ids and len(reference.response_ids) >= 6
+        assert static.logprobs == pytest.approx(reference.logprobs, abs=1e-5)
+    with pytest.raises(ValueError, match="decode_cache: one of dynamic, static"):
+        load_policy(tiny_path, mode="generate", decode_cache="paged")
+
+
+def test_the_decode_cache_is_a_checked_setting_that_the_built_policy_uses(tiny_path):
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.policy.backends import build_policy
+
+    with pytest.raises(ValueError, match="policy.decode_cache"):
+        TrainConfig.from_dict({"policy": {"decode_cache": "paged"}})
+    config = TrainConfig.from_dict({"policy": {"model": str(tiny_path), "mode": "generate", "decode_cache": "static"}})
+    assert build_policy(config, "cpu").decode_cache == "static"

@@ -165,6 +165,39 @@ def test_reference_logprobs_are_computed_before_the_update(tiny_path):
     assert stats["updates"] >= 2 and stats["kl"] > 0.0  # the policy moved away from the stored reference
 
 
+def test_the_first_steps_pi_old_comes_from_its_own_forward_and_equals_a_recomputed_one(tiny_path):
+    from ptgpo_algos.config import AlgorithmConfig
+    from ptgpo_algos.updater import Updater
+
+    optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=1.0, epochs=2, minibatch_size=3,
+                        micro_batch_size=2)
+    runs = []
+    # report_drift scores every sample before the update (the drift needs them all); without it the
+    # first mini-batch's samples take pi_old from their own forward in the first step.
+    for report_drift in (True, False):
+        policy = load_policy(tiny_path, mode="generate", max_new_tokens=8)
+        samples = _samples(policy, seed=5)
+        with torch.no_grad():  # the rollouts came from other weights: pi_old is not the behaviour policy
+            for p in policy.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+        optimizer = torch.optim.AdamW(list(policy.parameters()), lr=1e-3)
+        updater = Updater(policy, optimizer, optim, AlgorithmConfig(), rng=np.random.default_rng(0),
+                          old_logprobs="recompute", report_drift=report_drift)
+        updater.prepare(samples)
+        scored_before = [s.old_logprobs is not None for s in samples if s.advantage]
+        stats = updater.run(samples)
+        runs.append((policy, samples, scored_before, stats))
+    (full, full_samples, full_scored, full_stats), (skip, skip_samples, skip_scored, skip_stats) = runs
+    assert all(full_scored) and 0 < skip_scored.count(False) < len(skip_scored)
+    assert full_stats["updates"] == skip_stats["updates"] >= 4
+    for key, value in full_stats.items():
+        assert math.isclose(skip_stats[key], value, rel_tol=1e-4, abs_tol=1e-6), key
+    for a, b in zip(full_samples, skip_samples):
+        if a.advantage:
+            assert torch.allclose(a.old_logprobs, b.old_logprobs, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(full.parameters(), skip.parameters()))
+
+
 # ----------------------------------------------------------------------------- the loss protocol
 def _scaled_pg(logprobs, old_logprobs, advantages, *, clip_ratio=0.2, scale=1.0):
     """A plugin's loss: the unclipped policy gradient times its own key ``scale``, no clip mask."""

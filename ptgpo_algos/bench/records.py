@@ -35,6 +35,7 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike) -> ResultRecord:
     if curve is not None:
         curve = os.path.relpath(curve, out_dir)
     resolved = outcome.pop("resolved_config", None)
+    device = outcome.pop("device", None)
     record = ResultRecord(
         method=cell.method,
         method_kind=cell.kind,
@@ -51,7 +52,7 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike) -> ResultRecord:
         curve_path=curve,
         # Evaluation seeds can be thousands; eval_episodes and config.yaml say which were used.
         config=_jsonable({k: v for k, v in cell.spec.items() if k != "eval_seeds"}),
-        provenance=provenance(_jsonable(resolved)),
+        provenance=provenance(_jsonable(resolved), device),
         **outcome,
     )
     write_record(record_path(out_dir, cell.name), record)
@@ -77,11 +78,14 @@ def _eval_fields(final: dict[str, Any], best: float | None, overlap: float | Non
 
 def _run_rl(cell: Cell, run_dir: Path) -> dict[str, Any]:
     from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.device import resolve_device
     from ptgpo_algos.trainer import run_training
 
     config = TrainConfig.from_dict({**cell.spec, "out_dir": str(run_dir), "resume": True})
     summary = run_training(config, progress=False)
     return {
+        # What the trainer resolved policy.device to: a record of ``auto`` would not say CPU or GPU.
+        "device": resolve_device(config.policy.device),
         **_eval_fields(summary.final_eval, summary.best_success, summary.final_eval.get("overlap")),
         **_training_counts(summary.metrics_path),
         "decisions": int(summary.decisions),

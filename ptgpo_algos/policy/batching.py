@@ -7,8 +7,13 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["device_generator", "distinct", "forward_with_cache", "left_pad", "position_ids", "right_pad",
-           "sample_next"]
+__all__ = ["DECODE_CACHES", "new_decode_cache", "device_generator", "distinct", "forward_with_cache", "left_pad",
+           "position_ids", "right_pad", "sample_next"]
+
+#: The KV caches decoding can use: ``dynamic`` grows by a token a step; ``static`` is allocated once at
+#: the decode's full length, so every step has the same shapes (what CUDA graphs and torch.compile
+#: need; uncompiled, it attends over the unfilled slots too, masked).
+DECODE_CACHES = ("dynamic", "static")
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,6 +90,18 @@ def forward_with_cache(model, cache=None, **inputs):
     out = model(**inputs)
     first = out.logits if hasattr(out, "logits") else out.last_hidden_state
     return first, getattr(out, names[1], None)
+
+
+def new_decode_cache(model, kind: str, length: int):
+    """A fresh KV cache of ``kind`` (:data:`DECODE_CACHES`) for decoding up to ``length`` tokens with
+    ``model`` (a transformers model, not a peft wrapper); None for ``dynamic``, which the model makes."""
+    if kind not in DECODE_CACHES:
+        raise ValueError(f"decode cache: one of {', '.join(DECODE_CACHES)}, got {kind!r}")
+    if kind == "dynamic":
+        return None
+    from transformers import StaticCache
+
+    return StaticCache(config=model.config, max_cache_len=int(length))
 
 
 _CACHE_NAMES: dict[type, tuple[str, str]] = {}

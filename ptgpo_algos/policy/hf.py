@@ -33,7 +33,8 @@ import torch.nn.functional as F
 
 from ptgpo_algos.data import Context, Decision
 from ptgpo_algos.policy.base import SYNC_TOKENS, SyncReport, call_temperature, check_sampling_settings
-from ptgpo_algos.policy.batching import device_generator, forward_with_cache, left_pad, position_ids, sample_next
+from ptgpo_algos.policy.batching import (DECODE_CACHES, device_generator, forward_with_cache, left_pad,
+                                         new_decode_cache, position_ids, sample_next)
 from ptgpo_algos.policy.hf_scoring import PolicyScoring
 from ptgpo_algos.policy.hf_weights import POLICY_SETTINGS_FILE, PolicyWeights, saved_policy_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
@@ -41,7 +42,8 @@ from ptgpo_algos.policy.precision import Precision, precision_for
 from ptgpo_algos.policy.prompts import PromptBuilder
 from ptgpo_algos.policy.templates import PromptTemplate
 
-__all__ = ["CausalLMPolicy", "POLICY_SETTINGS_FILE", "load_model_and_tokenizer", "saved_policy_settings"]
+__all__ = ["CausalLMPolicy", "POLICY_SETTINGS_FILE", "load_model_and_tokenizer", "load_tokenizer", "prepare_model",
+           "saved_policy_settings"]
 
 
 
@@ -66,20 +68,30 @@ def load_model_and_tokenizer(
     path = Path(name_or_path)
     adapters = (path / ADAPTER_CONFIG).exists()
     base_name = _adapter_base(path) if adapters else str(name_or_path)
-    tokenizer = _load_tokenizer(path if not adapters or (path / "tokenizer_config.json").exists() else base_name)
+    tokenizer = load_tokenizer(path if not adapters or (path / "tokenizer_config.json").exists() else base_name)
     precision = precision or precision_for(device, dtype)
     stored = precision.frozen if lora or adapters else precision.trainable
     model = AutoModelForCausalLM.from_pretrained(base_name, dtype=getattr(torch, stored))
     model.to(device)
+    return prepare_model(model, lora=lora, gradient_checkpointing=gradient_checkpointing,
+                         adapters=path if adapters else None), tokenizer
+
+
+def prepare_model(model, *, lora: dict[str, Any] | None = None, gradient_checkpointing: bool = False,
+                  adapters: Path | None = None):
+    """``model`` (its weights already stored as the precision says: see :func:`load_model_and_tokenizer`)
+    made trainable as the policy trains it: gradient checkpointing, then the saved ``adapters``'
+    folder or new LoRA adapters, trainable in float32. A model built in the process (random weights
+    at a benchmark's shape) goes through this as a loaded one does."""
     if gradient_checkpointing:
         # transformers 5.x renamed it; 4.x only has the old name.
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
         model.config.use_cache = False
-    if adapters:
+    if adapters is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(path), is_trainable=True)
+        model = PeftModel.from_pretrained(model, str(adapters), is_trainable=True)
     elif lora:
         from peft import LoraConfig, get_peft_model
 
@@ -91,11 +103,11 @@ def load_model_and_tokenizer(
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, config)
-    if lora or adapters:
+    if lora or adapters is not None:
         for parameter in model.parameters():
             if parameter.requires_grad:
                 parameter.data = parameter.data.float()
-    return model, tokenizer
+    return model
 
 
 #: What a saved LoRA policy's folder holds instead of full weights (peft's adapter format).
@@ -111,7 +123,9 @@ def _adapter_base(path: Path) -> str:
     return str(base)
 
 
-def _load_tokenizer(name_or_path: str | Path):
+def load_tokenizer(name_or_path: str | Path):
+    """The tokenizer of a model folder or hub name (the tiny model's own class for a tiny folder), with
+    a padding token (end of text when it has none)."""
     from transformers import AutoTokenizer
 
     from ptgpo_algos.policy.tiny import TINY_MARKER, load_tiny_tokenizer
@@ -148,8 +162,11 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         autocast_dtype: str | None = None,
         frozen_dtype: str = "float32",
         logprob_chunk: int = 512,
+        decode_cache: str = "dynamic",
     ):
         check_sampling_settings(mode, score, temperature)
+        if decode_cache not in DECODE_CACHES:
+            raise ValueError(f"decode_cache: one of {', '.join(DECODE_CACHES)}, got {decode_cache!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.mode = mode
@@ -164,6 +181,8 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self.frozen_dtype = getattr(torch, frozen_dtype)
         #: Response positions sent through the output layer at a time (memory: ~4 x chunk x vocabulary floats).
         self.logprob_chunk = int(logprob_chunk)
+        #: The KV cache of generation (:data:`~ptgpo_algos.policy.batching.DECODE_CACHES`).
+        self.decode_cache = decode_cache
         #: True on the KL reference of a LoRA policy: the same model with its adapters switched off.
         self.adapters_disabled = False
         self.require_think = bool(require_think)
@@ -242,7 +261,9 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         prompts = [self.prompts.prompt_ids(c) for c in contexts]
         # Eval mode: under gradient checkpointing, train mode would switch the KV cache off.
         self.model.eval()
-        with torch.inference_mode(), self.computing():
+        # no_grad, not inference_mode: autocast keeps no cast cache in inference mode, so every
+        # float32 weight would be cast to the compute dtype again at every decoded token.
+        with torch.no_grad(), self.computing():
             if self.mode == "choose":
                 return self._decide_choose(contexts, prompts, greedy, generator, temperature)
             return self._decide_generate(prompts, greedy, generator, temperature)
@@ -252,7 +273,7 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         samples from)."""
         prompts = [self.prompts.prompt_ids(c) for c in contexts]
         self.model.eval()
-        with torch.inference_mode(), self.computing():
+        with torch.no_grad(), self.computing():  # no_grad: autocast's cast cache (see decide)
             _, scores = self._candidate_logprobs(prompts, self._candidates(contexts), cached=True)
         return [F.softmax(s.float() / self.temperature, dim=-1) for s in scores]
 
@@ -291,19 +312,30 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
             )
         return decisions
 
+    def _prefill(self, prompts):
+        """The prompts' forward pass into a fresh KV cache (:attr:`decode_cache`): ``(last logits, cache,
+        attention mask, last positions, prompt width)``. With a static cache the mask is at the cache's
+        full length, to be filled a column a step, so that every decode step has the same shapes."""
+        ids, mask = left_pad(prompts, self.pad_id, self.device)
+        width = ids.shape[1]
+        cache = new_decode_cache(self._base(), self.decode_cache, width + self.max_new_tokens)
+        logits, cache = forward_with_cache(
+            self.model, cache, input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True,
+            logits_to_keep=1,
+        )
+        position = position_ids(mask)[:, -1]
+        if self.decode_cache == "static":
+            mask = torch.cat([mask, mask.new_zeros(len(prompts), self.max_new_tokens)], dim=1)
+        return logits[:, -1, :], cache, mask, position, width
+
     def _decide_generate(self, prompts, greedy, generator, temperature) -> list[Decision]:
         sampler = device_generator(generator, self.device)
-        ids, mask = left_pad(prompts, self.pad_id, self.device)
-        logits, cache = forward_with_cache(
-            self.model, input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True, logits_to_keep=1
-        )
-        logits = logits[:, -1, :]
-        batch = len(prompts)
+        logits, cache, mask, position, width = self._prefill(prompts)
+        batch, static = len(prompts), self.decode_cache == "static"
         generated: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         entropies: list[list[float]] = [[] for _ in range(batch)]
         done = [False] * batch
-        position = position_ids(mask)[:, -1]
         for step in range(self.max_new_tokens):
             early = step < self.min_new_tokens
             if early and self.eos_id is not None:
@@ -334,7 +366,10 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
             step_mask = torch.tensor([[0 if d else 1] for d in done], dtype=torch.long, device=self.device)
             # Finished rows keep being fed (padding, masked out) so the batch stays rectangular.
             tokens = torch.where(step_mask[:, 0].bool(), tokens, torch.full_like(tokens, self.pad_id))
-            mask = torch.cat([mask, step_mask], dim=1)
+            if static:
+                mask[:, width + step] = step_mask[:, 0]
+            else:
+                mask = torch.cat([mask, step_mask], dim=1)
             position = position + 1
             logits, cache = forward_with_cache(
                 self.model,
