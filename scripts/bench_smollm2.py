@@ -49,7 +49,7 @@ def measure(model: str, mode: str, args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     policy = build_policy(config, "cpu")
     load_s = time.perf_counter() - started
-    tasks = [Task(ENV, seed, {}) for seed in range(args.tasks)]
+    tasks = [Task(ENV, seed, {}, config.env.max_steps) for seed in range(args.tasks)]
     batch, stats = collect_rollouts(policy, tasks, group_size=args.group_size, mode="linear",
                                     rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
                                     max_decisions=None)
@@ -70,7 +70,8 @@ def measure(model: str, mode: str, args: argparse.Namespace) -> dict:
         "rollout_s": stats.wall_time_s, "decisions_per_s": stats.decisions_per_s,
         "mean_prompt_tokens": prompt_tokens / max(1, len(decisions)),
         "valid_decisions": len(parsed) / max(1, len(decisions)),
-        "train_tokens": update["train_tokens"], "train_s": train_s, "train_tokens_per_s": update["train_tokens"] / train_s,
+        "train_tokens": update["train_tokens"], "train_s": train_s,
+        "train_tokens_per_s": update["train_tokens"] / train_s,
     }
 
 

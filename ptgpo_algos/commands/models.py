@@ -61,8 +61,9 @@ def _list() -> int:
             print(f"  not installed: {entry.how_to_get()}")
             continue
         folder = converted_path(path)
-        state = f"converted: {folder}" if (folder / SOURCE_FILE).is_file() else "not converted yet (the first run converts it)"
-        print(f"  installed: {path}\n  {state}")
+        converted = (folder / SOURCE_FILE).is_file()
+        print(f"  installed: {path}")
+        print(f"  converted: {folder}" if converted else "  not converted yet (the first run converts it)")
     return 0
 
 

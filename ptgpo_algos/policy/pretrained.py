@@ -27,7 +27,8 @@ from pathlib import Path
 from ptgpo_algos.files import atomic_folder, build_lock, check_writable
 
 __all__ = ["FORMAT_VERSION", "GGUF_REQUIREMENT", "PRETRAINED", "SOURCE_FILE", "PretrainedModel", "check_pretrained",
-           "converted_folder", "converted_path", "default_models_dir", "file_digest", "is_pretrained_source", "resolve_model"]
+           "converted_folder", "converted_path", "default_models_dir", "file_digest", "is_pretrained_source",
+           "resolve_model"]
 
 #: Changes when the converted folders' layout does, so that older conversions are redone.
 FORMAT_VERSION = 1
