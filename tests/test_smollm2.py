@@ -185,3 +185,22 @@ def test_the_speed_benchmark_runs_at_a_toy_size(folder, tmp_path):
     row = json.loads(out.read_text())["rows"][0]
     assert (row["model"], row["mode"], row["decisions"]) == ("smollm2", "generate", 1)
     assert row["decisions_per_s"] > 0 and row["train_tokens"] > 0
+
+
+def test_under_bf16_compute_the_scores_and_the_ratio_are_float32(folder):
+    from ptgpo_algos.losses import ppo_clip_loss
+    from ptgpo_algos.policy.precision import precision_for
+
+    # A GPU's precision rehearsed on the CPU: frozen weights and forward passes in bf16, trainable
+    # weights in float32. The log-probabilities leave the output layer in float32, so the ratio
+    # exp(log p - log p_old) is taken in float32 (in bf16 a log-ratio near 0 rounds to steps of 2^-8).
+    policy = load_policy("smollm2", mode="choose", history_length=0, precision=precision_for("cuda", "bfloat16"))
+    assert policy.autocast_dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in policy.parameters())
+    decisions = policy.decide([_context()], greedy=True)
+    scored = policy.score(decisions)
+    assert scored.logprobs.dtype == torch.float32
+    old = torch.tensor([[d.choice_logprob] for d in decisions])
+    loss, _ = ppo_clip_loss(scored.logprobs, old, torch.ones(1))
+    assert loss.dtype == torch.float32 and torch.isfinite(loss).all()
+    assert torch.allclose(scored.logprobs.detach(), old, atol=1e-5)  # the same weights and path: ratio 1
