@@ -156,6 +156,7 @@ def test_train_with_lora_then_evaluate_from_the_command_line(folder, tmp_path, c
     code = cli.main(["train", "--env", "ptgpo/FrozenLake-v0", "--model", "smollm2", "--algo", "grpo",
                      "--iterations", "1", "--group-size", "2", "--tasks", "1", "--eval-every", "1",
                      "--eval-episodes", "1", "--set", "env.max_steps=2", "--set", "policy.lora={r: 4, alpha: 8}",
+                     "--set", "optim.micro_batch_size=2",
                      "--out", str(out), "--no-progress"])
     assert code == 0
     # The adapters are saved alone, naming the converted folder as their base: the run reloads anywhere
