@@ -20,6 +20,7 @@ COMMANDS = {
     "envs": "envs",
     "evaluate": "evaluate",
     "leaderboard": "leaderboard",
+    "models": "models",
     "plan": "plan",
     "serve": "serve",
     "train": "train",

@@ -254,7 +254,8 @@ def _loss_config(loss: str, given: Any) -> dict[str, Any]:
 class PolicyConfig:
     """The model and how it acts (:mod:`ptgpo_algos.policy`)."""
 
-    model: str = _field("tiny", "'tiny' (built locally) or a model folder / hub name", flag="model")
+    model: str = _field("tiny", "'tiny' (built locally), a pretrained model by name (smollm2; "
+                       "`ptgpo models list`), a model folder, a .gguf file or a hub name", flag="model")
     tiny: dict[str, Any] = _field(help="the tiny model's spec (TinyModelSpec fields)", factory=dict)
     mode: str = _field("choose", "choose (score admissible actions) or generate (ReAct text)",
                        flag="mode")
@@ -285,7 +286,7 @@ class PolicyConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
-            raise ValueError(f"{label('policy.model')}: give 'tiny', a local model folder or a hub name, got "
+            raise ValueError(f"{label('policy.model')}: give 'tiny', smollm2, a local model folder or a hub name, got "
                              f"{self.model!r}")
         object.__setattr__(self, "tiny", check_mapping(label("policy.tiny"), self.tiny))
         if self.is_tiny:

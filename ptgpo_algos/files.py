@@ -42,6 +42,7 @@ __all__ = [
     "atomic_path",
     "atomic_write_bytes",
     "atomic_write_text",
+    "build_lock",
     "check_writable",
     "file_sha256",
     "folder_lock",
@@ -120,6 +121,19 @@ def atomic_folder(path: str | os.PathLike, *, replace: bool = True) -> Iterator[
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def build_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Wait for, then hold, an exclusive lock on the file ``path`` for the ``with`` block: processes that
+    would build the same cached artefact (benchmark cells, seeds in parallel) build it once, the others
+    wait and read it."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _ordinary_permissions(folder: Path) -> None:

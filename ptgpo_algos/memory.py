@@ -391,7 +391,8 @@ def plan_disk(model: ModelShape, run: RunShape) -> DiskPlan:
 # ----------------------------------------------------------------------------------------- from a config
 def model_shape(config) -> ModelShape:
     """The shape of a training config's model: the tiny model's from its spec (its vocabulary at most
-    the spec's), any other from its ``config.json`` (a local folder or the Hugging Face cache)."""
+    the spec's), any other from its ``config.json`` (a local folder, a pretrained model's converted
+    folder, or the Hugging Face cache)."""
     spec = config.policy
     if spec.is_tiny:
         from ptgpo_algos.policy.tiny import TinyModelSpec
@@ -402,7 +403,9 @@ def model_shape(config) -> ModelShape:
                           intermediate=tiny["intermediate_size"], vocab=tiny["vocab_size"], tied=True)
     from transformers import AutoConfig
 
-    return ModelShape.from_config(AutoConfig.from_pretrained(spec.model).to_dict())
+    from ptgpo_algos.policy.pretrained import resolve_model
+
+    return ModelShape.from_config(AutoConfig.from_pretrained(resolve_model(spec.model)).to_dict())
 
 
 def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> RunShape:

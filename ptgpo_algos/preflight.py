@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
+from ptgpo_algos.policy.pretrained import check_pretrained, is_pretrained_source
 from ptgpo_algos.validation import check_registered
 
 __all__ = ["check_machine", "check_model_source", "is_hub_name"]
@@ -44,10 +45,14 @@ def is_hub_name(model: str) -> bool:
 
 
 def check_model_source(model: str) -> None:
-    """``policy.model`` names what this machine can load: ``tiny``, a Hugging Face model folder, or a
-    hub name (in the local cache when ``HF_HUB_OFFLINE=1``)."""
+    """``policy.model`` names what this machine can load: ``tiny``, an installed pretrained model or a
+    GGUF file (:mod:`ptgpo_algos.policy.pretrained`), a Hugging Face model folder, or a hub name (in the
+    local cache when ``HF_HUB_OFFLINE=1``)."""
     where = label("policy.model")
     if model == "tiny":
+        return
+    if is_pretrained_source(model):
+        check_pretrained(model, where)
         return
     path = Path(model).expanduser()
     if path.exists():
@@ -55,8 +60,8 @@ def check_model_source(model: str) -> None:
             raise ValueError(f"{where}: {model!r} has no config.json; point at a Hugging Face model folder")
         return
     if not is_hub_name(model):
-        raise ValueError(f"{where}: no model folder at {model!r}; give 'tiny', an existing folder or a hub name "
-                         "like Qwen/Qwen2.5-7B-Instruct")
+        raise ValueError(f"{where}: no model folder at {model!r}; give 'tiny', a model `ptgpo models list` names, "
+                         "an existing folder or .gguf file, or a hub name like Qwen/Qwen2.5-7B-Instruct")
     first = Path(model.split("/")[0])
     if first.is_dir():
         # `runs/x` beside a local runs/ folder is a path that is missing, not a hub name to download.

@@ -6,10 +6,11 @@ Examples::
     ptgpo evaluate runs/household-gigpo --episodes 256 --first-seed 2000000 --temperature 1.0
     ptgpo evaluate runs/household-gigpo/final_model --env ptgpo/Household-v0 --difficulty hard --temperature 0
     ptgpo evaluate ~/.cache/ptgpo/tiny-<hash> --env ptgpo/Household-v0 --difficulty easy --history-length 1
+    ptgpo evaluate smollm2 --env ptgpo/FrozenLake-v0 --episodes 8         # a pretrained model, zero-shot
 
 A run folder (the ``--out`` of ``ptgpo train``) brings its environment, evaluation seeds and evaluation
 temperature; any of them can be overridden, and it acts as it was trained. A saved model folder
-needs ``--env``; it acts with the settings saved with it (``ptgpo_policy.json``), else the loader's
+(or a pretrained model's name, :mod:`ptgpo_algos.policy.pretrained`) needs ``--env``; it acts with the settings saved with it (``ptgpo_policy.json``), else the loader's
 defaults, and ``--history-length`` overrides how many observation/action pairs its prompts show (to
 evaluate the untrained tiny model as a config with ``history_length: 1`` acts, say).
 """
@@ -29,7 +30,8 @@ HELP = "evaluate a trained policy (a run folder or a saved model) on held-out se
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ptgpo evaluate``'s arguments: what to evaluate, and the protocol settings that override the run's."""
-    parser.add_argument("target", help="a training run folder (final_model/ or checkpoint.pt) or a saved model folder")
+    parser.add_argument("target", help="a training run folder (final_model/ or checkpoint.pt), a saved model folder, "
+                        "or a pretrained model's name or .gguf file (untrained: its zero-shot success)")
     parser.add_argument("--env", help="environment id (default: the run's)")
     parser.add_argument("--difficulty", help="shortcut for the environment's difficulty keyword (Household)")
     parser.add_argument("--max-steps", type=int, help="episode step limit (default: the run's / the environment's)")
@@ -69,8 +71,11 @@ class _Plan:
 def _check_flags(args: argparse.Namespace) -> None:
     from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION as MAX_EPISODES, MAX_SEED, MAX_STEPS
 
-    if not Path(args.target).is_dir():
-        raise ValueError(f"{args.target!r} is not a folder: pass a training run folder or a saved model folder")
+    from ptgpo_algos.policy.pretrained import is_pretrained_source
+
+    if not Path(args.target).is_dir() and not is_pretrained_source(args.target):
+        raise ValueError(f"{args.target!r} is not a folder: pass a training run folder, a saved model folder or a "
+                         "pretrained model's name (`ptgpo models list`)")
     checks = [
         (args.episodes is None or 1 <= args.episodes <= MAX_EPISODES,
          f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}"),

@@ -1,5 +1,5 @@
 """Policies: one protocol (:mod:`.base`), the transformers backend (:mod:`.hf`), the tiny model
-(:mod:`.tiny`), the prompt every backend renders (:mod:`.prompts`), prompt templates (:mod:`.templates`)
+(:mod:`.tiny`), pretrained models by name and GGUF files (:mod:`.pretrained`), the prompt every backend renders (:mod:`.prompts`), prompt templates (:mod:`.templates`)
 and the recipes that ship some (:mod:`.recipes`), ReAct parsing (:mod:`.parsing`) and the evaluation
 adapter (:mod:`.agent`).
 
@@ -36,7 +36,8 @@ def load_policy(
     tiny_env_ids: list[str] | None = None,
     **kwargs: Any,
 ):
-    """A :class:`~ptgpo_algos.policy.hf.CausalLMPolicy` for ``"tiny"`` (built locally) or a path/name.
+    """A :class:`~ptgpo_algos.policy.hf.CausalLMPolicy` for ``"tiny"`` (built locally), a pretrained model's
+    name or a GGUF file (:mod:`.pretrained`: converted once into a model folder), or a folder/hub name.
 
     The tiny model's tokenizer is trained on the text of ``tiny_env_ids`` (default: all built-in
     environments); a run on one environment passes just that one.
@@ -45,8 +46,10 @@ def load_policy(
     ``lora``, ``gradient_checkpointing``, ``history_length``, ``max_prompt_tokens``...).
     """
     from ptgpo_algos.policy.hf import CausalLMPolicy
+    from ptgpo_algos.policy.pretrained import resolve_model
     from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
 
     if str(model) == "tiny":
         model = build_tiny_model(TinyModelSpec(**(tiny_spec or {})), env_ids=tiny_env_ids)
+    model = resolve_model(model)
     return CausalLMPolicy.from_pretrained(model, **kwargs)

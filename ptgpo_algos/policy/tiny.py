@@ -39,7 +39,6 @@ minutes on one core for 1,000 steps, once per environment and spec (then cached)
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -48,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from ptgpo_algos.files import atomic_folder, check_writable
+from ptgpo_algos.files import atomic_folder, build_lock, check_writable
 
 __all__ = ["TinyModelSpec", "build_tiny_model", "tiny_corpus", "load_tiny_tokenizer", "TINY_MARKER"]
 
@@ -356,25 +355,10 @@ def build_tiny_model(
     root.mkdir(parents=True, exist_ok=True)
     # Concurrent runs (benchmark cells, seeds in parallel) wait for one build instead of repeating
     # minutes of pretraining.
-    with _build_lock(root / f".tiny-{digest}.lock"):
+    with build_lock(root / f".tiny-{digest}.lock"):
         if not (target / TINY_MARKER).exists():
             _build(spec, env_ids, corpus, root, target)
     return target
-
-
-@contextlib.contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # no advisory locks (Windows): concurrent builds are still safe, only wasteful
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _build(spec: TinyModelSpec, env_ids: Sequence[str], corpus: list[str], root: Path, target: Path) -> None:

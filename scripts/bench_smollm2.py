@@ -1,0 +1,117 @@
+"""Decisions/s and trained tokens/s of SmolLM2-135M-Instruct beside the tiny model's, on this machine's CPU.
+
+For each model (``tiny``, ``smollm2``) and action mode (``choose``, ``generate``): linear rollouts of
+``--tasks`` tasks x ``--group-size`` episodes of ``ptgpo/FrozenLake-v0`` capped at ``--max-steps``
+steps (decisions per second of the rollout's wall time), then one PPO pass over those steps (prompt
+and response tokens trained per second). ``--threads`` sets torch's threads (2 by default: the
+project's CPU machines). Loading and converting the model is not timed; the tiny model is built without
+pretraining (the same shape and speed as the trainer's pretrained one).
+
+Usage: ``python scripts/bench_smollm2.py [--threads 2] [--out runs/bench_smollm2.json]``. The machine's
+load average is written beside the figures: timings on a shared machine depend on what else runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+for key, value in (("OMP_WAIT_POLICY", "PASSIVE"), ("MALLOC_MMAP_THRESHOLD_", "1000000000"),
+                   ("MALLOC_TRIM_THRESHOLD_", "1000000000"), ("MALLOC_TOP_PAD_", "100000000"),
+                   ("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ.setdefault(key, value)
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = "ptgpo/FrozenLake-v0"
+
+
+def measure(model: str, mode: str, args: argparse.Namespace) -> dict:
+    """One model in one mode: rollout decisions/s, then trained tokens/s of one PPO pass over them."""
+    import numpy as np
+    import torch
+
+    from ptgpo_algos.advantages import compute_advantages
+    from ptgpo_algos.config import OptimConfig, TrainConfig
+    from ptgpo_algos.data import Task
+    from ptgpo_algos.policy.backends import build_policy
+    from ptgpo_algos.rollout import collect_rollouts
+    from ptgpo_algos.update import flatten_batch
+    from ptgpo_algos.updater import ppo_update
+
+    # The tiny model untrained: its speed is its pretrained twin's, without minutes of pretraining first.
+    tiny = {"tiny": {"pretrain_steps": 0}} if model == "tiny" else {}
+    config = TrainConfig.from_dict({"env_id": ENV, "model": model, "mode": mode, "max_steps": args.max_steps,
+                                    "max_new_tokens": args.max_new_tokens, "seed": 0, **tiny})
+    started = time.perf_counter()
+    policy = build_policy(config, "cpu")
+    load_s = time.perf_counter() - started
+    tasks = [Task(ENV, seed, {}, config.env.max_steps) for seed in range(args.tasks)]
+    batch, stats = collect_rollouts(policy, tasks, group_size=args.group_size, mode="linear",
+                                    rng=np.random.default_rng(0), generator=torch.Generator().manual_seed(0),
+                                    max_decisions=None)
+    decisions = [s.decision for group in batch for t in group for s in t.steps]
+    prompt_tokens = sum(len(d.prompt_ids) for d in decisions)
+    samples = flatten_batch(batch, compute_advantages("grpo", batch))
+    for sample in samples:  # every step contributes to the timed update
+        sample.advantage = sample.advantage or 0.1
+    optimizer = torch.optim.AdamW(list(policy.parameters()), lr=1e-6)
+    optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=1.0, epochs=1,
+                        minibatch_size=len(samples), clip_ratio_c=None)
+    started = time.perf_counter()
+    update = ppo_update(policy, optimizer, samples, optim, rng=np.random.default_rng(0))
+    train_s = time.perf_counter() - started
+    parsed = [d for d in decisions if d.action is not None and d.format_error is None]
+    return {
+        "model": model, "mode": mode, "load_s": load_s, "decisions": stats.decisions,
+        "rollout_s": stats.wall_time_s, "decisions_per_s": stats.decisions_per_s,
+        "mean_prompt_tokens": prompt_tokens / max(1, len(decisions)),
+        "valid_decisions": len(parsed) / max(1, len(decisions)),
+        "train_tokens": update["train_tokens"], "train_s": train_s,
+        "train_tokens_per_s": update["train_tokens"] / train_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--models", nargs="+", default=["tiny", "smollm2"])
+    parser.add_argument("--modes", nargs="+", default=["choose", "generate"])
+    parser.add_argument("--out", default="runs/bench_smollm2.json")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from ptgpo_algos.files import atomic_write_text
+
+    torch.set_num_threads(args.threads)
+    report = {"threads": args.threads, "env": ENV, "tasks": args.tasks, "group_size": args.group_size,
+              "max_steps": args.max_steps, "max_new_tokens": args.max_new_tokens,
+              "load_average_at_start": os.getloadavg(), "rows": []}
+    print("| model | mode | decisions | decisions/s | mean prompt tokens | valid | trained tokens/s |")
+    print("|---|---|---|---|---|---|---|")
+    for model in args.models:
+        for mode in args.modes:
+            row = measure(model, mode, args)
+            report["rows"].append(row)
+            print(f"| {model} | {mode} | {row['decisions']} | {row['decisions_per_s']:.2f} | "
+                  f"{row['mean_prompt_tokens']:.0f} | {row['valid_decisions']:.0%} | {row['train_tokens_per_s']:.0f} |",
+                  flush=True)
+    report["load_average_at_end"] = os.getloadavg()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, json.dumps(report, indent=1))
+    print(f"load average {report['load_average_at_start'][0]:.1f} at the start, "
+          f"{report['load_average_at_end'][0]:.1f} at the end; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
