@@ -33,7 +33,7 @@ CONFIG = {
     "baselines": ["random", {"name": "expert", "resources": {"cpus": 0.5}}],
 }
 #: Fields that say when and how long, not what: they differ between any two runs.
-_TIMING = ("wall_time_s", "cpu_time_s", "created_at")
+_TIMING = ("wall_time_s", "cpu_time_s", "train_cpu_s", "eval_cpu_s", "setup_cpu_s", "created_at")
 
 
 def _records(folder):

@@ -76,6 +76,8 @@ def test_repository_paths_named_in_docs_exist():
                        r'tests|docs)/[\w./-]+?\.(?:py|yaml|md|txt|sh|json))')
     missing = []
     for page in sorted((ROOT / "docs").rglob("*.md")):
+        if page.parent.name == "leaderboard" and "results" in page.parts:
+            continue  # a built leaderboard lists the files it could not read, missing ones included
         for path in named.findall(page.read_text()):
             if not (ROOT / path).exists():
                 missing.append(f"{page.relative_to(ROOT)}: {path}")

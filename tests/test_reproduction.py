@@ -26,8 +26,8 @@ CONFIG = {
     "methods": [{"name": "grpo", "algo": "grpo", "rollout": "linear"},
                 {"name": "ptgpo", "algo": "ptgpo", "rollout": "tree"}],
 }
-# Clocks, rates measured by them and the time of writing are the only fields allowed to differ.
-CLOCK_SUFFIXES = ("_time_s", "_wait_s", "_per_s")
+# Clocks (wall and CPU), rates measured by them and the time of writing are the only fields allowed to differ.
+CLOCK_SUFFIXES = ("_time_s", "_wait_s", "_per_s", "_cpu_s")
 
 
 def _is_clock(key):
