@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from ptgpo_algos.data import Decision
 from ptgpo_algos.policy.base import ScoredBatch
 from ptgpo_algos.policy.batching import distinct, forward_with_cache, left_pad, position_ids, right_pad
+from ptgpo_algos.policy.shared_prefix import attention_mask, pack_prefix_tree
 from ptgpo_algos.policy.token_logprobs import token_logprobs
 
 __all__ = ["PolicyScoring"]
@@ -202,21 +203,92 @@ class PolicyScoring:
     def _score(self, decisions: Sequence[Decision], entropy_grad: bool) -> ScoredBatch:
         if self.gradient_checkpointing:
             self.model.train()
+        prompts = [d.prompt_ids for d in decisions]
         with self.computing():
             if self.mode == "choose":
-                return self._score_choices(decisions, entropy_grad)
-            logp, entropy, rmask = self._response_logprobs(
-                [d.prompt_ids for d in decisions], [d.response_ids for d in decisions], temperature=self.temperature,
-                with_entropy=True, entropy_grad=entropy_grad,
-            )
-        return ScoredBatch(logp, entropy, rmask.float())
+                candidates = [d.candidate_ids for d in decisions]
+                if any(c is None for c in candidates):
+                    raise ValueError("choose-mode scoring needs decisions with candidate_ids")
+                if self.share_prefixes:
+                    owner, flat = self._flatten(candidates)
+                    logp, _, cmask, computed = self._shared_prefix_logprobs(
+                        [prompts[i] for i in owner], flat, temperature=1.0, with_entropy=False)
+                    _, scores = self._split(logp, cmask, candidates)
+                else:
+                    _, scores = self._candidate_logprobs(prompts, candidates, cached=True)
+                    rows = distinct(zip(prompts, candidates), lambda pc: (tuple(pc[0]), tuple(map(tuple, pc[1]))))[1]
+                    if self.gradient_checkpointing:  # one full row per candidate
+                        computed = sum(len(prompts[i]) * len(candidates[i]) for i in rows)
+                    else:
+                        computed = sum(len(prompts[i]) for i in rows)
+                    computed += sum(len(c) for i in rows for c in candidates[i])
+                return self._choice_scores(decisions, scores, entropy_grad, computed)
+            responses = [d.response_ids for d in decisions]
+            if self.share_prefixes:
+                logp, entropy, rmask, computed = self._shared_prefix_logprobs(
+                    prompts, responses, temperature=self.temperature, with_entropy=True, entropy_grad=entropy_grad)
+            else:
+                logp, entropy, rmask = self._response_logprobs(
+                    prompts, responses, temperature=self.temperature, with_entropy=True, entropy_grad=entropy_grad)
+                rows = distinct(zip(prompts, responses), lambda pr: (tuple(pr[0]), tuple(pr[1])))[1]
+                computed = sum(len(prompts[i]) + len(responses[i]) for i in rows)
+        return ScoredBatch(logp, entropy, rmask.float(), computed)
 
-    def _score_choices(self, decisions: Sequence[Decision], entropy_grad: bool) -> ScoredBatch:
-        prompts = [d.prompt_ids for d in decisions]
-        candidates = [d.candidate_ids for d in decisions]
-        if any(c is None for c in candidates):
-            raise ValueError("choose-mode scoring needs decisions with candidate_ids")
-        _, scores = self._candidate_logprobs(prompts, candidates, cached=True)
+    def _shared_prefix_logprobs(self, prompts, responses, *, temperature: float, with_entropy: bool,
+                                entropy_grad: bool = True):
+        """:meth:`_response_logprobs` with every shared prefix of the prompt+response rows computed once
+        (:mod:`~ptgpo_algos.policy.shared_prefix`); also returns the tokens computed."""
+        if any(not p for p in prompts):
+            raise ValueError("shared-prefix scoring needs non-empty prompts (a response's first token is "
+                             "predicted from the prompt's last)")
+        plan = pack_prefix_tree([list(p) + list(r) for p, r in zip(prompts, responses)], self.shared_prefix_tokens)
+        # The hidden state at the token before each response token predicts it.
+        wanted: list[list[int]] = [[] for _ in plan.packed]
+        row_index, columns, targets = [], [], []
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            path = plan.columns[i]
+            wanted[plan.rows[i]] += path[len(p) - 1 : len(p) - 1 + len(r)]
+            row_index += [i] * len(r)
+            columns += range(len(r))
+            targets += r
+        hidden = []
+        for start, stop in _passes([len(row.tokens) for row in plan.packed]):
+            rows = plan.packed[start:stop]
+            width = max(len(row.tokens) for row in rows)
+            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+            positions = torch.zeros((len(rows), width), dtype=torch.long)
+            for r, row in enumerate(rows):
+                ids[r, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
+                positions[r, : len(row.tokens)] = torch.tensor(row.positions, dtype=torch.long)
+            out, _ = self._hidden(input_ids=ids.to(self.device), attention_mask=attention_mask(rows, width).to(self.device),
+                                  position_ids=positions.to(self.device), use_cache=False)
+            take_row = [r for r in range(len(rows)) for _ in wanted[start + r]]
+            take_column = [c for r in range(len(rows)) for c in wanted[start + r]]
+            hidden.append(out[torch.tensor(take_row, dtype=torch.long, device=self.device),
+                              torch.tensor(take_column, dtype=torch.long, device=self.device)])
+        # Rows were gathered packed row by packed row: put them back in the order of the targets.
+        order = sorted(range(len(prompts)), key=lambda i: plan.rows[i])
+        offsets, at = [0] * len(prompts), 0
+        for i in order:
+            offsets[i] = at
+            at += len(responses[i])
+        back = [offsets[i] + k for i, r in enumerate(responses) for k in range(len(r))]
+        hidden_states = torch.cat(hidden)[torch.tensor(back, dtype=torch.long, device=self.device)]
+        token_logp, token_entropy = self._token_logprobs(
+            hidden_states, torch.tensor(targets, dtype=torch.long, device=self.device), temperature)
+        place = (torch.tensor(row_index, dtype=torch.long, device=self.device),
+                 torch.tensor(columns, dtype=torch.long, device=self.device))
+        shape = (len(prompts), max(1, max(len(r) for r in responses)))
+        rmask = torch.zeros(shape, dtype=torch.long, device=self.device).index_put(place, torch.tensor(1, device=self.device))
+        logp = torch.zeros(shape, dtype=token_logp.dtype, device=self.device).index_put(place, token_logp)
+        entropy = None
+        if with_entropy:
+            token_entropy = token_entropy if entropy_grad else token_entropy.detach()
+            entropy = torch.zeros(shape, dtype=token_entropy.dtype, device=self.device).index_put(place, token_entropy)
+        return logp, entropy, rmask, plan.computed_tokens
+
+    def _choice_scores(self, decisions: Sequence[Decision], scores: Sequence[torch.Tensor], entropy_grad: bool,
+                       computed: int) -> ScoredBatch:
         logps, ents = [], []
         for d, s in zip(decisions, scores):
             logp = F.log_softmax(s.float() / self.temperature, dim=-1)
@@ -224,7 +296,7 @@ class PolicyScoring:
             ents.append(-(logp.exp() * logp).sum())
         logprobs = torch.stack(logps)[:, None]
         entropy = torch.stack(ents)[:, None]
-        return ScoredBatch(logprobs, entropy if entropy_grad else entropy.detach(), torch.ones_like(logprobs))
+        return ScoredBatch(logprobs, entropy if entropy_grad else entropy.detach(), torch.ones_like(logprobs), computed)
 
     def response_logprobs(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
                           temperature: float = 1.0) -> list[list[float]]:
@@ -235,3 +307,20 @@ class PolicyScoring:
             logp, _, rmask = self._through_root(self._response_logprobs, prompts, responses, temperature=temperature,
                                                 with_entropy=False)
         return [row[: int(m.sum())].tolist() for row, m in zip(logp.float().cpu(), rmask.cpu())]
+
+
+#: Mask elements (rows x width x width) of one shared-prefix forward pass: bounds the dense mask's memory.
+_PASS_MASK = 2**26
+
+
+def _passes(lengths: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive ``(start, stop)`` ranges of packed rows, each run in one forward pass."""
+    out, start = [], 0
+    while start < len(lengths):
+        stop, width = start + 1, lengths[start]
+        while stop < len(lengths) and (stop + 1 - start) * max(width, lengths[stop]) ** 2 <= _PASS_MASK:
+            width = max(width, lengths[stop])
+            stop += 1
+        out.append((start, stop))
+        start = stop
+    return out
