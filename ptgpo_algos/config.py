@@ -260,6 +260,8 @@ class PolicyConfig:
                                  "benchmarks; 0: any length)")
     logprob_chunk: int = _field(512, "response positions sent through the output layer at a time when scoring "
                                 "(memory: about 4 x chunk x vocabulary floats)")
+    share_prefixes: bool = _field(True, "the update computes each prefix its rows share once (siblings' context, a "
+                                  "context's candidates, a group's system text and task); false: every row whole")
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -284,6 +286,7 @@ class PolicyConfig:
         check_int(label("policy.min_new_tokens"), self.min_new_tokens, 0, self.max_new_tokens,
                   hint="at most max_new_tokens")
         check_int(label("policy.logprob_chunk"), self.logprob_chunk, 1)
+        check_bool(label("policy.share_prefixes"), self.share_prefixes)
         if self.gradient_checkpointing is not None:
             check_bool(label("policy.gradient_checkpointing"), self.gradient_checkpointing)
         if self.lora is not None:

@@ -139,7 +139,7 @@ class Updater:
         With ``auxiliary`` (the auxiliary objectives, :mod:`ptgpo_algos.objectives`) a mini-batch
         without RL units still takes its step."""
         steps: list[dict[str, float]] = []
-        trained_tokens = 0
+        trained_tokens = computed_tokens = 0
         layout = self.layout(samples, kl=bool(samples) and samples[0].ref_logprobs is not None)
         for _ in range(self.optim.epochs):
             order = self.rng.permutation(len(layout.groups))
@@ -154,10 +154,11 @@ class Updater:
                 if auxiliary is not None:
                     stats.update(auxiliary(index, len(chunks)))
                 stats["grad_norm"] = self.optimizer_step()
+                computed_tokens += int(stats.pop("computed_tokens", 0))
                 steps.append(stats)
                 trained_tokens += sum(layout.tokens[i] for i in trained)
         return {**self.reduce(steps), "updates": len(steps), "train_tokens": trained_tokens,
-                "distinct_prompts": len(layout.groups)}
+                "computed_tokens": computed_tokens, "distinct_prompts": len(layout.groups)}
 
     def layout(self, samples: Sequence[TrainingSample], kl: bool) -> BatchLayout:
         """The :class:`BatchLayout` of ``samples``, the whole batch in one process."""

@@ -21,7 +21,7 @@ from typing import Sequence
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_objects, reduce_metrics
 from ptgpo_algos.distributed.policy import idle_pass
 from ptgpo_algos.distributed.step import grad_norm
-from ptgpo_algos.update import TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs, units
+from ptgpo_algos.update import COUNTS, TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs, units
 from ptgpo_algos.updater import BatchLayout, Updater
 
 __all__ = ["ShardedUpdater", "passes", "whole_layout"]
@@ -86,7 +86,7 @@ class ShardedUpdater(Updater):
         stats = super().backward(chunk, total_units) if chunk else {}
         _idle(self.policy, int(most) - mine, backward=True)
         count = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
-        return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") else Metric(v, count=count)
+        return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") or k in COUNTS else Metric(v, count=count)
                                for k, v in stats.items()})
 
     def optimizer_step(self) -> float:

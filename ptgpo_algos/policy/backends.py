@@ -62,6 +62,7 @@ def build_policy(config: TrainConfig, device: str):
         gradient_checkpointing=gradient_checkpointing,
         min_new_tokens=spec.min_new_tokens,
         logprob_chunk=spec.logprob_chunk,
+        share_prefixes=spec.share_prefixes,
     )
 
 
