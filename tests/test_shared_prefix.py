@@ -16,6 +16,7 @@ import distributed_scenarios as scenarios
 from ptgpo_algos.config import OptimConfig
 from ptgpo_algos.data import Decision
 from ptgpo_algos.policy.hf import CausalLMPolicy
+from ptgpo_algos.policy.hf_scoring import shared_row_tokens
 from ptgpo_algos.policy.shared_prefix import attention_mask, pack_prefix_tree
 from ptgpo_algos.update import TrainingSample
 from ptgpo_algos.updater import ppo_update
@@ -143,8 +144,8 @@ def test_shared_prefixes_give_the_scores_and_gradients_of_whole_rows(tiny_path, 
     error = math.sqrt(sum(float((a - b).pow(2).sum()) for a, b in zip(shared_grads, whole_grads)))
     norm = math.sqrt(sum(float(b.pow(2).sum()) for b in whole_grads))
     assert norm > 0 and error / norm < 1e-5, error / norm
-    sequences = {tuple(d.prompt_ids) + tuple(r) for d in decisions for r in (d.candidate_ids or [d.response_ids])}
-    assert shared.computed_tokens == pack_prefix_tree(list(sequences), policy.shared_prefix_tokens).computed_tokens
+    sequences = list({tuple(d.prompt_ids) + tuple(r) for d in decisions for r in (d.candidate_ids or [d.response_ids])})
+    assert shared.computed_tokens == pack_prefix_tree(sequences, shared_row_tokens(sequences)).computed_tokens
     assert shared.computed_tokens < whole.computed_tokens
 
 
@@ -163,6 +164,6 @@ def test_the_update_counts_the_tokens_it_computed(tiny_path):
     # Two epochs of one mini-batch: whole rows count every row's prompt and response, the trie its nodes.
     rows = [d.prompt_ids + d.response_ids for d in decisions]
     assert stats[False]["computed_tokens"] == 2 * sum(map(len, rows))
-    assert stats[True]["computed_tokens"] == 2 * pack_prefix_tree(rows, 1024).computed_tokens
+    assert stats[True]["computed_tokens"] == 2 * pack_prefix_tree(rows, shared_row_tokens(rows)).computed_tokens
     assert stats[True]["train_tokens"] == stats[False]["train_tokens"] == 2 * sum(map(len, rows))
     assert math.isclose(stats[True]["pg_loss"], stats[False]["pg_loss"], rel_tol=1e-5, abs_tol=1e-7)

@@ -143,7 +143,6 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         temperature: float = 1.0,
         max_rows: int = 512,
         share_prefixes: bool = True,
-        shared_prefix_tokens: int = 1024,
         prompt_template: dict[str, str] | None = None,
         require_think: bool = False,
         min_new_tokens: int = 0,
@@ -160,10 +159,8 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self.max_new_tokens = max_new_tokens
         self.min_new_tokens = min(int(min_new_tokens), int(max_new_tokens))
         self.max_rows = max_rows
-        #: Scoring computes each prefix the decisions share once (:mod:`~ptgpo_algos.policy.shared_prefix`),
-        #: in packed rows of at most ``shared_prefix_tokens`` distinct tokens.
+        #: Scoring computes each prefix the decisions share once (:mod:`~ptgpo_algos.policy.shared_prefix`).
         self.share_prefixes = bool(share_prefixes)
-        self.shared_prefix_tokens = int(shared_prefix_tokens)
         #: Forward passes run under torch.autocast at this dtype (None: at the weights' own).
         self.autocast_dtype = getattr(torch, autocast_dtype) if autocast_dtype else None
         #: Weights that never train (the KL reference's copy) are stored at this dtype.

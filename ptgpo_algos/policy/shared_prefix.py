@@ -33,22 +33,6 @@ class PackedRow:
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
-    #: ``(parent column, token) -> column``: the trie's edges.
-    children: dict[tuple[int, int], int] = field(default_factory=dict)
-
-    def insert(self, sequence: Sequence[int]) -> list[int]:
-        """Add ``sequence``'s path (the nodes it lacks) and return the column of each of its tokens."""
-        columns, parent = [], -1
-        for depth, token in enumerate(sequence):
-            column = self.children.get((parent, token))
-            if column is None:
-                column = self.children[(parent, token)] = len(self.tokens)
-                self.tokens.append(int(token))
-                self.parents.append(parent)
-                self.positions.append(depth)
-            columns.append(column)
-            parent = column
-        return columns
 
 
 @dataclass
@@ -67,11 +51,15 @@ class PackedPrefixes:
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    """The length of the longest common prefix of ``a`` and ``b`` (lists: compared by slices, in C)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:  # a[:low] == b[:low] holds; find the largest such low
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def pack_prefix_tree(sequences: Sequence[Sequence[int]], max_tokens: int) -> PackedPrefixes:
@@ -79,19 +67,31 @@ def pack_prefix_tree(sequences: Sequence[Sequence[int]], max_tokens: int) -> Pac
     sequence longer than that gets a row of its own). Identical sequences share every node."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    order = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
+    lists = [list(map(int, sequence)) for sequence in sequences]
+    order = sorted(range(len(lists)), key=lists.__getitem__)
     packed: list[PackedRow] = []
-    rows = [0] * len(sequences)
-    columns: list[list[int]] = [[] for _ in sequences]
-    previous: Sequence[int] = ()
+    rows = [0] * len(lists)
+    columns: list[list[int]] = [[] for _ in lists]
+    previous: list[int] = []
+    path: list[int] = []  # the previous sequence's columns
     for i in order:
-        sequence = sequences[i]
-        # Sorted order: the nodes this sequence adds are those past its common prefix with the last one.
-        new = len(sequence) - _common_prefix(previous, sequence)
-        if not packed or (packed[-1].tokens and len(packed[-1].tokens) + new > max_tokens):
+        sequence = lists[i]
+        # In sorted order a sequence shares with the trie exactly its common prefix with the last one
+        # (an earlier sequence through the same parent holds a smaller token there), so its remaining
+        # tokens are new nodes, each the child of the one before.
+        shared = _common_prefix(previous, sequence)
+        if not packed or (packed[-1].tokens and len(packed[-1].tokens) + len(sequence) - shared > max_tokens):
             packed.append(PackedRow())
+            shared, path = 0, []
+        row = packed[-1]
+        first = len(row.tokens)
+        new = len(sequence) - shared
+        row.tokens += sequence[shared:]
+        row.parents += [path[shared - 1] if shared else -1] + list(range(first, first + new - 1)) if new else []
+        row.positions += range(shared, len(sequence))
+        path = path[:shared] + list(range(first, first + new))
         rows[i] = len(packed) - 1
-        columns[i] = packed[-1].insert(sequence)
+        columns[i] = path
         previous = sequence
     return PackedPrefixes(packed, rows, columns)
 
