@@ -6,9 +6,12 @@ prompts of all live episodes in one forward pass. In ``choose`` mode the prompts
 once, then all candidates of a prompt are scored in one row after it: packed end to end, each with
 positions that restart where the prompt ends and an attention mask that lets it see only the prompt
 and its own earlier tokens, which gives each candidate exactly the log-probabilities it would get
-alone. So scoring ten candidates costs little more than scoring one; training uses the same
-computation with gradients (or, under gradient checkpointing, which disables the cache, full
-prompt+candidate sequences).
+alone. So scoring ten candidates costs little more than scoring one. Training (``share_prefixes``,
+the default) packs the decisions' prompt+candidate or prompt+response rows into a token trie and
+computes every prefix they share once, siblings' contexts and a group's system text and task
+included (:mod:`~ptgpo_algos.policy.shared_prefix`); without it, the candidates' computation above
+with gradients, or, under gradient checkpointing, which disables the cache, full prompt+candidate
+sequences.
 
 Scores with gradients of generated responses, and of candidates under gradient checkpointing (the
 GPU default for pretrained models), are taken at the response positions only: the decoder's hidden

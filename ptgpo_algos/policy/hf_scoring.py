@@ -1,6 +1,9 @@
 """How the transformers policy scores: candidates after a shared prompt (the KV cache computed once,
 every candidate packed into one row after it) or whole prompt+response rows, a chunk of the output
-layer at a time. :class:`PolicyScoring` is the scoring half of
+layer at a time. The trainer's scores (``score``: the update's forward passes, pi_old's and the
+reference's) go, with ``share_prefixes``, through a token trie of the decisions' prompt+response (or
+prompt+candidate) rows instead, every prefix the rows share computed once
+(:mod:`~ptgpo_algos.policy.shared_prefix`). :class:`PolicyScoring` is the scoring half of
 :class:`~ptgpo_algos.policy.hf.CausalLMPolicy` (its module docstring tells the computation); it reads
 the policy's model, padding id, device, precision and ``score``, ``temperature`` and ``max_rows``
 settings."""
@@ -244,37 +247,12 @@ class PolicyScoring:
         sequences = [list(p) + list(r) for p, r in zip(prompts, responses)]
         plan = pack_prefix_tree(sequences, shared_row_tokens(sequences))
         # The hidden state at the token before each response token predicts it.
-        wanted: list[list[int]] = [[] for _ in plan.packed]
-        row_index, columns, targets = [], [], []
-        for i, (p, r) in enumerate(zip(prompts, responses)):
-            path = plan.columns[i]
-            wanted[plan.rows[i]] += path[len(p) - 1 : len(p) - 1 + len(r)]
-            row_index += [i] * len(r)
-            columns += range(len(r))
-            targets += r
-        hidden = []
-        for start, stop in _passes([len(row.tokens) for row in plan.packed]):
-            rows = plan.packed[start:stop]
-            width = max(len(row.tokens) for row in rows)
-            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-            positions = torch.zeros((len(rows), width), dtype=torch.long)
-            for r, row in enumerate(rows):
-                ids[r, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
-                positions[r, : len(row.tokens)] = torch.tensor(row.positions, dtype=torch.long)
-            out, _ = self._hidden(input_ids=ids.to(self.device), attention_mask=attention_mask(rows, width).to(self.device),
-                                  position_ids=positions.to(self.device), use_cache=False)
-            take_row = [r for r in range(len(rows)) for _ in wanted[start + r]]
-            take_column = [c for r in range(len(rows)) for c in wanted[start + r]]
-            hidden.append(out[torch.tensor(take_row, dtype=torch.long, device=self.device),
-                              torch.tensor(take_column, dtype=torch.long, device=self.device)])
-        # Rows were gathered packed row by packed row: put them back in the order of the targets.
-        order = sorted(range(len(prompts)), key=lambda i: plan.rows[i])
-        offsets, at = [0] * len(prompts), 0
-        for i in order:
-            offsets[i] = at
-            at += len(responses[i])
-        back = [offsets[i] + k for i, r in enumerate(responses) for k in range(len(r))]
-        hidden_states = torch.cat(hidden)[torch.tensor(back, dtype=torch.long, device=self.device)]
+        predictors = [(plan.rows[i], column) for i, (p, r) in enumerate(zip(prompts, responses))
+                      for column in plan.columns[i][len(p) - 1 : len(p) - 1 + len(r)]]
+        hidden_states = self._packed_hidden(plan.packed, predictors)
+        row_index = [i for i, r in enumerate(responses) for _ in r]
+        columns = [k for r in responses for k in range(len(r))]
+        targets = [t for r in responses for t in r]
         token_logp, token_entropy = self._token_logprobs(
             hidden_states, torch.tensor(targets, dtype=torch.long, device=self.device), temperature)
         place = (torch.tensor(row_index, dtype=torch.long, device=self.device),
@@ -287,6 +265,32 @@ class PolicyScoring:
             token_entropy = token_entropy if entropy_grad else token_entropy.detach()
             entropy = torch.zeros(shape, dtype=token_entropy.dtype, device=self.device).index_put(place, token_entropy)
         return logp, entropy, rmask, plan.computed_tokens
+
+    def _packed_hidden(self, packed, predictors: Sequence[tuple[int, int]]) -> torch.Tensor:
+        """The decoder's last hidden states at ``predictors`` (``(row, column)`` of ``packed``, the
+        :class:`~ptgpo_algos.policy.shared_prefix.PackedRow` list), in their order: a few packed rows
+        per forward pass, each token attending to its ancestors in the trie."""
+        wanted: dict[int, list[tuple[int, int]]] = {}
+        for index, (row, column) in enumerate(predictors):
+            wanted.setdefault(row, []).append((index, column))
+        parts, order = [], []
+        for start, stop in _passes([len(row.tokens) for row in packed]):
+            rows = packed[start:stop]
+            width = max(len(row.tokens) for row in rows)
+            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+            positions = torch.zeros((len(rows), width), dtype=torch.long)
+            for r, row in enumerate(rows):
+                ids[r, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
+                positions[r, : len(row.tokens)] = torch.tensor(row.positions, dtype=torch.long)
+            out, _ = self._hidden(input_ids=ids.to(self.device), attention_mask=attention_mask(rows, width).to(self.device),
+                                  position_ids=positions.to(self.device), use_cache=False)
+            taken = [(r, index, column) for r in range(len(rows)) for index, column in wanted.get(start + r, [])]
+            order += [index for _, index, _ in taken]
+            parts.append(out[torch.tensor([r for r, _, _ in taken], dtype=torch.long, device=self.device),
+                             torch.tensor([c for _, _, c in taken], dtype=torch.long, device=self.device)])
+        back = torch.empty(len(order), dtype=torch.long)
+        back[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+        return torch.cat(parts)[back.to(self.device)]
 
     def _choice_scores(self, decisions: Sequence[Decision], scores: Sequence[torch.Tensor], entropy_grad: bool,
                        computed: int) -> ScoredBatch:
