@@ -46,7 +46,9 @@ GIGPO = {"total_decisions": BUDGET, "iterations": 4, "kl_coef": 0.01, "entropy_c
 def _rows(folder, name="metrics"):
     rows = [json.loads(line) for line in open(folder / f"{name}.jsonl")]
     timed = ("_time_s", "_per_s", "rollout_wait_s")
-    return [{k: v for k, v in row.items() if not k.endswith(timed) and not k.startswith("sync_")} for row in rows]
+    # computed_tokens: a rank shares prefixes among its own samples only (compared on its own below).
+    return [{k: v for k, v in row.items() if not k.endswith(timed) and not k.startswith("sync_")
+             and k != "computed_tokens"} for row in rows]
 
 
 def _assert_close(a: list[dict], b: list[dict]) -> None:
@@ -86,6 +88,9 @@ def test_two_ranks_give_the_single_process_metrics(runs, algo):
     _assert_close(two, one)
     assert _rows(root / f"{algo}-2", "curve") == _rows(root / f"{algo}-1", "curve")
     assert any(row.get("grad_norm", 0) > 0 for row in two)  # the updates trained
+    computed = [sum(json.loads(line)["computed_tokens"] for line in open(root / f"{algo}-{ranks}" / "metrics.jsonl"))
+                for ranks in (2, 1)]
+    assert computed[0] >= computed[1] > 0  # two ranks share fewer prefixes than one process
     assert [r["iteration"] for r in two][-1] == 3
     if algo == "gigpo":  # the same exact budget on 1 and 2 ranks; the KL term on
         assert all(row["kl"] > 0 for row in two[1:])
