@@ -33,7 +33,8 @@ import torch
 from ptgpo_algos.data import Batch, Decision
 from ptgpo_algos.losses import PolicyLoss
 
-__all__ = ["COUNTS", "TrainingSample", "accumulate_gradients", "flatten_batch", "micro_batch_loss", "micro_batches", "minibatches",
+__all__ = ["COUNTS", "TrainingSample", "accumulate_gradients", "flatten_batch", "micro_batch_loss", "micro_batches",
+           "minibatches",
            "recompute_old_logprobs", "reference_logprobs", "same_prompt_groups", "trained_samples", "units"]
 
 

@@ -120,9 +120,11 @@ def main() -> None:
     for key in ("train_tokens_per_decision", "computed_tokens_per_decision", "train_cpu_ms_per_decision",
                 "update_cpu_ms_per_decision"):
         for state in ("off", "on"):
-            ratios[f"ptgpo/gigpo {key} ({state})"] = round(results[f"ptgpo-{state}"][key] / results[f"gigpo-{state}"][key], 3)
+            ptgpo, gigpo = results[f"ptgpo-{state}"][key], results[f"gigpo-{state}"][key]
+            ratios[f"ptgpo/gigpo {key} ({state})"] = round(ptgpo / gigpo, 3) if gigpo else None
         for method in METHODS:
-            ratios[f"{method} on/off {key}"] = round(results[f"{method}-on"][key] / results[f"{method}-off"][key], 3)
+            on, off = results[f"{method}-on"][key], results[f"{method}-off"][key]
+            ratios[f"{method} on/off {key}"] = round(on / off, 3) if off else None
     for name, value in ratios.items():
         print(f"{name}: {value}")
     if args.out is not None:

@@ -86,8 +86,8 @@ class ShardedUpdater(Updater):
         stats = super().backward(chunk, total_units) if chunk else {}
         _idle(self.policy, int(most) - mine, backward=True)
         count = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
-        return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") or k in COUNTS else Metric(v, count=count)
-                               for k, v in stats.items()})
+        return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") or k in COUNTS
+                               else Metric(v, count=count) for k, v in stats.items()})
 
     def optimizer_step(self) -> float:
         """Clip the gradient over all shards to ``optim.max_grad_norm``, take the step; the global norm."""

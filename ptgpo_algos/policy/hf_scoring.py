@@ -282,8 +282,8 @@ class PolicyScoring:
             for r, row in enumerate(rows):
                 ids[r, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
                 positions[r, : len(row.tokens)] = torch.tensor(row.positions, dtype=torch.long)
-            out, _ = self._hidden(input_ids=ids.to(self.device), attention_mask=attention_mask(rows, width).to(self.device),
-                                  position_ids=positions.to(self.device), use_cache=False)
+            out, _ = self._hidden(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
+                                  attention_mask=attention_mask(rows, width).to(self.device), use_cache=False)
             taken = [(r, index, column) for r in range(len(rows)) for index, column in wanted.get(start + r, [])]
             order += [index for _, index, _ in taken]
             parts.append(out[torch.tensor([r for r, _, _ in taken], dtype=torch.long, device=self.device),
