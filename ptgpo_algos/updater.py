@@ -135,7 +135,9 @@ class Updater:
 
     def run(self, samples: list[TrainingSample], auxiliary: Auxiliary | None = None) -> dict[str, float]:
         """PPO epochs over shuffled mini-batches, one optimiser step each; the mean of each figure over
-        the steps, and counts. The KL term is on when the samples carry reference log-probabilities.
+        the steps, and counts: ``train_tokens`` (the trained steps' prompt and response tokens, every
+        epoch), ``computed_tokens`` (the token positions the forward passes ran, each prefix the rows of
+        a micro-batch share once). The KL term is on when the samples carry reference log-probabilities.
         With ``auxiliary`` (the auxiliary objectives, :mod:`ptgpo_algos.objectives`) a mini-batch
         without RL units still takes its step."""
         steps: list[dict[str, float]] = []
