@@ -316,9 +316,9 @@ class PolicyScoring:
 
 #: A shared-prefix row holds up to this many times the longest sequence's tokens. Longer rows share
 #: more but attend densely over more columns: on the tiny model (a PTGPO mini-batch of 512 choose-mode
-#: decisions, sequences up to 141 tokens) 1.5, 2, 3 and 4 times took 0.38, 0.34, 0.33 and 0.36 CPU
-#: seconds forward and backward and computed 13.2, 11.4, 10.0 and 9.6 thousand tokens; every row
-#: whole, 0.47 seconds and 18.7 thousand.
+#: decisions, sequences up to 141 tokens, one CPU thread) 1, 2, 3, 4 and 6 times took 0.47, 0.33, 0.31,
+#: 0.34 and 0.40 CPU seconds forward and backward and computed 18.6, 11.4, 10.0, 9.6 and 9.2 thousand
+#: tokens; every row whole, 0.46 seconds and 18.7 thousand.
 ROW_SEQUENCES = 3
 
 
