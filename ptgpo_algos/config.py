@@ -283,6 +283,8 @@ class PolicyConfig:
                                 "(memory: about 4 x chunk x vocabulary floats)")
     decode_cache: str = _field("dynamic", "generate mode, transformers rollouts: the KV cache, dynamic or static "
                                "(allocated once at full length: fixed shapes a step)")
+    share_prefixes: bool = _field(True, "the update computes each prefix its rows share once (siblings' context, a "
+                                  "context's candidates, a group's system text and task); false: every row whole")
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -308,6 +310,7 @@ class PolicyConfig:
                   hint="at most max_new_tokens")
         check_int(label("policy.logprob_chunk"), self.logprob_chunk, 1)
         check_choice(label("policy.decode_cache"), self.decode_cache, ("dynamic", "static"))
+        check_bool(label("policy.share_prefixes"), self.share_prefixes)
         if self.gradient_checkpointing is not None:
             check_bool(label("policy.gradient_checkpointing"), self.gradient_checkpointing)
         if self.lora is not None:

@@ -7,8 +7,8 @@ the rest as the run goes, cumulatively (``cost.jsonl`` in the run folder, one ro
 ======================  ==================================================================================
 ``episodes``            training episodes finished
 ``trained_tokens``      prompt and response tokens through the loss, over every PPO epoch
-``unique_tokens``       the distinct tokens the update computed; equal to ``trained_tokens`` until an update
-                        shares the prompts' common prefixes
+``unique_tokens``       the token positions the update ran through the model (``computed_tokens`` in
+                        ``metrics.jsonl``): each prefix its rows share once (``policy.share_prefixes``)
 ``optimizer_updates``   optimiser steps
 ``train_cpu_s``         process CPU seconds of rollouts, advantages and updates, all threads of the trainer's
                         process and of an asynchronous rollout worker (environment worker processes and

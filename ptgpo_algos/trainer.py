@@ -422,7 +422,7 @@ class Trainer:
         cost = self.state.cost
         cost.episodes += int(stats.episodes)
         cost.trained_tokens += int(update.get("train_tokens", 0))
-        cost.unique_tokens += int(update.get("train_tokens", 0))
+        cost.unique_tokens += int(update.get("computed_tokens", 0))
         cost.optimizer_updates += int(update.get("updates", 0))
         cost.train_cpu_s += self.run_cpu(cpu_s) + stats.worker_cpu_s
         if cost.gpu_s is not None:

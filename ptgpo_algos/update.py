@@ -34,9 +34,15 @@ import torch
 from ptgpo_algos.data import Batch, Decision
 from ptgpo_algos.losses import PolicyLoss
 
-__all__ = ["TrainingSample", "accumulate_gradients", "flatten_batch", "micro_batch_loss", "micro_batches", "minibatches",
-           "recompute_old_logprobs", "reference_logprobs", "same_prompt_groups", "scoring_parts", "trained_samples",
-           "units"]
+__all__ = ["COUNTS", "TrainingSample", "accumulate_gradients", "flatten_batch", "micro_batch_loss", "micro_batches",
+           "minibatches", "recompute_old_logprobs", "reference_logprobs", "same_prompt_groups", "scoring_parts",
+           "trained_samples", "units"]
+
+
+#: Figures of a micro-batch that are counts, which add up over micro-batches and ranks:
+#: ``computed_tokens``, the token positions its forward pass ran through the model (each prefix its rows
+#: share once, :attr:`~ptgpo_algos.policy.base.ScoredBatch.computed_tokens`).
+COUNTS = ("computed_tokens",)
 
 
 @dataclass
@@ -204,10 +210,10 @@ def accumulate_gradients(policy, chunk: list[TrainingSample], loss: PolicyLoss, 
 
     Each micro-batch's loss is divided by the whole mini-batch's weighted unit count
     (``total_units``), so the summed gradients equal one pass over the chunk. The loss's stats are
-    combined likewise: the ``*loss`` entries add up, the others (means over a part's units) are
-    averaged with the parts' unit counts as weights. ``one_chunk_each`` cuts a micro-batch further
-    where the policy would score it in several chunks (across ranks, each forward and backward must
-    be matched by another rank's, one for one).
+    combined likewise: the ``*loss`` entries and the :data:`COUNTS` add up, the others (means over a
+    part's units) are averaged with the parts' unit counts as weights. ``one_chunk_each`` cuts a
+    micro-batch further where the policy would score it in several chunks (across ranks, each forward
+    and backward must be matched by another rank's, one for one).
     """
     parts = micro_batches(chunk, micro_batch_size)
     if one_chunk_each:
@@ -224,7 +230,7 @@ def accumulate_gradients(policy, chunk: list[TrainingSample], loss: PolicyLoss, 
             value, stats = micro_batch_loss(policy, part, loss, total_units)
         value.backward()
         for key, figure in stats.items():
-            weight = 1.0 if key.endswith("loss") else share / sum(part_units)
+            weight = 1.0 if key.endswith("loss") or key in COUNTS else share / sum(part_units)
             combined[key] = combined.get(key, 0.0) + figure * weight
     return combined
 
@@ -258,5 +264,7 @@ def micro_batch_loss(policy, chunk: list[TrainingSample], loss: PolicyLoss,
         ref_logprobs = _pad([s.ref_logprobs for s in chunk], width).to(device)
     advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
     weight = torch.tensor([s.weight for s in chunk], dtype=torch.float32, device=device)
-    return loss(scored.logprobs.float(), old, advantages, scored.mask.float(), weight, entropy=scored.entropy.float(),
-                ref_logprobs=ref_logprobs, total_units=total_units, is_weights=is_weights)
+    value, stats = loss(scored.logprobs.float(), old, advantages, scored.mask.float(), weight,
+                        entropy=scored.entropy.float(), ref_logprobs=ref_logprobs, total_units=total_units,
+                        is_weights=is_weights)
+    return value, {**stats, "computed_tokens": float(scored.computed_tokens)}

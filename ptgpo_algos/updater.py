@@ -155,11 +155,13 @@ class Updater:
 
     def run(self, samples: list[TrainingSample], auxiliary: Auxiliary | None = None) -> dict[str, float]:
         """PPO epochs over shuffled mini-batches, one optimiser step each; the mean of each figure over
-        the steps, and counts. The KL term is on when the samples carry reference log-probabilities.
+        the steps, and counts: ``train_tokens`` (the trained steps' prompt and response tokens, every
+        epoch), ``computed_tokens`` (the token positions the forward passes ran, each prefix the rows of
+        a micro-batch share once). The KL term is on when the samples carry reference log-probabilities.
         With ``auxiliary`` (the auxiliary objectives, :mod:`ptgpo_algos.objectives`) a mini-batch
         without RL units still takes its step."""
         steps: list[dict[str, float]] = []
-        trained_tokens = 0
+        trained_tokens = computed_tokens = 0
         layout = self.layout(samples, kl=bool(samples) and samples[0].ref_logprobs is not None)
         for _ in range(self.optim.epochs):
             order, self._first_order = self._first_order, None
@@ -176,10 +178,11 @@ class Updater:
                 if auxiliary is not None:
                     stats.update(auxiliary(index, len(chunks)))
                 stats["grad_norm"] = self.optimizer_step()
+                computed_tokens += int(stats.pop("computed_tokens", 0))
                 steps.append(stats)
                 trained_tokens += sum(layout.tokens[i] for i in trained)
         return {**self.reduce(steps), "updates": len(steps), "train_tokens": trained_tokens,
-                "distinct_prompts": len(layout.groups)}
+                "computed_tokens": computed_tokens, "distinct_prompts": len(layout.groups)}
 
     def layout(self, samples: Sequence[TrainingSample], kl: bool) -> BatchLayout:
         """The :class:`BatchLayout` of ``samples``, the whole batch in one process."""

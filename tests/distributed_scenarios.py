@@ -265,8 +265,10 @@ def vllm_sync_on_rank(info, folder: str, bucket: int, lora: bool, saved: str) ->
 
 
 def train_in_small_chunks(info, run: dict) -> list[dict]:
-    """``run`` trained on this rank with the policy scoring at most 8 candidate rows a chunk, so that
-    every mini-batch is scored in several chunks, a different number on each rank."""
+    """``run`` trained on this rank with the policy scoring in small pieces, so that every mini-batch
+    is scored in several forward passes, a different number on each rank: at most 8 candidate rows a
+    chunk (``policy.share_prefixes`` off), or one packed row a pass (on)."""
+    from ptgpo_algos.policy import hf_scoring
     from ptgpo_algos.policy.hf import CausalLMPolicy
 
     init = CausalLMPolicy.__init__
@@ -276,4 +278,5 @@ def train_in_small_chunks(info, run: dict) -> list[dict]:
         self.max_rows = 8
 
     CausalLMPolicy.__init__ = small_chunks
+    hf_scoring._PASS_MASK = 1
     return train_on_rank(info, [run], {})

@@ -51,7 +51,8 @@ def test_a_trained_token_budget_stops_at_the_first_iteration_that_reaches_it(tmp
     assert [row["trained_tokens"] for row in cost] == list(np.cumsum([row["train_tokens"] for row in metrics]))
     assert [row["optimizer_updates"] for row in cost] == list(np.cumsum([row["updates"] for row in metrics]))
     assert [row["episodes"] for row in cost] == list(np.cumsum([row["episodes"] for row in metrics]))
-    assert all(row["unique_tokens"] == row["trained_tokens"] for row in cost)
+    assert [row["unique_tokens"] for row in cost] == list(np.cumsum([row["computed_tokens"] for row in metrics]))
+    assert all(0 < row["unique_tokens"] < row["trained_tokens"] for row in cost[1:])  # shared prefixes once
     spent = [row["trained_tokens"] for row in cost]
     # Not before the amount, and not one iteration later than needed.
     assert spent[-1] >= 40000 > spent[-2] and summary.iterations == len(metrics) < 40

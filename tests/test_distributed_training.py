@@ -46,7 +46,9 @@ GIGPO = {"total_decisions": BUDGET, "iterations": 4, "kl_coef": 0.01, "entropy_c
 def _rows(folder, name="metrics"):
     rows = [json.loads(line) for line in open(folder / f"{name}.jsonl")]
     timed = ("_time_s", "_per_s", "rollout_wait_s")
-    return [{k: v for k, v in row.items() if not k.endswith(timed) and not k.startswith("sync_")} for row in rows]
+    # computed_tokens: a rank shares prefixes among its own samples only (compared on its own below).
+    return [{k: v for k, v in row.items() if not k.endswith(timed) and not k.startswith("sync_")
+             and k != "computed_tokens"} for row in rows]
 
 
 def _assert_close(a: list[dict], b: list[dict]) -> None:
@@ -86,6 +88,9 @@ def test_two_ranks_give_the_single_process_metrics(runs, algo):
     _assert_close(two, one)
     assert _rows(root / f"{algo}-2", "curve") == _rows(root / f"{algo}-1", "curve")
     assert any(row.get("grad_norm", 0) > 0 for row in two)  # the updates trained
+    computed = [sum(json.loads(line)["computed_tokens"] for line in open(root / f"{algo}-{ranks}" / "metrics.jsonl"))
+                for ranks in (2, 1)]
+    assert computed[0] >= computed[1] > 0  # two ranks share fewer prefixes than one process
     assert [r["iteration"] for r in two][-1] == 3
     if algo == "gigpo":  # the same exact budget on 1 and 2 ranks; the KL term on
         assert all(row["kl"] > 0 for row in two[1:])
@@ -192,7 +197,7 @@ def test_a_rank_counts_the_chunks_its_policy_scores_not_its_micro_batches():
     assert candidate_chunks([9, 1], 8) == [(0, 1), (1, 2)]  # a context beyond max_rows is a chunk alone
     assert candidate_chunks([], 8) == []
     policy = PolicyScoring()
-    policy.mode, policy.max_rows = "choose", 8
+    policy.mode, policy.max_rows, policy.share_prefixes = "choose", 8, False
     sample = lambda prompt, count: TrainingSample(_choice(prompt, count), 0.0, 1.0)  # noqa: E731
     distinct = [sample([p], 4) for p in range(3)]      # 12 rows: 2 chunks
     siblings = [sample([7], 4) for _ in range(3)]      # one context 3 times: 1 chunk
@@ -207,14 +212,20 @@ def test_a_rank_counts_the_chunks_its_policy_scores_not_its_micro_batches():
     policy.mode = "generate"
     assert passes(policy, [distinct, siblings, []]) == 2
     assert policy.one_chunk_parts([s.decision for s in mixed]) == [[0, 1, 2, 3, 4]]
+    # Shared-prefix scoring is one call a micro-batch; its passes are agreed across ranks inside it.
+    policy.mode, policy.share_prefixes = "choose", True
+    assert passes(policy, [distinct, siblings, []]) == 2
+    assert policy.one_chunk_parts([s.decision for s in mixed]) == [[0, 1, 2, 3, 4]]
 
 
 @pytest.mark.distributed
-def test_a_prefix_tree_scored_in_chunks_of_different_counts_on_each_rank_trains(tmp_path, monkeypatch):
-    # Each rank's mini-batch was scored in as many chunks as its candidate rows asked, and the ranks
-    # made different numbers of FSDP collectives: gloo's size check aborted the run (SIGABRT).
+@pytest.mark.parametrize("share_prefixes", [False, True])
+def test_a_prefix_tree_scored_in_chunks_of_different_counts_on_each_rank_trains(tmp_path, monkeypatch, share_prefixes):
+    # Each rank's mini-batch was scored in as many chunks (or shared-prefix passes) as its rows asked,
+    # and the ranks made different numbers of FSDP collectives: gloo's size check aborted the run (SIGABRT).
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    run = scenarios.training_config(str(tmp_path / "run"), "ptgpo", iterations=2, minibatch_size=64)
+    run = scenarios.training_config(str(tmp_path / "run"), "ptgpo", iterations=2, minibatch_size=64,
+                                    policy={"share_prefixes": share_prefixes})
     assert launch(scenarios.train_in_small_chunks, 2, run)[0][0]["iterations"] == 2
     rows = _rows(tmp_path / "run")
     assert rows[-1]["iteration"] == 2 and all(row["updates"] > 0 for row in rows[1:])

@@ -14,6 +14,7 @@ from ptgpo_algos.config import OptimConfig
 from ptgpo_algos.losses import PolicyLoss, get_loss, policy_loss, ppo_clip_loss
 from ptgpo_algos.policy import Context, load_policy
 from ptgpo_algos.update import (
+    COUNTS,
     TrainingSample,
     accumulate_gradients,
     micro_batches,
@@ -102,6 +103,9 @@ def test_micro_batch_gradients_equal_the_whole_mini_batchs(tiny_path, mode):
         # A micro-batch's shape picks other BLAS kernels, which round a log-probability (|log p| < 10)
         # in float32 differently: up to ~1e-6, so approx_kl_old, 0 for the whole batch, is not exactly 0.
         for key, value in whole_stats.items():
+            if key in COUNTS:  # smaller parts share fewer prefixes: they compute more tokens, never fewer
+                assert stats[key] >= value, key
+                continue
             assert math.isclose(stats[key], value, rel_tol=1e-5, abs_tol=1e-6), key
     policy.model.zero_grad(set_to_none=True)
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ptgpo_algos.data import Decision
+from ptgpo_algos.distributed.collectives import all_reduce
 from ptgpo_algos.distributed.fsdp import shard_model
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.distributed.gather import gathered_weights, tied_aliases
@@ -64,6 +65,7 @@ def rollout_copy(policy: Any) -> Any:
     for parameter in clone.model.parameters():
         parameter.requires_grad_(False)
     clone.root = None
+    clone.agree_passes = None
     return clone
 
 
@@ -73,7 +75,14 @@ def shard_policy(policy: Any, config: FsdpConfig, device: str) -> RootRouted:
     root = RootRouted(policy.model)
     shard_model(root, config, device)
     policy.root = root
+    policy.agree_passes = _most_passes
     return root
+
+
+def _most_passes(mine: int) -> int:
+    """The most forward passes any rank runs in the scoring call all ranks are in."""
+    most, = all_reduce([mine], op="max")
+    return int(most)
 
 
 def copy_weights(target: nn.Module, root: RootRouted) -> dict[str, float]:

@@ -24,7 +24,7 @@ from typing import Sequence
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_objects, reduce_metrics
 from ptgpo_algos.distributed.policy import idle_pass
 from ptgpo_algos.distributed.step import grad_norm
-from ptgpo_algos.update import (TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs,
+from ptgpo_algos.update import (COUNTS, TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs,
                                 scoring_parts, units)
 from ptgpo_algos.updater import BatchLayout, Updater
 
@@ -97,8 +97,8 @@ class ShardedUpdater(Updater):
         stats = super().backward(chunk, total_units, one_chunk_each=True) if chunk else {}
         _idle(self.policy, int(most) - mine, backward=True)
         count = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
-        return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") else Metric(v, count=count)
-                               for k, v in stats.items()})
+        return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") or k in COUNTS
+                               else Metric(v, count=count) for k, v in stats.items()})
 
     def optimizer_step(self) -> float:
         """Clip the gradient over all shards to ``optim.max_grad_norm``, take the step; the global norm."""

@@ -63,6 +63,7 @@ def build_policy(config: TrainConfig, device: str):
         min_new_tokens=spec.min_new_tokens,
         logprob_chunk=spec.logprob_chunk,
         decode_cache=spec.decode_cache,
+        share_prefixes=spec.share_prefixes,
     )
 
 

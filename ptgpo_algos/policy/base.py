@@ -109,11 +109,14 @@ class ScoredBatch:
 
     ``logprobs`` has shape ``(batch, units)`` with ``mask`` marking real units: the response tokens in
     ``generate`` mode, a single unit (the choice) in ``choose`` mode. ``entropy`` has the same shape.
+    ``computed_tokens``: the token positions the forward pass ran through the model, each shared
+    prefix counted once and padding not at all (0: the backend does not count them).
     """
 
     logprobs: Any
     entropy: Any
     mask: Any
+    computed_tokens: int = 0
 
 
 @runtime_checkable

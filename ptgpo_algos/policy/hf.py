@@ -6,9 +6,12 @@ prompts of all live episodes in one forward pass. In ``choose`` mode the prompts
 once, then all candidates of a prompt are scored in one row after it: packed end to end, each with
 positions that restart where the prompt ends and an attention mask that lets it see only the prompt
 and its own earlier tokens, which gives each candidate exactly the log-probabilities it would get
-alone. So scoring ten candidates costs little more than scoring one; training uses the same
-computation with gradients (or, under gradient checkpointing, which disables the cache, full
-prompt+candidate sequences).
+alone. So scoring ten candidates costs little more than scoring one. Training (``share_prefixes``,
+the default) packs the decisions' prompt+candidate or prompt+response rows into a token trie and
+computes every prefix they share once, siblings' contexts and a group's system text and task
+included (:mod:`~ptgpo_algos.policy.shared_prefix`); without it, the candidates' computation above
+with gradients, or, under gradient checkpointing, which disables the cache, full prompt+candidate
+sequences.
 
 Scores with gradients of generated responses, and of candidates under gradient checkpointing (the
 GPU default for pretrained models), are taken at the response positions only: the decoder's hidden
@@ -26,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -156,6 +159,7 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         max_new_tokens: int = 128,
         temperature: float = 1.0,
         max_rows: int = 512,
+        share_prefixes: bool = True,
         prompt_template: dict[str, str] | None = None,
         require_think: bool = False,
         min_new_tokens: int = 0,
@@ -175,6 +179,8 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self.max_new_tokens = max_new_tokens
         self.min_new_tokens = min(int(min_new_tokens), int(max_new_tokens))
         self.max_rows = max_rows
+        #: Scoring computes each prefix the decisions share once (:mod:`~ptgpo_algos.policy.shared_prefix`).
+        self.share_prefixes = bool(share_prefixes)
         #: Forward passes run under torch.autocast at this dtype (None: at the weights' own).
         self.autocast_dtype = getattr(torch, autocast_dtype) if autocast_dtype else None
         #: Weights that never train (the KL reference's copy) are stored at this dtype.
@@ -193,6 +199,9 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         #: FSDP's root unit around ``model`` when it is sharded across ranks
         #: (:func:`ptgpo_algos.distributed.policy.shard_policy`); None otherwise.
         self.root: torch.nn.Module | None = None
+        #: Across ranks, the number of shared-prefix forward passes every rank runs in one scoring
+        #: call, given this rank's (the most of any rank's); None in one process.
+        self.agree_passes: Callable[[int], int] | None = None
 
     @classmethod
     def from_pretrained(
