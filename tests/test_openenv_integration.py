@@ -383,16 +383,6 @@ def test_every_makeable_environment_written_as_an_openenv_package_passes_openenv
         served.stop()
 
 
-def test_write_openenv_package_refuses_a_folder_with_files(tmp_path, capsys):
-    from ptgpo_algos.cli import main
-
-    (tmp_path / "notes.txt").write_text("mine")
-    assert main(["serve", ENV_ID, "--write-openenv-package", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "--write-openenv-package" in err and "empty folder" in err
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
-
-
 @pytest.mark.parametrize("argv, message", [
     (["ptgpo/Nope-v0"], "unknown environment"),
     ([ENV_ID, "--kwargs", "{bad"], "--kwargs is not JSON"),

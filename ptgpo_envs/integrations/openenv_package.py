@@ -32,9 +32,10 @@ def package_name(env_id: str) -> str:
     return name if name and not name[0].isdigit() else f"env_{name}"
 
 
-def _toml_string(text: str) -> str:
-    # A JSON string is a TOML basic string for the texts written here (escapes \" \\ \n \uXXXX).
-    return json.dumps(text)
+def _quoted(text: str) -> str:
+    """``text`` as a double-quoted string of both YAML and TOML: JSON's quoting, non-ASCII characters kept
+    as they are (ASCII escapes of those outside the BMP would be surrogate pairs, which neither reads)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def package_files(env_id: str, env_kwargs: dict[str, Any], limits: dict[str, Any], description: str, port: int,
@@ -46,7 +47,6 @@ def package_files(env_id: str, env_kwargs: dict[str, Any], limits: dict[str, Any
     name = package_name(env_id)
     kwargs_json = json.dumps(env_kwargs, sort_keys=True)
     limits_json = json.dumps(limits, sort_keys=True)
-    # JSON strings are YAML double-quoted scalars, so the manifest needs no YAML writer.
     manifest = "\n".join([
         f"spec_version: {OPENENV_SPEC_VERSION}",
         f"name: {name}",
@@ -54,7 +54,7 @@ def package_files(env_id: str, env_kwargs: dict[str, Any], limits: dict[str, Any
         "runtime: fastapi",
         "app: server.app:app",
         f"port: {port}",
-        f"description: {json.dumps(description)}",
+        f"description: {_quoted(description)}",
         "",
     ])
     pyproject = "\n".join([
@@ -63,13 +63,13 @@ def package_files(env_id: str, env_kwargs: dict[str, Any], limits: dict[str, Any
         'build-backend = "setuptools.build_meta"',
         "",
         "[project]",
-        f"name = {_toml_string(name.replace('_', '-') + '-openenv')}",
-        f"version = {_toml_string(ptgpo_version)}",
-        f"description = {_toml_string(f'{env_id} served as an OpenEnv environment by ptgpo')}",
+        f"name = {_quoted(name.replace('_', '-') + '-openenv')}",
+        f"version = {_quoted(ptgpo_version)}",
+        f"description = {_quoted(f'{env_id} served as an OpenEnv environment by ptgpo')}",
         'requires-python = ">=3.10"',
         "dependencies = [",
-        f"    {_toml_string(f'ptgpo[openenv]=={ptgpo_version}')},",
-        f"    {_toml_string(f'openenv-core=={openenv_version}')},",
+        f"    {_quoted(f'ptgpo[openenv]=={ptgpo_version}')},",
+        f"    {_quoted(f'openenv-core=={openenv_version}')},",
         "]",
         "",
         "[project.scripts]",
