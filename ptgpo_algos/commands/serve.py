@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import importlib.metadata
+import json
 import math
 import sys
 from pathlib import Path
@@ -49,8 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write-openenv-package", type=Path, metavar="DIR",
                         help="write the environment's OpenEnv package (openenv.yaml, pyproject.toml, "
                              "server/app.py serving ENV_ID with --kwargs, the limits below, on --port) into DIR, "
-                             "a new or empty "
-                             "folder, and exit without serving")
+                             "a new or empty folder, and exit without serving")
 
 
 def _fail(message: str) -> int:
