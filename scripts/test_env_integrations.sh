@@ -12,6 +12,7 @@ pip install torch==2.13.0
 # The versions the tests were written against; both packages are young and change their APIs.
 pip install -e ".[openenv,gem]" "openenv-core==0.3.0" "gem-llm==0.1.0" "pytest>=8"
 export OMP_WAIT_POLICY=PASSIVE
-# Fail here, not as skipped tests, if either does not import.
-python -c "import openenv.core.env_server, gem"
+# Fail here, not as skipped tests, if either does not import (OpenEnv's validator CLI included: the tests run
+# `python -m openenv.cli validate` on our servers and written packages, offline).
+python -c "import openenv.core.env_server, openenv.cli.commands.validate, gem"
 python -m pytest tests/test_openenv_integration.py tests/test_gem_integration.py "$@"

@@ -38,6 +38,11 @@ KWARGS = {"difficulty": "easy"}
 STARTUP_S = 120.0
 
 
+def _environ() -> dict[str, str]:
+    """This process's environment with the checkout first on the path, for the processes tests start."""
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -48,15 +53,18 @@ class Server:
     """A ``ptgpo serve`` process on a free local port, started and stopped by the test. Its output goes
     to a file: a pipe nobody reads would fill and block the server mid-test."""
 
-    def __init__(self, env_id: str = ENV_ID, kwargs: dict | None = None, *extra: str, port: int | None = None):
+    def __init__(self, env_id: str = ENV_ID, kwargs: dict | None = None, *extra: str, port: int | None = None,
+                 package: Path | None = None):
+        """``ptgpo serve``, or with ``package`` the ``server/app.py`` of a written OpenEnv package."""
         self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "ptgpo_algos.cli", "serve", env_id, "--port", str(self.port),
                    "--kwargs", json.dumps(kwargs if kwargs is not None else KWARGS), *extra]
-        environ = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        if package is not None:
+            command = [sys.executable, "-m", "server.app", "--port", str(self.port)]
         self.log = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, text=True,
-                                        env=environ, cwd=ROOT)
+                                        env=_environ(), cwd=package or ROOT)
         self._wait_ready()
 
     def output(self) -> str:
@@ -310,6 +318,71 @@ def test_every_makeable_environment_serves_its_contract(env_id):
         session.close()
 
 
+#: What OpenEnv's runtime validation checks (openenv-core 0.3.0, ``openenv validate --url``), all required.
+RUNTIME_CRITERIA = {"openapi_version_available", "health_endpoint", "metadata_endpoint", "schema_endpoint",
+                    "mcp_endpoint", "mode_endpoint_consistency"}
+#: The one thing of its local validation (``openenv validate DIR``) a written package lacks: ``uv lock``
+#: resolves the package's dependencies against a package index, which these tests never reach.
+LOCK_ISSUE = "Missing uv.lock - run 'uv lock' to generate it"
+
+
+def _openenv_validate(*arguments: str) -> tuple[int, dict]:
+    """``openenv validate ARGUMENTS --json``, run as OpenEnv's CLI: its exit status and its JSON report."""
+    done = subprocess.run([sys.executable, "-m", "openenv.cli", "validate", *arguments, "--json", "--timeout", "60"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=_environ())
+    assert done.stdout.strip(), done.stderr[-2000:]
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_a_served_environment_passes_openenv_runtime_validation(server):
+    code, report = _openenv_validate("--url", server.url)
+    assert {criterion["id"] for criterion in report["criteria"]} == RUNTIME_CRITERIA
+    assert code == 0 and report["passed"], [c for c in report["criteria"] if not c["passed"]]
+    assert report["mode"] == "simulation"
+
+
+def test_mcp_requests_get_json_rpc_errors_with_reasons(server):
+    import httpx
+
+    answers = [httpx.post(f"{server.url}/mcp", content=body, timeout=30) for body in (
+        b"{not json", b"{}", json.dumps({"jsonrpc": "2.0", "method": "tools/list", "id": 7}).encode())]
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    parse, invalid, unknown = (answer.json() for answer in answers)
+    assert parse["jsonrpc"] == "2.0" and parse["error"]["code"] == -32700
+    assert invalid["error"]["code"] == -32600 and "method" in invalid["error"]["message"]
+    assert unknown["id"] == 7 and unknown["error"]["code"] == -32601
+    assert "no MCP tools" in unknown["error"]["message"] and "/ws" in unknown["error"]["message"]
+
+
+@pytest.mark.parametrize("env_id", _makeable())
+def test_every_makeable_environment_written_as_an_openenv_package_passes_openenv_validate(env_id, tmp_path):
+    import yaml
+
+    from ptgpo_envs.integrations.openenv_package import package_name
+
+    folder = tmp_path / "package"
+    written = subprocess.run([sys.executable, "-m", "ptgpo_algos.cli", "serve", env_id, "--kwargs", "{}",
+                              "--port", "8123", "--write-openenv-package", str(folder)],
+                             capture_output=True, text=True, timeout=300, cwd=ROOT, env=_environ())
+    assert written.returncode == 0, written.stderr[-2000:]
+    manifest = yaml.safe_load((folder / "openenv.yaml").read_text())
+    assert manifest == {"spec_version": 1, "name": package_name(env_id), "type": "space", "runtime": "fastapi",
+                        "app": "server.app:app", "port": 8123,
+                        "description": ptgpo_envs.get_spec(env_id).description}
+    code, report = _openenv_validate(str(folder))
+    assert report["issues"] == [LOCK_ISSUE] and code == 1
+    served = Server(package=folder)
+    try:
+        code, report = _openenv_validate("--url", served.url)
+        assert code == 0 and report["passed"], [c for c in report["criteria"] if not c["passed"]]
+        with served.client() as client:
+            env, text, info = _local(0, env_id, {})
+            observation = client.reset(seed=0).observation
+            assert observation.text == text and observation.admissible_actions == info["admissible_actions"]
+    finally:
+        served.stop()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["ptgpo/Nope-v0"], "unknown environment"),
     ([ENV_ID, "--kwargs", "{bad"], "--kwargs is not JSON"),
@@ -340,7 +413,8 @@ def test_stateless_http_routes_answer_client_errors_with_reasons(server):
         assert good.status_code == 200 and good.json()["observation"]["text"] == _local(6)[1]
         assert http.get("/state").json()["env_id"] == ENV_ID
         create = {"jsonrpc": "2.0", "method": "openenv/session/create", "id": 1}
-        assert http.post("/mcp", json=create).status_code in (404, 405)  # no session opens but by a WebSocket
+        refused = http.post("/mcp", json=create).json()  # no session opens but by a WebSocket
+        assert refused["error"]["code"] == -32601 and refused.get("result") is None
     assert "Traceback" not in server.output()
 
 

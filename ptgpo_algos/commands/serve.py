@@ -1,18 +1,24 @@
-"""``ptgpo serve``: one registered environment as an OpenEnv server."""
+"""``ptgpo serve``: one registered environment as an OpenEnv server, or its OpenEnv package written out."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import sys
+from pathlib import Path
 
+from ptgpo_algos.files import atomic_folder, check_writable
+from ptgpo_envs.integrations.openenv_package import package_files
 from ptgpo_envs.integrations.serving import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_SNAPSHOT_CAPACITY,
+    ServerConfig,
 )
+from ptgpo_envs.registry import get_spec
 
 #: Addresses that only this machine reaches.
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -40,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot-capacity", type=int, default=DEFAULT_SNAPSHOT_CAPACITY,
                         help="snapshots kept for reset(restore=...), the oldest dropped first "
                              f"(default {DEFAULT_SNAPSHOT_CAPACITY})")
+    parser.add_argument("--write-openenv-package", type=Path, metavar="DIR",
+                        help="write the environment's OpenEnv package (openenv.yaml, pyproject.toml, "
+                             "server/app.py serving ENV_ID with --kwargs, the limits below, on --port) into DIR, "
+                             "a new or empty folder, and exit without serving")
 
 
 def _fail(message: str) -> int:
@@ -67,7 +77,30 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--kwargs is nested too deeply to read; give a flat object such as '{\"max_steps\": 30}'"
     if not isinstance(args.kwargs, dict):
         return f"--kwargs must be a JSON object of keyword arguments, got {args.kwargs!r:.80}"
+    folder = args.write_openenv_package
+    if folder is not None:
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+            return (f"--write-openenv-package: {str(folder)!r} exists and is not an empty folder; give a new "
+                    "folder (the package is written whole, never mixed with other files)")
+        try:
+            check_writable(folder, "--write-openenv-package", folder=True)
+        except ValueError as error:
+            return str(error)
     return None
+
+
+def _write_package(config: ServerConfig, port: int, folder: Path) -> None:
+    """Write ``config``'s OpenEnv package into ``folder`` at once (a half-written package is never seen)."""
+    limits = {"max_sessions": config.max_sessions, "snapshot_capacity": config.snapshot_capacity,
+              "idle_timeout_s": config.idle_timeout_s, "max_body_bytes": config.max_body_bytes}
+    files = package_files(config.env_id, config.env_kwargs, limits, get_spec(config.env_id).description, port,
+                          importlib.metadata.version("ptgpo"), importlib.metadata.version("openenv-core"))
+    with atomic_folder(folder) as staging:
+        for relative, text in files.items():
+            (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+            (staging / relative).write_text(text, encoding="utf-8")
+    print(f"ptgpo serve: wrote {config.env_id}'s OpenEnv package to {folder} ({', '.join(files)}); run "
+          "`uv lock` there for the lock file `openenv validate` asks for")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         return _fail(problem)
     try:
-        from ptgpo_envs.integrations.openenv import ServerConfig, serve
+        from ptgpo_envs.integrations.openenv import serve
     except ImportError as error:
         return _fail(f"OpenEnv is not installed ({error}): pip install openenv-core")
     try:
@@ -87,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(error).replace("env_kwargs", "--kwargs", 1))
     except RecursionError:
         return _fail("--kwargs is nested too deeply for the environment; give a flat object")
+    if args.write_openenv_package is not None:
+        _write_package(config, args.port, args.write_openenv_package)
+        return 0
 
     def announce() -> None:
         print(f"ptgpo serve: {args.env_id} on http://{args.host}:{args.port} (OpenEnv; WebSocket sessions at "

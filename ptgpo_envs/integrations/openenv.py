@@ -42,12 +42,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import gymnasium as gym
-from fastapi import Body, HTTPException
+from fastapi import Body, HTTPException, Request
 from fastapi.responses import JSONResponse
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.mcp_types import JsonRpcErrorCode, JsonRpcRequest, JsonRpcResponse
 from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.env_server.types import (
     Action,
@@ -58,7 +59,7 @@ from openenv.core.env_server.types import (
     ResetResponse,
     State,
 )
-from pydantic import Field
+from pydantic import Field, ValidationError
 from starlette.websockets import WebSocketDisconnect
 
 from ptgpo_envs.core import Snapshot, TextEnv
@@ -74,7 +75,8 @@ __all__ = ["ServerConfig", "SnapshotStore", "TextAction", "TextEnvClient", "Text
            "TextState", "build_app", "serve"]
 
 #: OpenEnv's routes this server answers itself: the stateless ones without building an environment
-#: on the event loop, and none of MCP (our environments offer no MCP tools).
+#: on the event loop, and ``POST /mcp`` with a JSON-RPC error (our environments offer no MCP tools; the
+#: WebSocket ``/mcp`` is not served).
 _OWN_ROUTES = frozenset({"/reset", "/step", "/state", "/metadata", "/mcp"})
 
 
@@ -327,6 +329,27 @@ def _add_stateless_routes(app: Any, config: ServerConfig, make_environment: Call
     async def metadata() -> EnvironmentMetadata:
         spec = get_spec(config.env_id)
         return EnvironmentMetadata(name=spec.id, description=spec.description, version="ptgpo")
+
+    @app.post("/mcp", tags=["MCP"], summary="JSON-RPC 2.0; every method is an error: no MCP tools (play through /ws)")
+    async def mcp(request: Request) -> dict[str, Any]:
+        # Answered without building an environment: OpenEnv's own route makes one per request on the event
+        # loop to find out that it has no tools.
+        return _mcp_answer(await request.body()).model_dump()
+
+
+def _mcp_answer(body: bytes) -> JsonRpcResponse:
+    """The JSON-RPC 2.0 answer to an MCP request: a parse or request error, else "method not found"."""
+    try:
+        request = JsonRpcRequest.model_validate_json(body)
+    except ValidationError as error:
+        if any(item["type"] == "json_invalid" for item in error.errors()):
+            return JsonRpcResponse.error_response(JsonRpcErrorCode.PARSE_ERROR)
+        return JsonRpcResponse.error_response(
+            JsonRpcErrorCode.INVALID_REQUEST, "a JSON-RPC 2.0 request has jsonrpc '2.0', a method and at most "
+            "params and id")
+    return JsonRpcResponse.error_response(
+        JsonRpcErrorCode.METHOD_NOT_FOUND, f"{request.method[:80]!r}: this environment offers no MCP tools; play "
+        "it through a WebSocket session at /ws (reset, step, state)", request_id=request.id)
 
 
 def serve(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000,
