@@ -43,14 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from leaderboard.curves import COST_UNITS, curve_file, read_cost_curve
 from leaderboard.inference import Welch, holm, welch
 from leaderboard.matched import common_cost, success_at
-from leaderboard.records import InputFileError, ResultRecord, read_input
+from leaderboard.records import InputFileError, ResultRecord, read_yaml_input
 from leaderboard.render import csv_text, markdown_code, markdown_text
-from ptgpo_algos.yaml_safe import load_yaml
 
 __all__ = [
     "HYPOTHESES_FILE",
@@ -145,15 +142,9 @@ def load_hypotheses(path: str | os.PathLike) -> Preregistration:
     """Read and validate a hypotheses YAML (see the module docstring); errors name the file and key."""
     path = Path(path)
     try:
-        data = load_yaml(read_input(path).decode("utf-8"), name=str(path))
+        data = read_yaml_input(path)
     except InputFileError as error:
         raise HypothesisError(str(error)) from None
-    except OSError as error:
-        raise HypothesisError(f"{path}: cannot be read ({error.strerror or error})") from None
-    except UnicodeDecodeError as error:
-        raise HypothesisError(f"{path}: not UTF-8 text ({error.reason}); give a YAML file") from None
-    except yaml.YAMLError as error:
-        raise HypothesisError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict) or not isinstance(data.get("hypotheses"), list) or not data["hypotheses"]:
         raise HypothesisError(f"{path}: expected a mapping with a non-empty 'hypotheses' list "
                               "(see leaderboard/hypotheses.py)")

@@ -416,6 +416,24 @@ def read_input(path: str | os.PathLike) -> bytes:
     return data
 
 
+def read_yaml_input(path: str | os.PathLike) -> Any:
+    """The YAML document of the input file ``path`` (:func:`read_input`, parsed strictly by
+    :func:`ptgpo_algos.yaml_safe.load_yaml`); every reason it cannot be had is an
+    :class:`InputFileError` whose one-line message names the file."""
+    import yaml
+
+    from ptgpo_algos.yaml_safe import load_yaml
+
+    try:
+        return load_yaml(read_input(path).decode("utf-8"), name=str(path))
+    except OSError as error:
+        raise InputFileError(f"{path}: cannot be read ({error.strerror or error})") from None
+    except UnicodeDecodeError as error:
+        raise InputFileError(f"{path}: not UTF-8 text ({error.reason}); give a YAML file") from None
+    except yaml.YAMLError as error:
+        raise InputFileError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
+
+
 def read_record(path: str | os.PathLike) -> ResultRecord:
     """Read one record file; raises :class:`InputFileError` (see :func:`read_input`),
     :class:`RecordError` (``SchemaVersionError`` for other versions) or ``json.JSONDecodeError`` (which

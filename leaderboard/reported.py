@@ -40,10 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from leaderboard.records import InputFileError, read_input
-from ptgpo_algos.yaml_safe import load_yaml
+from leaderboard.records import InputFileError, read_yaml_input
 
 __all__ = [
     "CONDITION_KEYS",
@@ -156,15 +153,9 @@ def load_reported(path: str | os.PathLike) -> ReportedResults:
     """Read and validate a reported-results YAML; errors name the file and the offending entry."""
     path = Path(path)
     try:
-        data = load_yaml(read_input(path).decode("utf-8"), name=str(path))
+        data = read_yaml_input(path)
     except InputFileError as error:
         raise ReportedFileError(str(error)) from None
-    except OSError as error:
-        raise ReportedFileError(f"{path}: cannot be read ({error.strerror or error})") from None
-    except UnicodeDecodeError as error:
-        raise ReportedFileError(f"{path}: not UTF-8 text ({error.reason}); give a YAML file") from None
-    except yaml.YAMLError as error:
-        raise ReportedFileError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise ReportedFileError(
             f"{path}: expected a mapping with a 'rows' list (see leaderboard/reported.py)"

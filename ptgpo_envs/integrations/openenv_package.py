@@ -45,8 +45,18 @@ def package_files(env_id: str, env_kwargs: dict[str, Any], limits: dict[str, Any
     ``limits`` (:class:`~ptgpo_envs.integrations.serving.ServerConfig`'s keyword arguments) must be JSON:
     they travel as JSON text in ``server/app.py`` and are read back with ``json.loads``."""
     name = package_name(env_id)
-    kwargs_json = json.dumps(env_kwargs, sort_keys=True)
-    limits_json = json.dumps(limits, sort_keys=True)
+    return {
+        "openenv.yaml": _manifest(name, description, port),
+        "pyproject.toml": _pyproject(env_id, name, ptgpo_version, openenv_version),
+        "__init__.py": f'"""{env_id} as an OpenEnv environment package (see server/app.py)."""\n',
+        "server/__init__.py": "",
+        "server/app.py": _app(env_id, env_kwargs, limits, port),
+        "README.md": _readme(env_id, description, port, ptgpo_version, openenv_version),
+    }
+
+
+def _manifest(name: str, description: str, port: int) -> str:
+    """``openenv.yaml``: what ``openenv init`` writes."""
     manifest = "\n".join([
         f"spec_version: {OPENENV_SPEC_VERSION}",
         f"name: {name}",
@@ -57,6 +67,11 @@ def package_files(env_id: str, env_kwargs: dict[str, Any], limits: dict[str, Any
         f"description: {_quoted(description)}",
         "",
     ])
+    return manifest
+
+
+def _pyproject(env_id: str, name: str, ptgpo_version: str, openenv_version: str) -> str:
+    """``pyproject.toml``: the pins and the ``server`` script ``openenv validate`` asks for."""
     pyproject = "\n".join([
         "[build-system]",
         'requires = ["setuptools>=61"]',
@@ -83,6 +98,13 @@ def package_files(env_id: str, env_kwargs: dict[str, Any], limits: dict[str, Any
         f'{name} = ["openenv.yaml"]',
         "",
     ])
+    return pyproject
+
+
+def _app(env_id: str, env_kwargs: dict[str, Any], limits: dict[str, Any], port: int) -> str:
+    """``server/app.py``: the same server as ``ptgpo serve``, its settings as JSON text."""
+    kwargs_json = json.dumps(env_kwargs, sort_keys=True)
+    limits_json = json.dumps(limits, sort_keys=True)
     app = f'''"""{env_id} as an OpenEnv environment, written by `ptgpo serve {env_id} --write-openenv-package`.
 
 Run `python -m server.app --port {port}` here, `uv run server`, or `uvicorn server.app:app`; clients use
@@ -113,6 +135,11 @@ if __name__ == "__main__":
     arguments = parser.parse_args()
     main(host=arguments.host, port=arguments.port)
 '''
+    return app
+
+
+def _readme(env_id: str, description: str, port: int, ptgpo_version: str, openenv_version: str) -> str:
+    """``README.md``: how to lock, validate and run the package."""
     readme = "\n".join([
         f"# {env_id} as an OpenEnv environment",
         "",
@@ -129,11 +156,4 @@ if __name__ == "__main__":
         "```",
         "",
     ])
-    return {
-        "openenv.yaml": manifest,
-        "pyproject.toml": pyproject,
-        "__init__.py": f'"""{env_id} as an OpenEnv environment package (see server/app.py)."""\n',
-        "server/__init__.py": "",
-        "server/app.py": app,
-        "README.md": readme,
-    }
+    return readme
