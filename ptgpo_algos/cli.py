@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(command)
         if "--no-progress" not in command._option_string_actions:
             command.add_argument("--no-progress", action="store_true", help="no progress bars")
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):  # `ptgpo models list --no-progress` too
+                for nested in action.choices.values():
+                    if "--no-progress" not in nested._option_string_actions:
+                        # Given only when written, so that it keeps the value the command's own flag set.
+                        nested.add_argument("--no-progress", action="store_true", default=argparse.SUPPRESS,
+                                            help="no progress bars")
         command.set_defaults(_run=module.run)
     return parser
 

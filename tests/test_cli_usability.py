@@ -99,3 +99,10 @@ def test_a_run_logged_to_a_file_writes_lines_and_no_progress_writes_no_bar(tmp_p
         logs[name] = (tmp_path / f"{name}.log").read_text()
     assert "\r" not in logs["bars"] and "grpo ptgpo/Household-v0: 100%" in logs["bars"]
     assert "%|" not in logs["quiet"]  # neither ours nor Hugging Face's
+
+
+@pytest.mark.parametrize("argv", [["models", "list", "--no-progress"], ["models", "--no-progress", "list"],
+                                  ["alfworld", "eval", "--no-progress"]])
+def test_no_progress_is_taken_after_a_subcommand_s_action_too(argv):
+    args = build_parser().parse_known_args(argv)[0]
+    assert args.no_progress is True
