@@ -101,3 +101,65 @@ def test_evaluate_refuses_trials_that_measure_nothing(lake_run, flags, message, 
 
     assert main(["evaluate", str(lake_run), "--no-progress", *flags]) == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def _trials(k, at, hat, tasks=4):
+    return {"trials": k, "tasks": tasks, "pass_at": {str(i): at for i in range(1, k + 1)},
+            "pass_hat": {str(i): hat for i in range(1, k + 1)}}
+
+
+@pytest.mark.parametrize("trials", [
+    {"trials": 1, "tasks": 2, "pass_at": {"1": 0.5}, "pass_hat": {"1": 0.5}},   # one trial is no repeat
+    {**_trials(2, 0.5, 0.5), "pass_hat": {"1": 0.5}},                               # a k missing
+    _trials(2, 1.5, 0.5),                                                           # not a fraction
+    {**_trials(2, 0.5, 0.5), "extra": 1},
+    _trials(2, 0.5, 0.5) | {"trials": 10**9},                                       # k beyond any evaluation
+])
+def test_a_record_with_malformed_trials_is_refused_naming_the_field(trials):
+    from leaderboard.records import RecordError
+    from tests.leaderboard_fixtures import record
+
+    with pytest.raises(RecordError, match="trials"):
+        record("grpo", "A", 0, 0.5, trials=trials)
+
+
+def test_the_leaderboard_shows_pass_k_columns_only_where_records_have_them(tmp_path):
+    from leaderboard.aggregate import aggregate
+    from leaderboard.records import ResultRecord, read_records_with_paths, write_record
+    from tests.leaderboard_fixtures import record
+
+    for seed in range(2):
+        write_record(tmp_path / f"grpo-{seed}.json", record("grpo", "B", seed, 0.5, trials=_trials(4, 0.75, 0.25)))
+        write_record(tmp_path / f"ptgpo-{seed}.json", record("ptgpo", "B", seed, 0.6, trials=_trials(2, 0.8, 0.4)))
+        write_record(tmp_path / f"gigpo-{seed}.json", record("gigpo", "B", seed, 0.7))  # an older record
+    old = json.loads((tmp_path / "gigpo-0.json").read_text())
+    del old["trials"]   # written before the field existed: still reads
+    assert ResultRecord.from_dict(old).trials is None
+    board = aggregate(read_records_with_paths(tmp_path)[0])
+    metrics = [c.metric for c in board.columns]
+    assert metrics == ["success", "pass@2", "pass^2"]  # the largest k every record with trials has
+    cells = {row.method: {c.metric: cell.mean for c, cell in row.cells.items()} for row in board.rows}
+    assert cells["grpo"]["pass@2"] == pytest.approx(75.0) and cells["grpo"]["pass^2"] == pytest.approx(25.0)
+    assert cells["ptgpo"]["pass^2"] == pytest.approx(40.0)
+    assert "pass@2" not in cells["gigpo"]
+    assert {row.method: row.mean_success for row in board.rows}["grpo"] == pytest.approx(50.0)
+
+
+def test_evaluate_record_adds_the_trials_to_a_result_record(lake_run, tmp_path, capsys):
+    from leaderboard.records import ResultRecord, read_record, write_record
+    from ptgpo_algos.cli import main
+
+    path = tmp_path / "cell.json"
+    write_record(path, ResultRecord(method="grpo", method_kind="rl", env_id="ptgpo/FrozenLake-v0", env_label="lake",
+                                    seed=0, status="ok", final_success=0.5))
+    base = ["evaluate", str(lake_run), "--episodes", "4", "--temperature", "1.0", "--no-progress", "--record", str(path)]
+    assert main([*base, "--trials", "2"]) == 0
+    trials = read_record(path).trials
+    assert (trials["trials"], trials["tasks"], sorted(trials["pass_at"])) == (2, 4, ["1", "2"])
+    assert main(base) == 2
+    assert "--record adds pass@k and pass^k to a result record: give --trials 2" in capsys.readouterr().err
+    write_record(path, ResultRecord(method="grpo", method_kind="rl", env_id="ptgpo/Sokoban-v0", env_label="s",
+                                    seed=0, status="ok", final_success=0.5))
+    assert main([*base, "--trials", "2"]) == 2
+    assert "is a record of ptgpo/Sokoban-v0, not of ptgpo/FrozenLake-v0" in capsys.readouterr().err
+    assert read_record(path).trials is None

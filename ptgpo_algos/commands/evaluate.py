@@ -56,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=1,
                         help="play each held-out task K times (sampling seeds --seed .. --seed+K-1) and report "
                              "pass@k and pass^k for k = 1..K [1]")
+    parser.add_argument("--record", help="with --trials: add pass@k and pass^k to this result record (a benchmark "
+                        "cell's RESULTS/<cell>.json, the run being RESULTS/runs/<cell>): the leaderboard's columns")
     parser.add_argument("--out", help="write the summary and every episode to this JSON file (atomically)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -157,9 +159,28 @@ def _plan(args: argparse.Namespace) -> _Plan:
     if args.trials > 1 and plan.seed + args.trials - 1 > MAX_SEED:
         raise ValueError(f"--seed {plan.seed} with --trials {args.trials} passes the largest sampling seed {MAX_SEED}; "
                          "give a smaller --seed")
+    if args.record is not None:
+        _check_record(args.record, args.trials, plan.env_id)
     if args.out:
         check_writable(args.out, "--out")
     return plan
+
+
+def _check_record(path: str, trials: int, env_id: str) -> None:
+    """``--record`` names a readable result record of this environment, and trials to add to it."""
+    from leaderboard.records import read_record
+    from ptgpo_algos.files import check_writable
+
+    if trials < 2:
+        raise ValueError("--record adds pass@k and pass^k to a result record: give --trials 2 or more")
+    try:
+        record = read_record(path)
+    except ValueError as error:
+        raise ValueError(f"--record {path!r}: {error}") from None
+    if record.env_id != env_id:
+        raise ValueError(f"--record {path!r} is a record of {record.env_id}, not of {env_id}: give the record of "
+                         "this run's benchmark cell")
+    check_writable(path, "--record")
 
 
 def load_target(target: str | Path, device: str, history_length: int | None = None):
@@ -195,6 +216,19 @@ def trial_figures(results, key):
 
     outcomes = [[result.episodes[task].won for result in results] for task in range(len(results[0].episodes))]
     return pass_k(outcomes, key=key)
+
+
+def _add_to_record(path: str, trials) -> None:
+    """Write the trials' points into the result record at ``path`` (atomically, the rest unchanged)."""
+    import dataclasses
+
+    from leaderboard.records import read_record, write_record
+
+    figures = {"trials": trials.trials, "tasks": trials.tasks,
+               "pass_at": {str(k): e.point for k, e in trials.pass_at.items()},
+               "pass_hat": {str(k): e.point for k, e in trials.pass_hat.items()}}
+    write_record(path, dataclasses.replace(read_record(path), trials=figures))
+    print(f"added pass@k and pass^k of {trials.trials} trials to {path}")
 
 
 def print_trials(trials) -> None:
@@ -235,6 +269,8 @@ def run(args: argparse.Namespace) -> int:
     trials = trial_figures(results, key=(source, plan.env_id)) if args.trials > 1 else None
     if trials is not None:
         print_trials(trials)
+    if args.record is not None:
+        _add_to_record(args.record, trials)
     if args.out:
         payload = {
             "source": source, "env_id": plan.env_id, "env_kwargs": plan.env_kwargs, "max_steps": plan.max_steps,
