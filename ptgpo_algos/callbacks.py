@@ -2,7 +2,8 @@
 
 A :class:`Callback` is called at fixed points of :class:`~ptgpo_algos.trainer.Trainer.train` with a
 :class:`RunView` (the config and a read-only view of the run's state, not the trainer itself):
-``on_train_start`` (after the run's state is built or restored), ``after_update`` (after the update of
+``on_train_start`` (after the run's state is built or restored), ``on_rollouts`` (the iteration's
+groups and their advantages, after the estimator), ``after_update`` (after the update of
 an iteration, with its batch: figures returned join the iteration's metrics row), ``on_iteration_end``
 (the row), ``on_evaluation`` (the curve row), and ``on_train_end``. A component that trains is an
 objective (:mod:`ptgpo_algos.objectives`), not a callback. A callback with state that must survive a resume returns it from ``state_dict``

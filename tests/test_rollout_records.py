@@ -124,3 +124,10 @@ def test_shared_steps_are_one_row_with_their_parent_and_trajectories():
 def test_record_rollouts_is_a_positive_count():
     with pytest.raises(ValueError, match=r"run.record_rollouts: expected an integer >= 1"):
         TrainConfig.from_dict({"run": {"record_rollouts": 0}})
+
+
+def test_a_sharded_run_refuses_to_record_a_part_of_its_groups():
+    from ptgpo_algos.distributed.trainer import check_sharded_config
+
+    with pytest.raises(ValueError, match=r"run.record_rollouts: each rank holds only its own groups"):
+        check_sharded_config(_config("unused", record=1))
