@@ -91,7 +91,8 @@ def pass_k(outcomes: Sequence[Sequence[bool]], *, key: Sequence[object] = (), re
         return _over_tasks(np.array([per_task(n, c, k) for c in successes]), (*key, name, k), reps, confidence)
 
     return PassK(
-        tasks=len(outcomes), trials=n, success=_over_tasks(np.array(successes) / n, (*key, "success"), reps, confidence),
+        tasks=len(outcomes), trials=n,
+        success=_over_tasks(np.array(successes) / n, (*key, "success"), reps, confidence),
         pass_at={k: estimate("pass@k", k, pass_at_k) for k in range(1, n + 1)},
         pass_hat={k: estimate("pass^k", k, pass_hat_k) for k in range(1, n + 1)},
     )

@@ -152,7 +152,8 @@ def test_evaluate_record_adds_the_trials_to_a_result_record(lake_run, tmp_path, 
     path = tmp_path / "cell.json"
     write_record(path, ResultRecord(method="grpo", method_kind="rl", env_id="ptgpo/FrozenLake-v0", env_label="lake",
                                     seed=0, status="ok", final_success=0.5))
-    base = ["evaluate", str(lake_run), "--episodes", "4", "--temperature", "1.0", "--no-progress", "--record", str(path)]
+    base = ["evaluate", str(lake_run), "--episodes", "4", "--temperature", "1.0", "--no-progress",
+            "--record", str(path)]
     assert main([*base, "--trials", "2"]) == 0
     trials = read_record(path).trials
     assert (trials["trials"], trials["tasks"], sorted(trials["pass_at"])) == (2, 4, ["1", "2"])

@@ -55,7 +55,8 @@ def test_wandb_settings_are_checked_where_given():
 def test_a_missing_wandb_package_is_refused_before_the_run_with_the_pip_line(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    with pytest.raises(ValueError, match=r"run.wandb: the wandb package is not installed; pip install 'ptgpo\[wandb\]'"):
+    message = r"run.wandb: the wandb package is not installed; pip install 'ptgpo\[wandb\]'"
+    with pytest.raises(ValueError, match=message):
         check_machine(_config(tmp_path / "run", **{"run.wandb": {}}))
 
 
@@ -96,7 +97,8 @@ def test_the_logger_sends_the_config_every_metrics_row_and_the_curve(monkeypatch
     logged = [call for call in calls if call[0] == "log"]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     curve = [json.loads(line) for line in (out / "curve.jsonl").open()]
-    trained = [(step, numbers["train/rollout_success"]) for _, step, numbers in logged if "train/rollout_success" in numbers]
+    trained = [(step, numbers["train/rollout_success"]) for _, step, numbers in logged
+               if "train/rollout_success" in numbers]
     evaluated = [(step, numbers["eval/success"]) for _, step, numbers in logged if "eval/success" in numbers]
     assert trained == [(row["iteration"], row["rollout_success"]) for row in metrics]
     assert evaluated == [(row["iteration"], row["success"]) for row in curve]

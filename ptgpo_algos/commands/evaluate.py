@@ -258,7 +258,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     results = []
     for trial in range(args.trials):
-        agent = PolicyAgent.at_temperature(policy, plan.temperature, name=Path(args.target).name, seed=plan.seed + trial)
+        agent = PolicyAgent.at_temperature(policy, plan.temperature, name=Path(args.target).name,
+                                           seed=plan.seed + trial)
         results.append(evaluate(agent, plan.env_id, plan.seeds, plan.env_kwargs, max_steps=plan.max_steps,
                                 batch_size=plan.batch_size, progress=not args.no_progress))
     result = results[0]

@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="a training run folder that recorded rollouts (run.record_rollouts)")
     parser.add_argument("--out", help="output folder [RUN/export]")
     parser.add_argument("--no-datasets", action="store_true",
-                        help="write only rollouts.jsonl (default: also dataset/ where the datasets package is installed)")
+                        help="write only rollouts.jsonl (default: also dataset/ where the datasets package is "
+                             "installed)")
 
 
 def _fail(message: str) -> int:
