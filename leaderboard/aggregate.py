@@ -296,7 +296,7 @@ def task_columns(columns: Sequence[Column]) -> list[Column]:
     for env in dict.fromkeys(c.env_label for c in columns):
         env_columns = [c for c in columns if c.env_label == env]
         if overall_metric(env_columns) == "All":
-            tasks += [c for c in env_columns if c.metric not in ("All", "score")]
+            tasks += [c for c in env_columns if c.metric not in ("All", "score") and _trials_k(c.metric) is None]
         else:
             tasks += [c for c in env_columns if c.metric == "success"]
     return tasks
@@ -312,7 +312,19 @@ def _env_columns(env_label: str, records: list[ResultRecord]) -> list[Column]:
         metrics = ordered + ["All"] + (["score"] if has_score else [])
     else:
         metrics = ["score", "success"] if has_score else ["success"]
+    # Repeated trials (records' ``trials``): pass@k and pass^k at the largest k every such record has.
+    measured = [r.trials["trials"] for r in records if r.trials is not None]
+    if measured:
+        metrics += [f"pass@{min(measured)}", f"pass^{min(measured)}"]
     return [Column(env_label, m) for m in metrics]
+
+
+def _trials_k(metric: str) -> tuple[str, str] | None:
+    """``("pass_at" or "pass_hat", k)`` for a ``pass@k`` or ``pass^k`` column's metric, else None."""
+    for prefix, name in (("pass@", "pass_at"), ("pass^", "pass_hat")):
+        if metric.startswith(prefix) and metric[len(prefix):].isdigit():
+            return name, metric[len(prefix):]
+    return None
 
 
 def _ordered(columns: list[Column]) -> list[Column]:
@@ -334,6 +346,9 @@ def _value(record: ResultRecord, column: Column, overall: str) -> float | None:
         return None if record.final_success is None else 100.0 * record.final_success
     if column.metric == "score":
         return record.score
+    passk = _trials_k(column.metric)
+    if passk is not None:
+        return None if record.trials is None else 100.0 * record.trials[passk[0]][passk[1]]
     fraction = record.success_by_type.get(column.metric)
     return None if fraction is None else 100.0 * fraction
 

@@ -39,6 +39,10 @@ Storage contract, shared by the benchmark harness (writer) and the leaderboard (
   ``versions`` of the libraries, ``cpu``, ``cores``, ``threads``, ``platform``, ``device`` (the torch
   device an RL cell's policy computed on, resolved; None for a baseline and in older records) and
   ``gpu`` (its name; None on a CPU), and ``config``, the run's full resolved configuration (:func:`ptgpo_algos.provenance.provenance`).
+* ``trials`` (None: not measured, as in records written before the field existed): the final policy
+  played the held-out panel ``trials`` times (``ptgpo evaluate RUN --trials K --record RECORD``):
+  ``{"trials": K, "tasks": T, "pass_at": {"1": f, ..., "K": f}, "pass_hat": {...}}``, pass@k and
+  pass^k for each k as fractions in [0, 1] (:mod:`leaderboard.passk`).
 * :func:`read_records` reads every ``*.json`` file directly in the directory (not in subdirectories,
   so curves and other artefacts can live next to the records in subfolders) and reports each file it
   cannot use as a :class:`RecordProblem` with the file name and, for a JSON syntax error, the line,
@@ -155,6 +159,7 @@ class ResultRecord:
     source: str | None = None
     protocol: dict[str, str | None] | None = None
     provenance: dict[str, Any] | None = None
+    trials: dict[str, Any] | None = None
     created_at: str = field(default_factory=now_iso)
 
     def __post_init__(self) -> None:
@@ -202,6 +207,10 @@ _INT_LIMIT = 2**63
 
 # No score (x100) or return comes near; beyond it the sums and squares of a mean over seeds overflow.
 _MAX_SCORE = 1e12
+
+
+# ``ptgpo evaluate --trials`` plays at most 1,000 trials.
+_MAX_TRIALS = 1000
 
 
 def _is_int(value: Any) -> bool:
@@ -301,10 +310,27 @@ def _validate_results(data: dict[str, Any]) -> None:
     for name in ("error", "curve_path", "source"):
         if data[name] is not None and not isinstance(data[name], str):
             _fail(data, name, "a string or null")
+    if data["trials"] is not None and not _valid_trials(data["trials"]):
+        _fail(data, "trials", "null or {trials: K >= 2, tasks: T >= 1, pass_at and pass_hat: {\"1\".. \"K\": "
+                              "fractions in [0, 1]}}")
     try:
         datetime.fromisoformat(data["created_at"])
     except ValueError:
         _fail(data, "created_at", "an ISO-8601 time such as 2026-01-31T12:00:00+00:00")
+
+
+def _valid_trials(trials: Any) -> bool:
+    """Whether ``trials`` is the ``trials`` field's object (see the module docstring)."""
+    if not isinstance(trials, dict) or set(trials) != {"trials", "tasks", "pass_at", "pass_hat"}:
+        return False
+    k, tasks = trials["trials"], trials["tasks"]
+    # The count bounds the keys checked: a file's k cannot make this build a set of a billion names.
+    if not (_is_int(k) and 2 <= k <= _MAX_TRIALS and _is_int(tasks) and 1 <= tasks < _INT_LIMIT):
+        return False
+    keys = {str(i) for i in range(1, k + 1)}
+    return all(isinstance(trials[name], dict) and set(trials[name]) == keys
+               and all(_is_number(v) and 0.0 <= v <= 1.0 for v in trials[name].values())
+               for name in ("pass_at", "pass_hat"))
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")

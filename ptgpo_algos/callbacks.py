@@ -2,14 +2,16 @@
 
 A :class:`Callback` is called at fixed points of :class:`~ptgpo_algos.trainer.Trainer.train` with a
 :class:`RunView` (the config and a read-only view of the run's state, not the trainer itself):
-``on_train_start`` (after the run's state is built or restored), ``after_update`` (after the update of
+``on_train_start`` (after the run's state is built or restored), ``on_rollouts`` (the iteration's
+groups and their advantages, after the estimator), ``after_update`` (after the update of
 an iteration, with its batch: figures returned join the iteration's metrics row), ``on_iteration_end``
 (the row), ``on_evaluation`` (the curve row), and ``on_train_end``. A component that trains is an
 objective (:mod:`ptgpo_algos.objectives`), not a callback. A callback with state that must survive a resume returns it from ``state_dict``
 (plain data and tensors only) and takes it back in ``load_state_dict``.
 
 The run's logs are callbacks too: :class:`JsonlLogger` (``metrics.jsonl``, ``curve.jsonl``),
-:class:`TensorBoardLogger` and :class:`ProgressBar`.
+:class:`TensorBoardLogger`, :class:`WandbLogger` and :class:`ProgressBar`; :class:`RolloutRecorder`
+keeps the groups of every Nth iteration (``run.record_rollouts``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ if TYPE_CHECKING:
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.data import Batch
 
-__all__ = ["Callback", "JsonlLogger", "ProgressBar", "ReadOnly", "RunView", "TensorBoardLogger"]
+__all__ = ["Callback", "JsonlLogger", "ProgressBar", "ReadOnly", "RolloutRecorder", "RunView", "TensorBoardLogger",
+           "WandbLogger"]
 
 
 class ReadOnly:
@@ -59,6 +62,10 @@ class Callback:
     def after_update(self, run: RunView, batch: Batch) -> dict[str, Any]:
         """After an iteration's PPO update, with its batch; figures returned join the metrics row."""
         return {}
+
+    def on_rollouts(self, run: RunView, iteration: int, batch: Batch, advantages: Any) -> None:
+        """After the estimator, with the iteration's groups and their advantages (per group, trajectory,
+        step), before the update."""
 
     def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
         """At the end of an iteration, with its metrics row (``metrics.jsonl``)."""
@@ -130,6 +137,79 @@ class TensorBoardLogger(Callback):
     def on_train_end(self, run: RunView) -> None:
         """Close the writer."""
         self.writer.close()
+
+
+class WandbLogger(Callback):
+    """The run in Weights & Biases (``run.wandb``): the config, the metrics rows (``train/...``) and the
+    curve rows (``eval/...``) at their iteration, files under the run folder's ``wandb/``. A resumed run
+    continues the same wandb run: its id is kept in the checkpoint."""
+
+    state_key = "wandb"
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        self.run_id: str | None = None
+        self.wandb_run = None
+
+    def on_train_start(self, run: RunView) -> None:
+        """Start (or resume) the wandb run, with the config."""
+        import wandb
+
+        settings = run.config.run.wandb
+        self.wandb_run = wandb.init(
+            project=settings.project, name=settings.name or self.out_dir.name, mode=settings.mode,
+            dir=str(self.out_dir), config=run.config.to_dict(), id=self.run_id,
+            resume="allow" if self.run_id else None)
+        self.run_id = self.wandb_run.id
+
+    def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
+        """Log the row's numbers as ``train/`` metrics at its iteration."""
+        self._log("train", row)
+
+    def on_evaluation(self, run: RunView, row: dict[str, Any]) -> None:
+        """Log the row's numbers as ``eval/`` metrics at its iteration (the learning curve)."""
+        self._log("eval", row)
+
+    def _log(self, prefix: str, row: dict[str, Any]) -> None:
+        numbers = {f"{prefix}/{key}": value for key, value in row.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "iteration"}
+        self.wandb_run.log(numbers, step=row["iteration"])
+
+    def on_train_end(self, run: RunView) -> None:
+        """Finish the wandb run (an offline one is then complete on disk, for ``wandb sync``)."""
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+    def state_dict(self) -> Any:
+        """The wandb run's id, so that a resume logs on to the same run."""
+        return {"id": self.run_id}
+
+    def load_state_dict(self, state: Any) -> None:
+        """Take back the wandb run's id (None: a checkpoint written without wandb)."""
+        self.run_id = (state or {}).get("id")
+
+
+class RolloutRecorder(Callback):
+    """Every ``every``-th iteration's groups, with their advantages, in ``rollouts/iteration-NNNNNN.jsonl``
+    (:mod:`ptgpo_algos.rollout_records`), each file written atomically; the recordings of the iterations
+    a resumed run plays again are removed when it starts, as its logs are cut back."""
+
+    def __init__(self, out_dir: Path, every: int):
+        self.folder = out_dir / "rollouts"
+        self.every = every
+
+    def on_train_start(self, run: RunView) -> None:
+        """Remove the recordings of iterations after the one the run starts from."""
+        from ptgpo_algos.rollout_records import remove_recordings
+
+        remove_recordings(self.folder, after=run.state.iteration)
+
+    def on_rollouts(self, run: RunView, iteration: int, batch: Batch, advantages: Any) -> None:
+        """Write the iteration's groups when it is a multiple of ``every``."""
+        from ptgpo_algos.rollout_records import write_iteration
+
+        if iteration % self.every == 0:
+            write_iteration(self.folder, iteration, run.config.env.id, batch, advantages)
 
 
 class ProgressBar(Callback):

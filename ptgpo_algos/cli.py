@@ -19,6 +19,7 @@ COMMANDS = {
     "demo": "demo",
     "envs": "envs",
     "evaluate": "evaluate",
+    "export": "export",
     "leaderboard": "leaderboard",
     "models": "models",
     "plan": "plan",

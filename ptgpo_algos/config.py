@@ -74,6 +74,7 @@ from ptgpo_algos.validation import (
     check_registered,
     check_string,
     numbers_as_floats,
+    settings_from_mapping,
     unknown_keys,
 )
 from ptgpo_algos.yaml_safe import load_yaml
@@ -82,8 +83,8 @@ from ptgpo_envs import check_env_id
 __all__ = [
     "EVAL_SEED_BASE", "FLAT_KEYS", "MAX_SEED", "RESUMABLE_FIELDS", "SECTIONS", "AlgorithmConfig", "CliField",
     "EnvConfig", "EnvWorkersConfig", "EvaluationConfig", "OptimConfig", "PolicyConfig",
-    "RolloutsConfig", "RunConfig", "TrainConfig", "check_spellings", "cli_fields", "default_evaluation_temperature",
-    "flat_name", "key_paths", "label", "merge_overrides",
+    "RolloutsConfig", "RunConfig", "TrainConfig", "WandbSettings", "check_spellings", "cli_fields",
+    "default_evaluation_temperature", "flat_name", "key_paths", "label", "merge_overrides",
 ]
 
 #: Evaluation seeds start here by default; training seeds are drawn below it, so they never overlap.
@@ -504,6 +505,32 @@ class EvaluationConfig:
             check_number(label("evaluation.temperature"), self.temperature, 0.0)
 
 
+#: Weights & Biases' run modes (``disabled``: wandb's calls do nothing).
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+@dataclass(frozen=True)
+class WandbSettings:
+    """``run.wandb``: where :class:`~ptgpo_algos.callbacks.WandbLogger` logs. ``name`` None: the run
+    folder's name; ``mode`` None: wandb's own choice (``WANDB_MODE``, else online)."""
+
+    project: str = "ptgpo"
+    name: str | None = None
+    mode: str | None = None
+
+    def __post_init__(self) -> None:
+        check_string("run.wandb.project", self.project)
+        if self.name is not None:
+            check_string("run.wandb.name", self.name)
+        if self.mode is not None:
+            check_choice("run.wandb.mode", self.mode, WANDB_MODES)
+
+    @classmethod
+    def from_mapping(cls, values: Any) -> WandbSettings:
+        """The settings from a config's ``run.wandb`` mapping (``{}``: the defaults)."""
+        return settings_from_mapping(cls, values, "run.wandb")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """When to stop, where to write, and the run's seed."""
@@ -526,6 +553,10 @@ class RunConfig:
     memory_check: bool = _field(True, "predict the peak GPU memory and the disk a run needs before loading a "
                                 "model, and refuse a config that cannot fit (false: print the plan and go on)")
     tensorboard: bool = _field(False, "also write TensorBoard logs", flag="tensorboard")
+    wandb: WandbSettings | None = _field(None, "also log to Weights & Biases: {project, name, mode}, each optional "
+                                         "(pip install 'ptgpo[wandb]'); None: off", flat=False)
+    record_rollouts: int | None = _field(None, "keep every Nth iteration's groups in rollouts/ (`ptgpo export` "
+                                         "reads them); None: none", flat=False, flag="record-rollouts")
     seed: int = _field(0, "run seed", flag="seed")
     out_dir: str | None = _field(None, "output folder [runs/<env>-<algo>-s<seed>]", flag="out")
     resume: bool = _field(False, "continue the run in out_dir from its checkpoint", flag="resume")
@@ -546,6 +577,10 @@ class RunConfig:
         check_bool(label("run.keep_final_model"), self.keep_final_model)
         check_bool(label("run.memory_check"), self.memory_check)
         check_bool(label("run.tensorboard"), self.tensorboard)
+        if self.wandb is not None and not isinstance(self.wandb, WandbSettings):
+            object.__setattr__(self, "wandb", WandbSettings.from_mapping(self.wandb))
+        if self.record_rollouts is not None:
+            check_int(label("run.record_rollouts"), self.record_rollouts, 1, hint="every N iterations; null: off")
         check_int(label("run.seed"), self.seed, 0, MAX_SEED)
         if self.out_dir is not None and (not isinstance(self.out_dir, str) or not self.out_dir.strip()):
             raise ValueError(f"{label('run.out_dir')}: expected a folder path (a string), got {self.out_dir!r}")

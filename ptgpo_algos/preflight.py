@@ -36,6 +36,9 @@ def check_machine(config: TrainConfig) -> None:
     if config.run.tensorboard and importlib.util.find_spec("tensorboard") is None:
         raise ValueError(f"{label('run.tensorboard')}: the tensorboard package is not installed; pip install "
                          "'ptgpo[tensorboard]', or leave it off (metrics.jsonl has it all)")
+    if config.run.wandb is not None and importlib.util.find_spec("wandb") is None:
+        raise ValueError(f"{label('run.wandb')}: the wandb package is not installed; pip install 'ptgpo[wandb]', "
+                         "or leave it out (metrics.jsonl has it all)")
     check_registered(label("rollouts.backend"), config.rollouts.backend, ROLLOUT_BACKENDS)
 
 

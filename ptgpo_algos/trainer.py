@@ -53,7 +53,15 @@ import torch
 
 import ptgpo_envs
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
-from ptgpo_algos.callbacks import Callback, JsonlLogger, ProgressBar, RunView, TensorBoardLogger
+from ptgpo_algos.callbacks import (
+    Callback,
+    JsonlLogger,
+    ProgressBar,
+    RolloutRecorder,
+    RunView,
+    TensorBoardLogger,
+    WandbLogger,
+)
 from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.cost import Cost, standard_error
@@ -280,10 +288,15 @@ class Trainer:
                                            weight_decay=config.optim.weight_decay)
 
     def build_callbacks(self) -> list[Callback]:
-        """The logs (JSONL, TensorBoard), the progress bar and the callbacks the trainer was given."""
+        """The logs (JSONL, TensorBoard, wandb), the rollout recorder, the progress bar and the callbacks the
+        trainer was given."""
         callbacks: list[Callback] = [self.logger]
         if self.config.run.tensorboard:
             callbacks.append(TensorBoardLogger(self.config.run_dir))
+        if self.config.run.wandb is not None:
+            callbacks.append(WandbLogger(self.config.run_dir))
+        if self.config.run.record_rollouts is not None:
+            callbacks.append(RolloutRecorder(self.config.run_dir, self.config.run.record_rollouts))
         if self.progress:
             callbacks.append(ProgressBar())
         return callbacks + self.extra_callbacks
@@ -388,6 +401,8 @@ class Trainer:
         rollout_wait = time.perf_counter() - iteration_start
         self.calibrate_sync(batch)
         advantages, diagnostics = self.estimate(batch)
+        for callback in self.callbacks:
+            callback.on_rollouts(self.view, iteration, batch, advantages)
         train_start = time.perf_counter()
         samples, update = self.update(batch, advantages)
         train_time = time.perf_counter() - train_start

@@ -232,7 +232,7 @@ def test_the_cli_flags_come_from_the_config_fields(capsys):
     flags = {spec.flag for spec in cli_fields()}
     assert {"env", "algo", "model", "mode", "rollout", "group-size", "tasks", "iterations", "total-decisions",
             "time-limit", "lr", "eval-every", "eval-episodes", "eval-temperature", "seed", "out", "resume",
-            "tensorboard", "async-rollouts", "recipe", "prompt-template", "reproducible"} == flags
+            "tensorboard", "record-rollouts", "async-rollouts", "recipe", "prompt-template", "reproducible"} == flags
     parser = build_parser()
     args = parser.parse_args(["train", "--env", "ptgpo/FrozenLake-v0", "--lr", "0.002", "--eval-episodes", "3",
                               "--async-rollouts", "--difficulty", "easy", "--set", "optim.epochs=3",

@@ -7,12 +7,18 @@ Examples::
     ptgpo evaluate runs/household-gigpo/final_model --env ptgpo/Household-v0 --difficulty hard --temperature 0
     ptgpo evaluate ~/.cache/ptgpo/tiny-<hash> --env ptgpo/Household-v0 --difficulty easy --history-length 1
     ptgpo evaluate smollm2 --env ptgpo/FrozenLake-v0 --episodes 8         # a pretrained model, zero-shot
+    ptgpo evaluate runs/household-gigpo --trials 8            # each task 8 times: pass@k and pass^k
 
 A run folder (the ``--out`` of ``ptgpo train``) brings its environment, evaluation seeds and evaluation
 temperature; any of them can be overridden, and it acts as it was trained. A saved model folder
 (or a pretrained model's name, :mod:`ptgpo_algos.policy.pretrained`) needs ``--env``; it acts with the settings saved with it (``ptgpo_policy.json``), else the loader's
 defaults, and ``--history-length`` overrides how many observation/action pairs its prompts show (to
 evaluate the untrained tiny model as a config with ``history_length: 1`` acts, say).
+
+``--trials K`` plays the same panel of held-out tasks K times, trial ``t`` sampling with seed
+``--seed + t`` (the first trial is the evaluation without ``--trials``), and reports the success rate,
+pass@k and pass^k for k = 1..K with 95 % intervals over the tasks (:mod:`leaderboard.passk`). Trials
+differ only in the policy's sampling, so they need a temperature above 0.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+#: The most trials of one panel: pass^k's interest lies in k up to 8 or 32; beyond this, a mistyped count.
+MAX_TRIALS = 1000
 
 HELP = "evaluate a trained policy (a run folder or a saved model) on held-out seeds of an environment"
 
@@ -44,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a model folder: observation/action pairs in its prompts (default: as saved, else 2)")
     parser.add_argument("--batch-size", type=int, help="episodes played side by side (default: the run's, else 64)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto [auto]")
+    parser.add_argument("--trials", type=int, default=1,
+                        help="play each held-out task K times (sampling seeds --seed .. --seed+K-1) and report "
+                             "pass@k and pass^k for k = 1..K [1]")
+    parser.add_argument("--record", help="with --trials: add pass@k and pass^k to this result record (a benchmark "
+                        "cell's RESULTS/<cell>.json, the run being RESULTS/runs/<cell>): the leaderboard's columns")
     parser.add_argument("--out", help="write the summary and every episode to this JSON file (atomically)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -90,6 +104,7 @@ def _check_flags(args: argparse.Namespace) -> None:
          f"--batch-size must be in [1, {MAX_EPISODES}], got {args.batch_size}"),
         (args.history_length is None or args.history_length >= 0,
          f"--history-length must be >= 0, got {args.history_length}"),
+        (1 <= args.trials <= MAX_TRIALS, f"--trials must be in [1, {MAX_TRIALS}], got {args.trials}"),
     ]
     for ok, message in checks:
         if not ok:
@@ -98,7 +113,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _plan(args: argparse.Namespace) -> _Plan:
     """The flags over the run's own evaluation (or a model folder's defaults), every part checked."""
-    from ptgpo_algos.config import EVAL_SEED_BASE, default_evaluation_temperature
+    from ptgpo_algos.config import EVAL_SEED_BASE, MAX_SEED, default_evaluation_temperature
     from ptgpo_algos.device import resolve_device
     from ptgpo_algos.files import check_writable
     from ptgpo_algos.policy.tiny import TINY_MARKER
@@ -138,9 +153,34 @@ def _plan(args: argparse.Namespace) -> _Plan:
         check_env_kwargs(plan.env_id, kwargs, "--env")
     except ValueError as error:
         raise ValueError(f"{error} (`ptgpo envs` lists the environments)") from None
+    if args.trials > 1 and plan.temperature == 0.0:
+        raise ValueError(f"--trials {args.trials} at temperature 0 plays the same greedy episodes {args.trials} times; "
+                         "give --temperature above 0 (trials differ only in the policy's sampling)")
+    if args.trials > 1 and plan.seed + args.trials - 1 > MAX_SEED:
+        raise ValueError(f"--seed {plan.seed} with --trials {args.trials} passes the largest sampling seed {MAX_SEED}; "
+                         "give a smaller --seed")
+    if args.record is not None:
+        _check_record(args.record, args.trials, plan.env_id)
     if args.out:
         check_writable(args.out, "--out")
     return plan
+
+
+def _check_record(path: str, trials: int, env_id: str) -> None:
+    """``--record`` names a readable result record of this environment, and trials to add to it."""
+    from leaderboard.records import read_record
+    from ptgpo_algos.files import check_writable
+
+    if trials < 2:
+        raise ValueError("--record adds pass@k and pass^k to a result record: give --trials 2 or more")
+    try:
+        record = read_record(path)
+    except ValueError as error:
+        raise ValueError(f"--record {path!r}: {error}") from None
+    if record.env_id != env_id:
+        raise ValueError(f"--record {path!r} is a record of {record.env_id}, not of {env_id}: give the record of "
+                         "this run's benchmark cell")
+    check_writable(path, "--record")
 
 
 def load_target(target: str | Path, device: str, history_length: int | None = None):
@@ -170,6 +210,38 @@ def print_summary(head: str, result) -> None:
         print(f"  {task_type:<8} {rate:6.1%}  ({counts.get(task_type, 0)} episodes)")
 
 
+def trial_figures(results, key):
+    """pass@k and pass^k (:func:`leaderboard.passk.pass_k`) of evaluations of the same seeds, one per trial."""
+    from leaderboard.passk import pass_k
+
+    outcomes = [[result.episodes[task].won for result in results] for task in range(len(results[0].episodes))]
+    return pass_k(outcomes, key=key)
+
+
+def _add_to_record(path: str, trials) -> None:
+    """Write the trials' points into the result record at ``path`` (atomically, the rest unchanged)."""
+    import dataclasses
+
+    from leaderboard.records import read_record, write_record
+
+    figures = {"trials": trials.trials, "tasks": trials.tasks,
+               "pass_at": {str(k): e.point for k, e in trials.pass_at.items()},
+               "pass_hat": {str(k): e.point for k, e in trials.pass_hat.items()}}
+    write_record(path, dataclasses.replace(read_record(path), trials=figures))
+    print(f"added pass@k and pass^k of {trials.trials} trials to {path}")
+
+
+def print_trials(trials) -> None:
+    """The success rate, pass@k and pass^k of the trials, with their intervals."""
+    def shown(estimate) -> str:
+        interval = f" [{estimate.low:.1%}, {estimate.high:.1%}]" if estimate.has_interval else ""
+        return f"{estimate.point:6.1%}{interval}"
+
+    print(f"  {trials.trials} trials of {trials.tasks} tasks: success {shown(trials.success)} (95 % over tasks)")
+    for k in trials.pass_at:
+        print(f"  k={k:<3} pass@k {shown(trials.pass_at[k])}   pass^k {shown(trials.pass_hat[k])}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Evaluate a run folder or a saved model on held-out seeds and print (and save) the result; the exit
     status."""
@@ -183,19 +255,30 @@ def run(args: argparse.Namespace) -> int:
         policy, source = load_target(args.target, plan.device, None if plan.is_run else args.history_length)
     except (ValueError, OSError) as error:
         return _fail(str(error))
-    agent = PolicyAgent.at_temperature(policy, plan.temperature, name=Path(args.target).name, seed=plan.seed)
     started = time.time()
-    result = evaluate(agent, plan.env_id, plan.seeds, plan.env_kwargs, max_steps=plan.max_steps,
-                      batch_size=plan.batch_size, progress=not args.no_progress)
+    results = []
+    for trial in range(args.trials):
+        agent = PolicyAgent.at_temperature(policy, plan.temperature, name=Path(args.target).name,
+                                           seed=plan.seed + trial)
+        results.append(evaluate(agent, plan.env_id, plan.seeds, plan.env_kwargs, max_steps=plan.max_steps,
+                                batch_size=plan.batch_size, progress=not args.no_progress))
+    result = results[0]
     wall = time.time() - started
     protocol = "greedy" if plan.temperature == 0.0 else f"sampled at {plan.temperature:g}"
     print_summary(f"{source} on {plan.env_id} {plan.env_kwargs or ''} (seeds {plan.seeds[0]}..{plan.seeds[-1]}, "
                   f"{protocol}, {wall:.0f} s)", result)
+    trials = trial_figures(results, key=(source, plan.env_id)) if args.trials > 1 else None
+    if trials is not None:
+        print_trials(trials)
+    if args.record is not None:
+        _add_to_record(args.record, trials)
     if args.out:
         payload = {
             "source": source, "env_id": plan.env_id, "env_kwargs": plan.env_kwargs, "max_steps": plan.max_steps,
             "temperature": plan.temperature, "seed": plan.seed, "history_length": policy.prompts.history_length,
             "wall_time_s": wall, **result.to_dict(),
+            **({"trials": trials.to_dict(),
+                "trial_success": [[e.won for e in r.episodes] for r in results]} if trials is not None else {}),
         }
         atomic_write_text(args.out, json.dumps(payload, indent=1))
         print(f"wrote {args.out}")

@@ -96,6 +96,9 @@ def check_sharded_config(config: TrainConfig) -> None:
         names = ", ".join(str(o.get("name")) for o in config.algorithm.objectives)
         raise ValueError(f"{label('algorithm.objectives')}: {names} do not run across ranks; leave them out with "
                          "--nproc, or train in one process")
+    if config.run.record_rollouts is not None:
+        raise ValueError(f"{label('run.record_rollouts')}: each rank holds only its own groups, and the run folder "
+                         "is the first rank's; leave it out with --nproc, or train in one process")
 
 
 def most_decisions(config: TrainConfig, task: Task, horizon: int) -> int:
