@@ -64,6 +64,7 @@ from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
 from ptgpo_algos.policy.tiny import TinyModelSpec
 from ptgpo_algos.rollout import BRANCH_STRATEGIES
 from ptgpo_algos.spo3_rollout import Spo3Config
+from ptgpo_algos.bpo_rollout import BpoConfig
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (
     check_bool,
@@ -132,7 +133,8 @@ def _check_slots(strategy: str, rollouts: RolloutsConfig) -> None:
     """PATR's and 3SPO's groups size their environments per task by their own settings, not by
     ``group_size``: the same bound on an iteration's episodes, checked before anything is built."""
     per_task = {"patr": [("patr.max_leaves", rollouts.patr.max_leaves)],
-                "3spo": [("spo3.g_max", rollouts.spo3.g_max), ("spo3.trajectories", rollouts.spo3.trajectories)]}
+                "3spo": [("spo3.g_max", rollouts.spo3.g_max), ("spo3.trajectories", rollouts.spo3.trajectories)],
+                "bpo": [("bpo leaves (trunks x (1 + branch_points x forks))", rollouts.bpo.leaves)]}
     for name, count in per_task.get(strategy, []):
         if count * rollouts.tasks_per_iteration > MAX_EPISODES_PER_ITERATION:
             raise ValueError(f"rollouts.{name}: {count} x tasks_per_iteration {rollouts.tasks_per_iteration} is more "
@@ -340,8 +342,8 @@ class RolloutsConfig:
                                           "least 1e-3)")
     sync_bucket_mib: int = _field(1024, "weight sync: MiB of weights per message to the rollout engine (a "
                                   "message may not exceed 4 GiB)")
-    strategy: str | None = _field(None, "linear, tree, patr or 3spo (default: tree for ptgpo, 3spo for 3spo, linear "
-                                  "otherwise)",
+    strategy: str | None = _field(None, "linear, tree, patr, 3spo or bpo (default: tree for ptgpo, 3spo for 3spo, "
+                                  "bpo for bpo, linear otherwise)",
                                   flat="rollout", flag="rollout")
     group_size: int = _field(8, "rollouts per task", flag="group-size")
     initial_rollouts: int | None = _field(None, "tree: independent rollouts before branching (default: half "
@@ -355,6 +357,9 @@ class RolloutsConfig:
                                    "omega_k, g_max, epsilon, trajectories, explored, min_start); its groups are its "
                                    "search's trajectories, so group_size and initial_rollouts do not apply",
                               factory=Spo3Config)
+    bpo: BpoConfig = _field(help="bpo: BPO's settings (ptgpo_algos.bpo_rollout.BpoConfig: trunks, branch_points, "
+                                 "forks); its groups are its trunks and their forks, so group_size and "
+                                 "initial_rollouts do not apply", factory=BpoConfig)
     tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
@@ -378,6 +383,8 @@ class RolloutsConfig:
             object.__setattr__(self, "patr", PatrConfig.from_mapping(self.patr))
         if not isinstance(self.spo3, Spo3Config):
             object.__setattr__(self, "spo3", Spo3Config.from_mapping(self.spo3))
+        if not isinstance(self.bpo, BpoConfig):
+            object.__setattr__(self, "bpo", BpoConfig.from_mapping(self.bpo))
         check_int(label("rollouts.tasks_per_iteration"), self.tasks_per_iteration, 1,
                   MAX_EPISODES_PER_ITERATION // self.group_size,
                   hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
