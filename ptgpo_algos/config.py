@@ -7,7 +7,7 @@ one style (:mod:`ptgpo_algos.validation`)::
     algorithm    the advantage estimator (by name, with its keys), the policy loss and its aggregation,
                  the auxiliary objectives beside it
     policy       the model and how it acts: tiny or a Hugging Face model, choose/generate, prompts, dtype
-    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr/3spo
+    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr/3spo/bpo
     optim        the update: learning rate, PPO passes and mini-batches, KL, entropy, clipping
     evaluation   held-out evaluation: how often, which seeds, at which temperature
     run          when to stop, checkpoints, logs, the seed and the output folder
@@ -25,7 +25,7 @@ An older config's ``hindsight`` section is read as the ``hindsight`` objective
 Defaults that depend on other fields are resolved once, when the config is built: the tiny model
 trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL, evaluated sampled at 0.4; a
 pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01, evaluated greedily;
-``rollouts.strategy`` is ``tree`` for ptgpo, ``3spo`` for 3spo and ``linear`` otherwise; PATR's K
+``rollouts.strategy`` is ``tree`` for ptgpo, its own for 3spo and bpo, ``linear`` otherwise; PATR's K
 (``rollouts.patr.every``) is the environment's default. A recipe (``policy.recipe``,
 :mod:`ptgpo_algos.policy.recipes`) fills in a published protocol's settings and prompt wherever the given
 keys say nothing, before those defaults. The saved config holds the resolved values, a prompt template's
