@@ -55,6 +55,7 @@ import yaml
 
 from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
 from ptgpo_algos.advantages.config import validate_config
+from ptgpo_algos.bpo_rollout import BpoConfig
 from ptgpo_algos.cost import Budget
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.patr import PatrConfig
@@ -64,7 +65,6 @@ from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
 from ptgpo_algos.policy.tiny import TinyModelSpec
 from ptgpo_algos.rollout import BRANCH_STRATEGIES
 from ptgpo_algos.spo3_rollout import Spo3Config
-from ptgpo_algos.bpo_rollout import BpoConfig
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (
     check_bool,
@@ -130,7 +130,7 @@ def _rollout_strategy(estimator: str, given: str | None) -> str:
 
 
 def _check_slots(strategy: str, rollouts: RolloutsConfig) -> None:
-    """PATR's and 3SPO's groups size their environments per task by their own settings, not by
+    """PATR's, 3SPO's and BPO's groups size their environments per task by their own settings, not by
     ``group_size``: the same bound on an iteration's episodes, checked before anything is built."""
     per_task = {"patr": [("patr.max_leaves", rollouts.patr.max_leaves)],
                 "3spo": [("spo3.g_max", rollouts.spo3.g_max), ("spo3.trajectories", rollouts.spo3.trajectories)],

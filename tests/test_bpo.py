@@ -155,15 +155,17 @@ def test_forks_at_entropy_chosen_points_estimate_the_value_gradients_there():
     # expected update is 2 grad J (the trunks' RLOO, undiscounted) plus 2 K sum_s P(trunk picks s)
     # grad V_gamma(s): the choice looks at the trunk only, so each fork's credit stays unbiased.
     rng, K, n, trunks = np.random.default_rng(1), 4, 4000, 2
-    batch = []
+    batch, trunk_as_sibling = [], []
     for _ in range(n):
-        group = []
+        group, variant = [], []
         for _ in range(trunks):
             trunk = _play("", rng)
             [t] = branch_points([_entropy(step.state_key) for step in trunk], 1)
-            group.append(Trajectory(trunk))
-            group += [_fork(trunk[:t] + _play(trunk[t].state_key, rng), t) for _ in range(K)]
+            forks = [_fork(trunk[:t] + _play(trunk[t].state_key, rng), t) for _ in range(K)]
+            group += [Trajectory(trunk), *forks]
+            variant += [Trajectory(trunk), _fork(list(trunk), t), *forks]
         batch.append(group)
+        trunk_as_sibling.append(variant)
     exact, _ = _group_gradients(batch, K)
 
     chosen = {}
@@ -173,9 +175,13 @@ def test_forks_at_entropy_chosen_points_estimate_the_value_gradients_there():
         [t] = branch_points([_entropy(s) for s in states], 1)
         chosen[states[t]] = chosen.get(states[t], 0.0) + probability
     assert len(chosen) >= 2  # the branch point really depends on the trunk
-    truth = trunks * _value_gradient("", 1.0) + trunks * K * sum(
-        probability * _value_gradient(state, GAMMA) for state, probability in chosen.items())
+    subtrees = sum(probability * _value_gradient(state, GAMMA) for state, probability in chosen.items())
+    truth = trunks * _value_gradient("", 1.0) + trunks * K * subtrees
     assert _z_scores(exact, truth).max() < Z_TOLERANCE
+    # Counting the trunk's own continuation as a sibling is biased: the choice of the branch point saw
+    # the states the trunk's action there led to, so that action is no fresh sample.
+    variant, _ = _group_gradients(trunk_as_sibling, K)
+    assert _z_scores(variant, trunks * _value_gradient("", 1.0) + trunks * (K + 1) * subtrees).max() > Z_TOLERANCE
 
 
 # ----------------------------------------------------------------------------- branch points
