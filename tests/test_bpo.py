@@ -55,6 +55,13 @@ def test_an_invalid_step_costs_its_penalty_in_the_siblings_returns():
     assert compute_advantages("bpo", [forks], invalid_penalty=0.2) == [[[-0.2], [0.2]]]
 
 
+@pytest.mark.parametrize("point", [-1, 1.5, "2", True])
+def test_a_branch_point_that_is_no_step_index_fails_naming_the_trajectory(point):
+    group = [Trajectory([Step("s", "a", 1.0)]), _fork([Step("s", "b", 0.0)], point)]
+    with pytest.raises(ValueError, match=r"batch\[0\]\[1\].meta\['branch_point'\] must be a step index"):
+        compute_advantages("bpo", [group])
+
+
 def test_trajectories_without_branch_points_get_rloo():
     group = [[Step("s", "a", 1.0)], [Step("s", "b", 0.0)], [Step("s", "c", 0.5)]]
     assert compute_advantages("bpo", [group]) == compute_advantages("rloo", [group])

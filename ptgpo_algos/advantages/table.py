@@ -6,6 +6,7 @@ Every estimator reads a :class:`StepTable` instead of Python objects, so the mat
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -150,6 +151,9 @@ def _flatten(batch: Sequence[Sequence[Trajectory]]) -> tuple[list[Step], list[in
         for i, trajectory in enumerate(group):
             trajectory_steps = trajectory.steps if isinstance(trajectory, Trajectory) else trajectory
             point = trajectory.meta.get("branch_point") if isinstance(trajectory, Trajectory) else None
+            if point is not None and (isinstance(point, bool) or not isinstance(point, numbers.Integral) or point < 0):
+                raise ValueError(f"batch[{g}][{i}].meta['branch_point'] must be a step index (an integer >= 0) or "
+                                 f"None, got {point!r}")
             if not _is_list_of(trajectory_steps):
                 raise ValueError(f"batch[{g}][{i}] must be a Trajectory or a list of Step")
             steps.extend(trajectory_steps)
