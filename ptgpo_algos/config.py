@@ -7,7 +7,7 @@ one style (:mod:`ptgpo_algos.validation`)::
     algorithm    the advantage estimator (by name, with its keys), the policy loss and its aggregation,
                  the auxiliary objectives beside it
     policy       the model and how it acts: tiny or a Hugging Face model, choose/generate, prompts, dtype
-    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr/3spo
+    rollouts     how rollouts are collected: backend, group size, tasks per iteration, linear/tree/patr/3spo/bpo
     optim        the update: learning rate, PPO passes and mini-batches, KL, entropy, clipping
     evaluation   held-out evaluation: how often, which seeds, at which temperature
     run          when to stop, checkpoints, logs, the seed and the output folder
@@ -25,7 +25,7 @@ An older config's ``hindsight`` section is read as the ``hindsight`` objective
 Defaults that depend on other fields are resolved once, when the config is built: the tiny model
 trains at lr 5e-4 with two PPO passes over 512-step mini-batches, no KL, evaluated sampled at 0.4; a
 pretrained LLM at 1e-6, one pass over 64-step mini-batches, KL 0.01, evaluated greedily;
-``rollouts.strategy`` is ``tree`` for ptgpo, ``3spo`` for 3spo and ``linear`` otherwise; PATR's K
+``rollouts.strategy`` is ``tree`` for ptgpo, its own for 3spo and bpo, ``linear`` otherwise; PATR's K
 (``rollouts.patr.every``) is the environment's default. A recipe (``policy.recipe``,
 :mod:`ptgpo_algos.policy.recipes`) fills in a published protocol's settings and prompt wherever the given
 keys say nothing, before those defaults. The saved config holds the resolved values, a prompt template's
@@ -55,6 +55,7 @@ import yaml
 
 from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
 from ptgpo_algos.advantages.config import validate_config
+from ptgpo_algos.bpo_rollout import BpoConfig
 from ptgpo_algos.cost import Budget
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.patr import PatrConfig
@@ -130,10 +131,11 @@ def _rollout_strategy(estimator: str, given: str | None) -> str:
 
 
 def _check_slots(strategy: str, rollouts: RolloutsConfig) -> None:
-    """PATR's and 3SPO's groups size their environments per task by their own settings, not by
+    """PATR's, 3SPO's and BPO's groups size their environments per task by their own settings, not by
     ``group_size``: the same bound on an iteration's episodes, checked before anything is built."""
     per_task = {"patr": [("patr.max_leaves", rollouts.patr.max_leaves)],
-                "3spo": [("spo3.g_max", rollouts.spo3.g_max), ("spo3.trajectories", rollouts.spo3.trajectories)]}
+                "3spo": [("spo3.g_max", rollouts.spo3.g_max), ("spo3.trajectories", rollouts.spo3.trajectories)],
+                "bpo": [("bpo leaves (trunks x (1 + branch_points x forks))", rollouts.bpo.leaves)]}
     for name, count in per_task.get(strategy, []):
         if count * rollouts.tasks_per_iteration > MAX_EPISODES_PER_ITERATION:
             raise ValueError(f"rollouts.{name}: {count} x tasks_per_iteration {rollouts.tasks_per_iteration} is more "
@@ -344,8 +346,8 @@ class RolloutsConfig:
                                           "least 1e-3)")
     sync_bucket_mib: int = _field(1024, "weight sync: MiB of weights per message to the rollout engine (a "
                                   "message may not exceed 4 GiB)")
-    strategy: str | None = _field(None, "linear, tree, patr or 3spo (default: tree for ptgpo, 3spo for 3spo, linear "
-                                  "otherwise)",
+    strategy: str | None = _field(None, "linear, tree, patr, 3spo or bpo (default: tree for ptgpo, 3spo for 3spo, "
+                                  "bpo for bpo, linear otherwise)",
                                   flat="rollout", flag="rollout")
     group_size: int = _field(8, "rollouts per task", flag="group-size")
     initial_rollouts: int | None = _field(None, "tree: independent rollouts before branching (default: half "
@@ -359,6 +361,9 @@ class RolloutsConfig:
                                    "omega_k, g_max, epsilon, trajectories, explored, min_start); its groups are its "
                                    "search's trajectories, so group_size and initial_rollouts do not apply",
                               factory=Spo3Config)
+    bpo: BpoConfig = _field(help="bpo: BPO's settings (ptgpo_algos.bpo_rollout.BpoConfig: trunks, branch_points, "
+                                 "forks); its groups are its trunks and their forks, so group_size and "
+                                 "initial_rollouts do not apply", factory=BpoConfig)
     tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
@@ -382,6 +387,8 @@ class RolloutsConfig:
             object.__setattr__(self, "patr", PatrConfig.from_mapping(self.patr))
         if not isinstance(self.spo3, Spo3Config):
             object.__setattr__(self, "spo3", Spo3Config.from_mapping(self.spo3))
+        if not isinstance(self.bpo, BpoConfig):
+            object.__setattr__(self, "bpo", BpoConfig.from_mapping(self.bpo))
         check_int(label("rollouts.tasks_per_iteration"), self.tasks_per_iteration, 1,
                   MAX_EPISODES_PER_ITERATION // self.group_size,
                   hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "

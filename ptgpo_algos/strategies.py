@@ -8,8 +8,9 @@ the state it keeps (given the ``rollouts`` section), with ``state_dict()``/``loa
 plain data; the trainer holds it, checkpoints it and hands it to every ``collect`` as ``memory=``.
 The built-in ones: ``linear`` (independent episodes), ``tree`` (a prefix tree branched from earlier
 steps; :mod:`ptgpo_algos.rollout`), ``patr`` (PATR's process-scored tree; :mod:`ptgpo_algos.patr`)
-and ``3spo`` (3SPO's ranked backtracking over states scored across iterations;
-:mod:`ptgpo_algos.spo3_rollout`). Another package adds one with one line, through the
+``3spo`` (3SPO's ranked backtracking over states scored across iterations;
+:mod:`ptgpo_algos.spo3_rollout`) and ``bpo`` (BPO's forks at high-entropy decisions;
+:mod:`ptgpo_algos.bpo_rollout`). Another package adds one with one line, through the
 ``ptgpo.rollout_strategies`` entry points::
 
     ROLLOUT_STRATEGIES.register("mine", RolloutStrategy("mine", collect, needs))
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from ptgpo_algos.bpo_rollout import collect_bpo_rollouts
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.patr import collect_patr_rollouts
 from ptgpo_algos.rollout import RolloutStats, collect_rollouts
@@ -91,6 +93,10 @@ def _spo3(policy: Any, tasks: Sequence[Task], rollouts: Any, *, memory: StateSta
     return collect_spo3_rollouts(policy, tasks, rollouts.spo3, memory, **common)
 
 
+def _bpo(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
+    return collect_bpo_rollouts(policy, tasks, rollouts.bpo, **common)
+
+
 def _forks(name: str) -> Callable[[Any], dict[str, str]]:
     return lambda rollouts: {"snapshot": f"rollouts.strategy (rollout): {name} rollouts"}
 
@@ -110,3 +116,5 @@ ROLLOUT_STRATEGIES.register("patr", RolloutStrategy("patr", _patr, _patr_needs,
 ROLLOUT_STRATEGIES.register("3spo", RolloutStrategy("3spo", _spo3, _forks("3spo"),
                                                     "3SPO's ranked backtracking over states scored across iterations",
                                                     memory=lambda rollouts: StateStats()))
+ROLLOUT_STRATEGIES.register("bpo", RolloutStrategy("bpo", _bpo, _forks("bpo"),
+                                                   "BPO's K forks at each trunk's highest-entropy decisions"))

@@ -608,7 +608,7 @@ def test_summary_sums_each_estimators_own_counts_under_its_name():
     base = ["all_equal_groups", "coverage_groups", "groups", "nonzero_fraction", "steps"]
     own = {"ptgpo": ["backoff_steps", "branching_nodes"], "g2po": ["multi_edge_nodes"],
            "planpo": ["succeeded_trajectories"], "progpo": ["prefix_steps"], "covgpo": ["covgpo_groups"],
-           "graphgpo": ["reachable_steps"]}
+           "graphgpo": ["reachable_steps"], "bpo": ["branch_points", "fork_steps"]}
     for name in ESTIMATORS:
         _, diagnostics = compute_advantages_with_diagnostics(name, batch)
         summary = summarize_diagnostics(diagnostics)

@@ -34,9 +34,11 @@ def random_group(rng: random.Random, share_objects: bool = True, action_of=None)
     rewards = [0.0] if rng.random() < 0.35 else [0.0, 0.0, 0.5, 1.0, -1.0]
     for _ in range(rng.randint(1, 5)):
         steps: list[Step] = []
+        meta = {}
         if group and rng.random() < 0.6:
             parent = rng.choice(group).steps
             prefix = parent[: rng.randint(0, len(parent))]
+            meta["branch_point"] = len(prefix)  # a fork, as tree rollouts record it (bpo reads it)
             steps = list(prefix) if share_objects else [
                 Step(s.state_key, s.action, s.reward, s.valid, response_ids=s.response_ids, extras=dict(s.extras))
                 for s in prefix
@@ -50,7 +52,7 @@ def random_group(rng: random.Random, share_objects: bool = True, action_of=None)
             own = ((3 * len(history) + ord(action) + 2 * ord(state)) % 8) / 4 - 0.75
             steps.append(Step(state, action, rng.choice(rewards), rng.random() > 0.2,
                               response_ids=[0] * tokens if tokens else None, extras={"strategy_reward": own}))
-        group.append(Trajectory(steps))
+        group.append(Trajectory(steps, meta=meta))
     return group
 
 
@@ -264,7 +266,21 @@ def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, co
             pool = [reward(j, u) for j, u in steps_of if states[j][u] == states[i][t]]
             return episode(i) + omega * ref_norm(reward(i, t), pool, norm)
 
+        def bpo_at(i, t):
+            point = [trajectory.meta.get("branch_point") for trajectory in group]
+            if point[i] is None:
+                others = [R[j] for j in live if point[j] is None and j != i]
+                return R[i] - sum(others) / len(others) if others else 0.0
+            tau = point[i]
+            if t < tau:
+                return 0.0
+            others = [G[j][tau] for j in live if j != i and point[j] == tau and tau < len(trajs[j])
+                      and history(j, tau) == history(i, tau)]
+            return G[i][tau] - sum(others) / len(others) if others else 0.0
+
         def advantage(i, t):
+            if name == "bpo":
+                return bpo_at(i, t)
             if name == "3spo":
                 pool = [trajs[j][u].extras["strategy_reward"] - penalty(j, u) for j, u in steps_of
                         if states[j][u] == states[i][t]]
@@ -391,7 +407,7 @@ def test_degenerate_batches_give_zeros():
 
 
 def test_unknown_estimator_lists_the_valid_names():
-    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo, graphgpo, 3spo"
+    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo, graphgpo, 3spo, bpo"
     with pytest.raises(ValueError, match=f"unknown advantage estimator .ppo. \\(did you mean .ptgpo.\\?\\); choose one of {names}$"):
         compute_advantages("ppo", [])
 

@@ -1,5 +1,5 @@
-"""Group advantage estimators: GRPO, RLOO, GiGPO, HGPO, PTGPO, G2PO, PlanPO, ProGPO, CovGPO and
-GraphGPO, registered by name.
+"""Group advantage estimators: GRPO, RLOO, GiGPO, HGPO, PTGPO, G2PO, PlanPO, ProGPO, CovGPO,
+GraphGPO, 3SPO and BPO, registered by name.
 
 ``compute_advantages(name, batch, **config)`` returns one advantage per step, aligned with ``batch``
 (groups of :class:`~ptgpo_algos.data.Trajectory`). Each estimator is a pure function over the batch's
@@ -29,7 +29,7 @@ from typing import Any, Mapping
 # Importing the estimator modules registers them, in this order.
 from ptgpo_algos.advantages import grpo, rloo, gigpo, hgpo, ptgpo  # noqa: F401, I001
 from ptgpo_algos.advantages import g2po, planpo, progpo, covgpo  # noqa: F401, I001
-from ptgpo_algos.advantages import graphgpo, spo3  # noqa: F401, I001
+from ptgpo_algos.advantages import graphgpo, spo3, bpo  # noqa: F401, I001
 from ptgpo_algos.advantages.estimate import (
     AdvantageResult,
     GroupDiagnostics,

@@ -56,6 +56,7 @@ class EstimatorSpec:
     common_parameters: tuple[str, ...] = ()  # common keys the function takes itself
     keys: Mapping[str, ConfigKey] = field(default_factory=dict)  # the rule of every accepted key
     strategy: str | None = None  # the rollout strategy whose records it credits (None: any)
+    paper: str = ""  # where the method is published, as ``ptgpo algos`` lists it ("": not said)
 
 
 #: Advantage estimators by name; other packages add theirs through the ``ptgpo.estimators`` entry points.
@@ -64,7 +65,7 @@ ESTIMATORS: Registry[EstimatorSpec] = Registry("advantage estimator", "ptgpo.est
 
 def register_estimator(
     name: str, *, coverage_beta: float | None = 0.0, keys: Mapping[str, ConfigKey] | None = None,
-    strategy: str | None = None,
+    strategy: str | None = None, paper: str = "",
 ) -> Callable:
     """Register ``fn`` under ``name``; ``coverage_beta`` is this estimator's default for that key, or
     ``None`` for an estimator that does not take coverage credit (one that reads the outcomes from the
@@ -73,7 +74,7 @@ def register_estimator(
     ``keys`` gives the rules of keyword parameters that :data:`CONFIG_KEYS` does not document.
     ``strategy`` names the rollout strategy whose own records (``Step.extras``) the estimator credits,
     for one that runs on no other (3SPO's step rewards): the training config then defaults to it and
-    refuses another."""
+    refuses another. ``paper`` says where the method is published (``ptgpo algos`` lists it)."""
     rules = {**CONFIG_KEYS, **(keys or {})}
 
     def decorator(function: Callable[..., Estimate]) -> Callable[..., Estimate]:
@@ -94,7 +95,7 @@ def register_estimator(
             for key in COVERAGE_KEYS:
                 del defaults[key]
         spec = EstimatorSpec(name, function, MappingProxyType(defaults), passed_on,
-                             MappingProxyType({key: rules[key] for key in defaults}), strategy)
+                             MappingProxyType({key: rules[key] for key in defaults}), strategy, paper)
         ESTIMATORS.register(name, spec)
         return function
 

@@ -6,6 +6,7 @@ Every estimator reads a :class:`StepTable` instead of Python objects, so the mat
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -47,6 +48,9 @@ class StepTable:
     #: 3SPO's composite reward), NaN where none was recorded
     strategy_reward: np.ndarray
     trajectory_group: np.ndarray  # (n_trajectories,) int64: group of each trajectory
+    #: (n_trajectories,) int64: the step at which a trajectory forked from another's prefix
+    #: (``Trajectory.meta["branch_point"]``), -1 for one played from reset or given as a step list
+    branch_point: np.ndarray
     trajectory_length: np.ndarray  # (n_trajectories,) int64: steps of each trajectory (may be 0)
     group_size: np.ndarray  # (n_groups,) int64: trajectories per group, empty ones included
     n_states: int
@@ -74,7 +78,7 @@ class StepTable:
 
         Raises ``ValueError`` for a malformed batch or a reward that is not a finite number.
         """
-        steps, trajectory_group, trajectory_length, group_size = _flatten(batch)
+        steps, trajectory_group, trajectory_length, group_size, branch_point = _flatten(batch)
         state_keys, actions, reward, valid, response_tokens = _step_columns(steps)
         entropy = np.fromiter(
             (np.nan if step.decision is None else step.decision.entropy for step in steps), dtype=np.float64,
@@ -112,6 +116,7 @@ class StepTable:
             entropy=entropy,
             strategy_reward=strategy_reward,
             trajectory_group=np.asarray(trajectory_group, dtype=np.int64),
+            branch_point=np.asarray(branch_point, dtype=np.int64),
             trajectory_length=lengths,
             group_size=np.asarray(group_size, dtype=np.int64),
             n_states=n_states,
@@ -130,12 +135,13 @@ class StepTable:
         return [per_trajectory[start:end] for start, end in zip(group_starts, group_ends)]
 
 
-def _flatten(batch: Sequence[Sequence[Trajectory]]) -> tuple[list[Step], list[int], list[int], list[int]]:
-    """The batch's steps in order, each trajectory's group and length, and each group's size."""
+def _flatten(batch: Sequence[Sequence[Trajectory]]) -> tuple[list[Step], list[int], list[int], list[int], list[int]]:
+    """The batch's steps in order, each trajectory's group and length, each group's size and each
+    trajectory's branch point (-1: none)."""
     if not _is_list_of(batch):
         raise ValueError(f"batch must be a list of groups, each a list of Trajectory; got {type(batch).__name__}")
     steps: list[Step] = []
-    trajectory_group, trajectory_length, group_size = [], [], []
+    trajectory_group, trajectory_length, group_size, branch_point = [], [], [], []
     for g, group in enumerate(batch):
         if not _is_list_of(group):
             raise ValueError(
@@ -144,13 +150,18 @@ def _flatten(batch: Sequence[Sequence[Trajectory]]) -> tuple[list[Step], list[in
             )
         for i, trajectory in enumerate(group):
             trajectory_steps = trajectory.steps if isinstance(trajectory, Trajectory) else trajectory
+            point = trajectory.meta.get("branch_point") if isinstance(trajectory, Trajectory) else None
+            if point is not None and (isinstance(point, bool) or not isinstance(point, numbers.Integral) or point < 0):
+                raise ValueError(f"batch[{g}][{i}].meta['branch_point'] must be a step index (an integer >= 0) or "
+                                 f"None, got {point!r}")
             if not _is_list_of(trajectory_steps):
                 raise ValueError(f"batch[{g}][{i}] must be a Trajectory or a list of Step")
             steps.extend(trajectory_steps)
             trajectory_group.append(g)
             trajectory_length.append(len(trajectory_steps))
+            branch_point.append(-1 if point is None else int(point))
         group_size.append(len(group))
-    return steps, trajectory_group, trajectory_length, group_size
+    return steps, trajectory_group, trajectory_length, group_size, branch_point
 
 
 def _step_columns(steps: list[Step]) -> tuple[list, list, np.ndarray, np.ndarray, np.ndarray]:

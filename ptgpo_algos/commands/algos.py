@@ -47,5 +47,7 @@ def _print_entries(entries: Mapping[str, Mapping[str, Any] | None], registry: An
     for name, keys in entries.items():
         origin = registry.origins.get(name) if registry is not None else None
         plugin = f"  [plugin: {origin}]" if origin else ""
+        paper = getattr(registry.get(name), "paper", "") if registry is not None else ""
+        cited = f"  ({paper})" if paper else ""
         defaults = ", ".join(f"{key}={value!r}" for key, value in (keys or {}).items())
-        print(f"  {name:<{width}}{plugin}  {defaults}".rstrip())
+        print(f"  {name:<{width}}{plugin}{cited}  {defaults}".rstrip())
