@@ -357,7 +357,7 @@ def test_records_say_which_recipe_and_environment_texts_they_were_measured_under
     # training and evaluation; a baseline counts none of them.
     assert rl.train_cpu_s > 0 and rl.eval_cpu_s > 0 and rl.setup_cpu_s > 0 and rl.gpu_s is None
     assert rl.train_cpu_s + rl.eval_cpu_s + rl.setup_cpu_s <= rl.cpu_time_s
-    assert rl.optimizer_updates >= 1 and rl.unique_tokens == rl.trained_tokens
+    assert rl.optimizer_updates >= 1 and 0 < rl.unique_tokens <= rl.trained_tokens  # shared prefixes once
     assert random.train_cpu_s is None and random.setup_cpu_s is None
 
 
