@@ -235,11 +235,17 @@ class PolicyScoring:
         positions = torch.tensor(positions, dtype=torch.long, device=self.device)
         token_logp, token_entropy = self._token_logprobs(
             hidden[place[0], positions], torch.tensor(targets, dtype=torch.long, device=self.device), temperature)
-        shape = (len(rows), max(1, max(len(r) for r in responses)))
+        return self._rows_of_tokens(place, (len(rows), max(1, max(len(r) for r in responses))), token_logp,
+                                    token_entropy if with_entropy else None, entropy_grad)
+
+    def _rows_of_tokens(self, place, shape, token_logp: torch.Tensor, token_entropy: torch.Tensor | None,
+                        entropy_grad: bool):
+        """``(log-probs, entropies, mask)`` of ``shape`` with each token's figures at ``place`` (its row
+        and column), zeros elsewhere; the entropies detached without ``entropy_grad``."""
         rmask = torch.zeros(shape, dtype=torch.long, device=self.device).index_put(place, torch.tensor(1, device=self.device))
         logp = torch.zeros(shape, dtype=token_logp.dtype, device=self.device).index_put(place, token_logp)
         entropy = None
-        if with_entropy:
+        if token_entropy is not None:
             token_entropy = token_entropy if entropy_grad else token_entropy.detach()
             entropy = torch.zeros(shape, dtype=token_entropy.dtype, device=self.device).index_put(place, token_entropy)
         return logp, entropy, rmask
@@ -304,13 +310,8 @@ class PolicyScoring:
             hidden_states, torch.tensor(targets, dtype=torch.long, device=self.device), temperature)
         place = (torch.tensor(row_index, dtype=torch.long, device=self.device),
                  torch.tensor(columns, dtype=torch.long, device=self.device))
-        shape = (len(prompts), max(1, max(len(r) for r in responses)))
-        rmask = torch.zeros(shape, dtype=torch.long, device=self.device).index_put(place, torch.tensor(1, device=self.device))
-        logp = torch.zeros(shape, dtype=token_logp.dtype, device=self.device).index_put(place, token_logp)
-        entropy = None
-        if with_entropy:
-            token_entropy = token_entropy if entropy_grad else token_entropy.detach()
-            entropy = torch.zeros(shape, dtype=token_entropy.dtype, device=self.device).index_put(place, token_entropy)
+        logp, entropy, rmask = self._rows_of_tokens(place, (len(prompts), max(1, max(len(r) for r in responses))),
+                                                    token_logp, token_entropy if with_entropy else None, entropy_grad)
         return logp, entropy, rmask, plan.computed_tokens
 
     def _packed_hidden(self, packed, predictors: Sequence[tuple[int, int]]) -> torch.Tensor:
