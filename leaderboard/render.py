@@ -909,7 +909,8 @@ def write_outputs(
     ``md``: ``leaderboard.md``, ``improvement.md`` and ``comparisons.md``; ``csv``: ``leaderboard.csv``,
     ``improvement.csv`` and ``comparisons.csv``; ``tex``: ``leaderboard.tex``; ``html``:
     ``leaderboard.html``, showing the plots written in the same call; ``png``: ``curves-<env>.png``,
-    ``curves-<env>-seconds.png``, ``intervals.png``, ``improvement.png`` and ``profiles.png``. Curve files that cannot be read are added to
+    ``curves-<env>-<unit>.png`` for each other cost unit the runs recorded, ``intervals.png``,
+    ``improvement.png`` and ``profiles.png``. Curve files that cannot be read are added to
     ``board.problems``.
     """
     unknown = sorted(set(formats) - set(FORMATS))
