@@ -163,6 +163,17 @@ def all_on_rank(info, folder: str) -> dict:
 
 # ----------------------------------------------------------------------------------------- training runs
 #: The runs of tests/test_distributed_training.py: FrozenLake 3x3 with the tiny model (hidden 32, untrained).
+def save_tiny_checkpoint(folder) -> tuple:
+    """A single-process sharded checkpoint of the tiny model in ``folder``, and the model and optimiser
+    it was saved from (to load it into again)."""
+    from ptgpo_algos.distributed.sharded_checkpoint import save_sharded
+
+    scorer = TokenScorer(build_model("tiny"))
+    optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2)
+    save_sharded(folder, scorer, optimizer, {"iteration": 4})
+    return folder, scorer, optimizer
+
+
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
 
 

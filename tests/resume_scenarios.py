@@ -1,5 +1,6 @@
 """A training run killed inside a rollout strategy's collection, resumed, and compared with the same
-run left alone: shared by the tests of the strategies that keep state a checkpoint must carry."""
+run left alone: shared by the tests of the strategies that keep state a checkpoint must carry; and
+the smallest run the checkpoint and resume tests train."""
 
 from __future__ import annotations
 
@@ -8,6 +9,22 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+
+#: The 3x3 lake and the smallest tiny model (not pretrained): a run of seconds.
+LAKE = {"desc": ["SFF", "FHF", "FFG"]}
+TINY = {"hidden_size": 32, "pretrain_steps": 0}
+
+
+def small_lake_config(out_dir, **change):
+    """Two iterations of GiGPO on :data:`LAKE`, a checkpoint after each; ``change`` overrides fields."""
+    from ptgpo_algos.config import TrainConfig
+
+    data = dict(env_id="ptgpo/FrozenLake-v0", env_kwargs=LAKE, max_steps=6, algo="gigpo", group_size=2,
+                tasks_per_iteration=2, iterations=2, eval_every=2, eval_seeds=2, checkpoint_every=1,
+                out_dir=str(out_dir), tiny=TINY)
+    data.update(change)
+    return TrainConfig.from_dict(data)
+
 
 #: Parts of a metrics key that mark a wall-clock measure, which no two runs share.
 TIMING = ("time", "per_s", "wait")

@@ -27,17 +27,7 @@ from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.run_folder import prepare_run_folder
 
 import distributed_scenarios as scenarios
-
-LAKE = {"desc": ["SFF", "FHF", "FFG"]}
-TINY = {"hidden_size": 32, "pretrain_steps": 0}
-
-
-def _config(out_dir, **change) -> TrainConfig:
-    data = dict(env_id="ptgpo/FrozenLake-v0", env_kwargs=LAKE, max_steps=6, algo="gigpo", group_size=2,
-                tasks_per_iteration=2, iterations=2, eval_every=2, eval_seeds=2, checkpoint_every=1,
-                out_dir=str(out_dir), tiny=TINY)
-    data.update(change)
-    return TrainConfig.from_dict(data)
+from resume_scenarios import small_lake_config
 
 
 def _flip(path: Path, start: int, count: int = 64) -> None:
@@ -98,13 +88,7 @@ def test_a_checkpoint_whose_checksum_was_cut_off_is_refused(tmp_path):
 @pytest.fixture
 def saved(tmp_path):
     """A single-process sharded checkpoint of the tiny model, and a model and optimiser to load it into."""
-    from ptgpo_algos.distributed.sharded_checkpoint import save_sharded
-    from ptgpo_algos.distributed.step import TokenScorer
-
-    scorer = TokenScorer(scenarios.build_model("tiny"))
-    optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2)
-    save_sharded(tmp_path / "checkpoint", scorer, optimizer, {"iteration": 4})
-    return tmp_path / "checkpoint", scorer, optimizer
+    return scenarios.save_tiny_checkpoint(tmp_path / "checkpoint")
 
 
 def _load(saved):
@@ -185,7 +169,7 @@ def test_a_sharded_checkpoint_of_an_older_ptgpo_without_checksums_loads_with_a_w
 # =========================================================================== what --resume resumes
 def _run_folder(tmp_path: Path, finished: int, **change) -> TrainConfig:
     """A run folder as a run leaves it after ``finished`` iterations, without its checkpoint."""
-    config = _config(tmp_path / "run", resume=True, **change)
+    config = small_lake_config(tmp_path / "run", resume=True, **change)
     config.run_dir.mkdir()
     (config.run_dir / "config.json").write_text(json.dumps(config.to_dict()))
     (config.run_dir / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i}) + "\n"
@@ -248,14 +232,14 @@ def finished_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PTGPO_CACHE", str(root / "cache"))
-        run_training(_config(root / "run"), progress=False)
+        run_training(small_lake_config(root / "run"), progress=False)
     return root / "run"
 
 
 def _resume(tmp_path, run: Path, capsys, *flags) -> tuple[int, str]:
     import yaml
 
-    data = _config(run, iterations=3).to_dict()
+    data = small_lake_config(run, iterations=3).to_dict()
     del data["run"]["resume"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
     capsys.readouterr()
@@ -292,7 +276,7 @@ def test_a_rank_refuses_a_flipped_shard_at_resume(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     run = tmp_path / "run"
-    run_sharded(_config(run), 1, progress=False)
+    run_sharded(small_lake_config(run), 1, progress=False)
     chunk = _largest_chunk(run / "checkpoint")
     _flip(run / "checkpoint" / chunk["path"], chunk["start"] + chunk["length"] // 2)
     metrics = (run / "metrics.jsonl").read_text()

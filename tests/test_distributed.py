@@ -274,12 +274,7 @@ class _Payload:
 @pytest.fixture
 def saved(tmp_path):
     """A single-process sharded checkpoint of the tiny model, and a model and optimiser to load it into."""
-    from ptgpo_algos.distributed.sharded_checkpoint import save_sharded
-
-    scorer = TokenScorer(scenarios.build_model("tiny"))
-    optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2)
-    save_sharded(tmp_path / "checkpoint", scorer, optimizer, {"iteration": 4})
-    return tmp_path / "checkpoint", scorer, optimizer
+    return scenarios.save_tiny_checkpoint(tmp_path / "checkpoint")
 
 
 def _write_manifest(folder, manifest: dict) -> None:

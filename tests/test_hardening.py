@@ -35,17 +35,7 @@ from ptgpo_algos.files import (
     read_jsonl,
 )
 from ptgpo_algos.trainer import run_training
-
-LAKE = {"desc": ["SFF", "FHF", "FFG"]}
-TINY = {"hidden_size": 32, "pretrain_steps": 0}
-
-
-def _config(out_dir, **change) -> TrainConfig:
-    data = dict(env_id="ptgpo/FrozenLake-v0", env_kwargs=LAKE, max_steps=6, algo="gigpo", group_size=2,
-                tasks_per_iteration=2, iterations=2, eval_every=2, eval_seeds=2, checkpoint_every=1,
-                out_dir=str(out_dir), tiny=TINY)
-    data.update(change)
-    return TrainConfig.from_dict(data)
+from resume_scenarios import TINY, small_lake_config
 
 
 @pytest.fixture
@@ -61,7 +51,7 @@ def finished_run(tmp_path_factory):
     previous = os.environ.get("PTGPO_CACHE")
     os.environ["PTGPO_CACHE"] = str(root / "cache")
     try:
-        run_training(_config(root / "run"), progress=False)
+        run_training(small_lake_config(root / "run"), progress=False)
     finally:
         if previous is None:
             os.environ.pop("PTGPO_CACHE")
@@ -116,7 +106,7 @@ def test_evaluate_and_resume_refuse_a_crafted_checkpoint(finished_run, tmp_path,
     _crafted_checkpoint(run / "checkpoint.pt", marker)
     code, err = _cli("evaluate", run, "--no-progress", capsys=capsys)
     assert code == 2 and "checkpoint.pt: refused" in err and not marker.exists()
-    code, err = _cli("train", "--config", _yaml(tmp_path, _config(run, iterations=3)), "--resume", "--no-progress",
+    code, err = _cli("train", "--config", _yaml(tmp_path, small_lake_config(run, iterations=3)), "--resume", "--no-progress",
                      capsys=capsys)
     assert code == 2 and "checkpoint.pt: refused" in err and not marker.exists()
 
@@ -201,13 +191,13 @@ def test_a_second_writer_is_refused_with_the_holders_pid_until_it_dies(tmp_path,
     holder = _hold_lock(tmp_path / "run", "training run")
     try:
         with pytest.raises(FolderBusyError, match=rf"in use by training run \(pid {holder.pid}\)"):
-            run_training(_config(tmp_path / "run"), progress=False)
+            run_training(small_lake_config(tmp_path / "run"), progress=False)
         assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".ptgpo.lock"]
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     # kill -9 released it: the next writer goes ahead.
-    run_training(_config(tmp_path / "run", iterations=1), progress=False)
+    run_training(small_lake_config(tmp_path / "run", iterations=1), progress=False)
 
 
 def test_the_lock_is_reentrant_within_a_process(tmp_path):
@@ -316,10 +306,10 @@ def test_a_resume_with_other_settings_is_refused_naming_them(finished_run, tmp_p
     run = _copy_run(finished_run, tmp_path / "run")
     before = (run / "config.json").read_text()
     with pytest.raises(ValueError, match=r"algorithm.name: 'gigpo' in the run, 'rloo' now; run.seed: 0 in the run, 5 now"):
-        run_training(_config(run, algo="rloo", seed=5, resume=True), progress=False)
+        run_training(small_lake_config(run, algo="rloo", seed=5, resume=True), progress=False)
     assert (run / "config.json").read_text() == before
     # The stopping fields may change: the run goes on to iteration 3.
-    summary = run_training(_config(run, iterations=3, resume=True), progress=False)
+    summary = run_training(small_lake_config(run, iterations=3, resume=True), progress=False)
     assert summary.iterations == 3
 
 
@@ -332,7 +322,7 @@ def test_a_run_folder_with_the_flat_config_json_of_before_resumes_and_evaluates(
     shutil.copy(Path(__file__).parent / "fixtures" / "config_flat_v1.json", run / "config.json")
     code, err = _cli("evaluate", run, "--no-progress", capsys=capsys)
     assert code == 0, err
-    summary = run_training(_config(run, iterations=3, resume=True), progress=False)
+    summary = run_training(small_lake_config(run, iterations=3, resume=True), progress=False)
     assert summary.iterations == 3
 
 
@@ -343,7 +333,7 @@ def test_config_json_records_the_machine_and_a_resume_on_another_still_loads(fin
     assert data["machine"]["torch"] == torch.__version__ and data["machine"]["processor"]
     data["machine"] = {"processor": "another one", "cpu_capability": "AVX2"}  # not a setting: no refusal
     (run / "config.json").write_text(json.dumps(data))
-    summary = run_training(_config(run, iterations=3, resume=True), progress=False)
+    summary = run_training(small_lake_config(run, iterations=3, resume=True), progress=False)
     assert summary.iterations == 3
     assert json.loads((run / "config.json").read_text())["machine"]["processor"] != "another one"
 
@@ -352,7 +342,7 @@ def test_reproducible_refuses_a_process_whose_torch_started_with_other_kernels(t
     monkeypatch.delenv("MKL_CBWR", raising=False)  # whatever this process's kernels, one setting is missing
     with pytest.raises(ValueError, match=r"run.reproducible \(--reproducible\): .*MKL_CBWR=None.*ptgpo train "
                                          r"--reproducible"):
-        run_training(_config(tmp_path / "run", reproducible=True), progress=False)
+        run_training(small_lake_config(tmp_path / "run", reproducible=True), progress=False)
     assert not (tmp_path / "run").exists()
 
 
@@ -420,13 +410,13 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_warning(finished_run, tmp_pa
     # Killed mid-write: the last row has no newline. The resume drops it and reproduces the run.
     run = _metrics_case(finished_run, tmp_path, lambda lines: lines + ['{"iteration": 3, "loss": 0.'])
     with pytest.warns(UserWarning, match=r"metrics.jsonl:3: dropping a torn last line"):
-        summary = run_training(_config(run, iterations=3, resume=True), progress=False)
+        summary = run_training(small_lake_config(run, iterations=3, resume=True), progress=False)
     assert [row["iteration"] for row in read_jsonl(summary.metrics_path)] == [1, 2, 3]
 
 
 def test_a_garbage_metrics_line_names_file_and_line(finished_run, tmp_path, cache, capsys):
     run = _metrics_case(finished_run, tmp_path, lambda lines: [lines[0], "garbage\n", *lines[1:]])
-    code, err = _cli("train", "--config", _yaml(tmp_path, _config(run, iterations=3)), "--resume", "--no-progress",
+    code, err = _cli("train", "--config", _yaml(tmp_path, small_lake_config(run, iterations=3)), "--resume", "--no-progress",
                      capsys=capsys)
     assert code == 2 and "metrics.jsonl:2: not a JSON object" in err
 
@@ -489,7 +479,7 @@ def test_bad_env_kwargs_fail_before_anything_is_built_or_written(tmp_path, cache
             assert code == 2 and "(env_kwargs): ptgpo/FrozenLake-v0" in err
     assert not (tmp_path / "run").exists() and not cache.exists()
     # The corrected command is not refused.
-    code, _ = _cli("train", "--config", _yaml(tmp_path, _config(tmp_path / "run", iterations=1)), "--no-progress",
+    code, _ = _cli("train", "--config", _yaml(tmp_path, small_lake_config(tmp_path / "run", iterations=1)), "--no-progress",
                    capsys=capsys)
     assert code == 0
 
