@@ -393,6 +393,22 @@ def _iterations_message(env_label: str, items: list[tuple[Path, ResultRecord]]) 
     )
 
 
+def _cost_budget_message(env_label: str, items: list[tuple[Path, ResultRecord]]) -> str | None:
+    """The refusal for RL runs of a cost budget (``train_cpu_s``...) that stopped before spending it
+    (an iteration cap, a time limit), or None. Their decisions differ by design: the matched unit is
+    the cost, spent to the first iteration boundary at or past the budget."""
+    unit = items[0][1].budget_unit
+    short = [(p, r) for p, r in items if getattr(r, unit) is None or getattr(r, unit) < r.budget]
+    if not short:
+        return None
+    lines = [f"  {getattr(r, unit)} of {r.budget} {unit}: {p.name}" for p, r in sorted(short, key=lambda item: item[0])]
+    return (
+        f"RL records for {env_label!r} stopped before spending their budget of {unit}, so the column would "
+        "compare unequal amounts of training (re-run the cells, or move them to their own results directory):\n"
+        + "\n".join(lines)
+    )
+
+
 def _environment_refusals(env_label: str, items: list[tuple[Path, ResultRecord]],
                           decisions_tolerance: float) -> list[str]:
     """What refuses one environment's records: one label for two environments, mixed RL budgets, or
@@ -422,6 +438,9 @@ def _environment_refusals(env_label: str, items: list[tuple[Path, ResultRecord]]
         )
     elif rl and rl[0][1].budget_unit == "iterations":
         if (message := _iterations_message(env_label, rl)) is not None:
+            messages.append(message)
+    elif rl and rl[0][1].budget_unit != "decisions":
+        if (message := _cost_budget_message(env_label, rl)) is not None:
             messages.append(message)
     elif (message := _spent_decisions_message(env_label, rl, decisions_tolerance)) is not None:
         messages.append(message)

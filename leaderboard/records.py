@@ -14,8 +14,10 @@ Storage contract, shared by the benchmark harness (writer) and the leaderboard (
 * A record with status ``ok`` carries its result in ``final_success``; a run without one is
   ``failed``, with the reason in ``error``.
 * ``budget`` is counted in ``budget_unit``: policy ``decisions`` (the default, and the unit of every
-  record written before the field existed) or training ``iterations``; ``iterations`` is the number
-  an RL run trained.
+  record written before the field existed), training ``iterations`` (``iterations`` is the number an
+  RL run trained), or a cost an RL run stopped at (``trained_tokens``, ``optimizer_updates``,
+  ``train_cpu_s``, ``gpu_s``: it stops at the first iteration boundary where its spend reaches the
+  budget, and ``budget_overshoot`` says how far past it, in the unit).
 * ``protocol`` says what a run was measured under (None: not recorded, as in records written before
   the field existed): ``recipe`` (:mod:`ptgpo_algos.policy.recipes`; None for PTGPO's own prompt and
   protocol), and what the evaluation environment reported of itself: ``observation_style`` (the
@@ -93,7 +95,8 @@ __all__ = [
 SCHEMA_VERSION = 1
 METHOD_KINDS = ("rl", "baseline", "reported")
 STATUSES = ("ok", "failed")
-BUDGET_UNITS = ("decisions", "iterations")
+#: Decisions, iterations, and the costs a run can be stopped at (:data:`ptgpo_algos.cost.BUDGET_UNITS`).
+BUDGET_UNITS = ("decisions", "iterations", "trained_tokens", "optimizer_updates", "train_cpu_s", "gpu_s")
 PROTOCOL_KEYS = ("recipe", "observation_style", "reward_impl", "reward_model", "alfworld_version", "webshop_set")
 
 
@@ -129,8 +132,9 @@ class ResultRecord:
     env_label: str
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     seed: int
-    budget: int | None = None
+    budget: float | None = None
     budget_unit: str = "decisions"
+    budget_overshoot: float | None = None
     status: str
     error: str | None = None
     decisions: int = 0
@@ -270,10 +274,13 @@ def _validate_counts(data: dict[str, Any]) -> None:
     for name in ("decisions", "tokens", "eval_episodes"):
         if not _is_int(data[name]) or data[name] < 0:
             _fail(data, name, "a non-negative integer")
-    if data["budget"] is not None and (not _is_int(data["budget"]) or data["budget"] <= 0):
-        _fail(data, "budget", "a positive integer or null")
     if data["budget_unit"] not in BUDGET_UNITS:
         _fail(data, "budget_unit", f"one of {BUDGET_UNITS}")
+    whole = data["budget_unit"] in ("decisions", "iterations")
+    if data["budget"] is not None and (not (_is_int if whole else _is_number)(data["budget"]) or data["budget"] <= 0):
+        _fail(data, "budget", f"a positive {'integer' if whole else 'number'} or null")
+    if data["budget_overshoot"] is not None and not (_is_number(data["budget_overshoot"]) and data["budget_overshoot"] >= 0):
+        _fail(data, "budget_overshoot", "a non-negative number or null")
     for name in ("iterations", "episodes", "trained_tokens", "unique_tokens", "optimizer_updates", "eval_layouts"):
         if data[name] is not None and (not _is_int(data[name]) or data[name] < 0):
             _fail(data, name, "a non-negative integer or null")

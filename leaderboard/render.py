@@ -176,15 +176,22 @@ def _one_line(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _amount(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _budget_line(board: Leaderboard) -> str:
     budgets = {env: budget for env, budget in sorted(board.budgets.items()) if budget is not None}
     units = {board.budget_units.get(env, "decisions") for env in budgets}
     if units <= {"decisions"}:
         parts = [f"{env}: {budget}" for env, budget in budgets.items()]
         return "Budget (policy decisions per RL run): " + ", ".join(parts) + "." if parts else ""
-    parts = [f"{env}: {budget} {board.budget_units.get(env, 'decisions')}" for env, budget in budgets.items()]
-    return ("Budget per RL run (policy decisions, or training iterations of every method alike): "
-            + ", ".join(parts) + ".")
+    parts = [f"{env}: {_amount(budget)} {board.budget_units.get(env, 'decisions')}" for env, budget in budgets.items()]
+    if units & {"decisions", "iterations"}:
+        return ("Budget per RL run (policy decisions, or training iterations of every method alike): "
+                + ", ".join(parts) + ".")
+    return ("Budget per RL run, in a cost every method spent alike (each run stops at the first iteration "
+            "boundary at or past it; records say by how much in budget_overshoot): " + ", ".join(parts) + ".")
 
 
 def _mark(cell: Cell) -> str:

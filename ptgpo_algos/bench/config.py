@@ -19,12 +19,13 @@ import yaml
 
 from leaderboard.records import cell_name
 from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION, MAX_SEED, check_spellings, key_paths, merge_overrides
+from ptgpo_algos.cost import BUDGET_UNITS as COST_BUDGET_UNITS
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (check_choice, check_int, check_list, check_mapping, check_number, check_string,
                                     unknown_keys)
 from ptgpo_algos.yaml_safe import load_yaml
 
-__all__ = ["BaselineEntry", "BenchConfig", "BenchError", "DEFAULT_CONFIG_NAME", "EnvironmentEntry", "MethodEntry",
+__all__ = ["BUDGET_UNITS", "BaselineEntry", "BenchConfig", "BenchError", "DEFAULT_CONFIG_NAME", "EnvironmentEntry", "MethodEntry",
            "default_config_text", "load_config"]
 
 #: The embedded CPU default, shipped inside the package (one source of truth for `ptgpo bench`).
@@ -34,9 +35,11 @@ _QUICK_KEYS = ("name", "budget", "iterations", "seeds", "workers", "policy", "ma
 #: TrainConfig fields the harness sets for each cell (by path); a config that sets them elsewhere is refused.
 _SET_PER_CELL = ("env.id", "env.kwargs", "env.max_steps", "env.train_seeds", "algorithm.name", "algorithm.config",
                  "rollouts.strategy", "run.seed", "run.out_dir", "run.resume", "run.total_decisions",
-                 "evaluation.seeds")
-_TOP_KEYS = ("name", "budget", "iterations", "seeds", "workers", "resources", "policy", "environments", "methods",
+                 "run.budget", "evaluation.seeds")
+_TOP_KEYS = ("name", "budget", "budget_unit", "iterations", "seeds", "workers", "resources", "policy", "environments", "methods",
              "baselines", "quick")
+#: What ``budget`` may count: policy decisions, or a cost of :data:`ptgpo_algos.cost.BUDGET_UNITS`.
+BUDGET_UNITS = ("decisions", *COST_BUDGET_UNITS)
 #: What a cell asks of a Ray cluster (``ptgpo bench --ray``) unless its method or baseline says otherwise.
 DEFAULT_RESOURCES = {"cpus": 1.0, "gpus": 0.0}
 
@@ -58,7 +61,8 @@ class EnvironmentEntry:
     eval_seeds: list[int]
     eval_kwargs: dict[str, Any] | None = None
     max_steps: int | None = None
-    budget: int | None = None
+    #: This environment's budget, in the config's ``budget_unit``.
+    budget: float | None = None
     iterations: int | None = None
     #: The share of start layouts kept for evaluation (``held_out``), or None.
     held_out: float | None = None
@@ -96,11 +100,11 @@ class BaselineEntry:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """A validated benchmark config: its name, default budget of policy decisions, seeds, policy section,
+    """A validated benchmark config: its name, default budget (in ``budget_unit``), seeds, policy section,
     environments, methods and baselines."""
 
     name: str
-    budget: int
+    budget: float
     seeds: list[int]
     policy: dict[str, Any]
     environments: list[EnvironmentEntry]
@@ -112,6 +116,8 @@ class BenchConfig:
     iterations: int | None = None
     #: The config's short version (``--quick``): a smoke run, which its tables say they are.
     smoke_run: bool = False
+    #: What ``budget`` counts (:data:`BUDGET_UNITS`): decisions, or a cost every RL cell stops at.
+    budget_unit: str = "decisions"
 
     def cell_seeds(self, entry: MethodEntry | BaselineEntry) -> list[int]:
         """The seeds ``entry`` runs: its own when it gives them (e.g. fewer for secondary methods), else
@@ -151,7 +157,8 @@ class BenchConfig:
             data["name"] = quick_section.get("name", f"{data.get('name', 'bench')}-quick")
 
         name = _folder_name(check_string("name", data.get("name")))
-        budget = check_int("budget", data.get("budget"), 1)
+        unit = check_choice("budget_unit", data.get("budget_unit", "decisions"), BUDGET_UNITS)
+        budget = _budget("budget", data.get("budget"), unit)
         seeds = _seeds(data.get("seeds"), "seeds")
         workers = data.get("workers")
         if workers is not None:
@@ -160,7 +167,7 @@ class BenchConfig:
         policy = _not_per_cell(_train_fields(data.get("policy", {}) or {}, "policy"), "policy")
 
         environments = [
-            _environment(entry, f"environments[{i}]", max_eval)
+            _environment(entry, f"environments[{i}]", max_eval, unit)
             for i, entry in enumerate(check_list("environments", data.get("environments"), non_empty=True))
         ]
         stopping = {"budget", "iterations"} & set(quick_section) if quick else set()
@@ -174,6 +181,8 @@ class BenchConfig:
             iterations = data.get("iterations")
         if iterations is not None:
             iterations = check_int("iterations", iterations, 1)
+        if unit != "decisions" and (iterations is not None or any(env.iterations is not None for env in environments)):
+            raise BenchError(f"iterations and budget_unit: {unit} both end the RL cells; keep one of them")
         methods = [_method(entry, f"methods[{i}]") for i, entry in enumerate(check_list("methods", data.get("methods", []) or []))]
         baselines = [
             _baseline(entry, f"baselines[{i}]") for i, entry in enumerate(check_list("baselines", data.get("baselines", []) or []))
@@ -189,13 +198,16 @@ class BenchConfig:
         _distinct_files([e.label for e in environments], [m.name for m in methods] + [b.name for b in baselines])
         if iterations is not None or any(env.iterations is not None for env in environments):
             _iterations_once(policy, methods)
-        return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources, iterations, quick)
+        return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources, iterations, quick,
+                   unit)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain data; an iteration budget appears only where one is set (so a results
         folder of a config without one still resumes)."""
         data = asdict(self)
         del data["smoke_run"]  # the folder says so itself (leaderboard.aggregate.SMOKE_MARKER)
+        if data["budget_unit"] == "decisions":
+            del data["budget_unit"]  # so that a results folder written before the unit existed still resumes
         for entry in [data, *data["environments"]]:
             if entry["iterations"] is None:
                 del entry["iterations"]
@@ -215,6 +227,13 @@ def _iterations_once(policy: dict[str, Any], methods: list[MethodEntry]) -> None
         if "run.iterations" in paths:
             raise BenchError(f"{where} sets iterations, and so does the bench's iteration budget (iterations); "
                              "keep the top-level iterations, which every RL cell runs")
+
+
+def _budget(where: str, value: Any, unit: str) -> float:
+    """A budget in ``unit``: a whole number of decisions, or a positive amount of a cost."""
+    if unit == "decisions":
+        return check_int(where, value, 1)
+    return check_number(where, value, 0.0, exclusive_low=True)
 
 
 def _seeds(value: Any, where: str) -> list[int]:
@@ -335,7 +354,7 @@ def _seed_set(value: Any, where: str) -> list[int]:
     return _int_list(value, where)
 
 
-def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEntry:
+def _environment(entry: Any, where: str, max_eval: int | None, unit: str) -> EnvironmentEntry:
     import ptgpo_envs
 
     entry = check_mapping(where, entry)
@@ -369,7 +388,7 @@ def _environment(entry: Any, where: str, max_eval: int | None) -> EnvironmentEnt
         eval_kwargs = dict(check_mapping(f"{where}.eval_kwargs", eval_kwargs))
     budget = entry.get("budget")
     if budget is not None:
-        budget = check_int(f"{where}.budget", budget, 1)
+        budget = _budget(f"{where}.budget", budget, unit)
     iterations = entry.get("iterations")
     if iterations is not None:
         iterations = check_int(f"{where}.iterations", iterations, 1)

@@ -30,7 +30,7 @@ class Cell:
     method: str
     env: EnvironmentEntry
     seed: int
-    budget: int | None
+    budget: float | None
     spec: dict[str, Any] = field(default_factory=dict)
     #: What the cell asks of a Ray cluster (``cpus``, ``gpus``); the local pool runs one per worker.
     resources: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
@@ -47,11 +47,8 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
     for env in config.environments:
         env_budget = env.budget if env.budget is not None else config.budget
         iterations = env.iterations if env.iterations is not None else config.iterations
-        # The matched budget ends an RL run: iterations when the config gives them (every method trains
-        # as many iterations), else decisions, with iterations uncapped unless the config caps them
-        # too. A method's own settings override the policy section's.
-        unit, rl_budget = ("iterations", iterations) if iterations is not None else ("decisions", env_budget)
-        stop = {} if iterations is not None else {"total_decisions": env_budget}
+        # A method's own settings override the policy section's.
+        unit, rl_budget, stop = _stopping(config.budget_unit, env_budget, iterations)
         for method in config.methods:
             for seed in config.cell_seeds(method):
                 # A finished cell's checkpoint (18.5 GB for a fully trained 1.5B model) is removed unless
@@ -81,11 +78,26 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
             spec = {"baseline": baseline.name, "options": baseline.options}
             if kind.uses_policy:
                 spec["policy"] = config.policy
+            if kind.trains and config.budget_unit != "decisions":
+                raise BenchError(f"baselines: {baseline.name} trains for a budget of decisions, and this config's "
+                                 f"budget_unit is {config.budget_unit}; run it in a config whose budget counts "
+                                 "decisions")
             budget = env_budget if kind.trains else None
             for seed in config.cell_seeds(baseline):
                 cells.append(Cell(cell_name(env.label, baseline.name, seed), "baseline", baseline.name, env, seed,
                                   budget, spec, config.cell_resources(baseline), recipe=recipe))
     return cells
+
+
+def _stopping(budget_unit: str, budget: float, iterations: int | None) -> tuple[str, float, dict[str, Any]]:
+    """What ends an environment's RL cells, as ``(unit, amount, TrainConfig fields)``: iterations when
+    the config gives them (every method trains as many), else the budget in its unit, with iterations
+    uncapped unless the config caps them too."""
+    if iterations is not None:
+        return "iterations", iterations, {}
+    if budget_unit == "decisions":
+        return "decisions", budget, {"total_decisions": budget}
+    return budget_unit, budget, {"run.budget": {"unit": budget_unit, "amount": budget}}
 
 
 def check_train_configs(cells: Sequence[Cell]) -> None:

@@ -91,6 +91,7 @@ def _run_rl(cell: Cell, run_dir: Path) -> dict[str, Any]:
         "decisions": int(summary.decisions),
         "tokens": int(summary.tokens or 0),
         "iterations": int(summary.iterations),
+        "budget_overshoot": summary.budget_overshoot,
         **{name: summary.cost[name] for name in _COST_FIELDS},
         "setup_cpu_s": summary.setup_cpu_s,
         "curve_path": str(summary.curve_path) if summary.curve_path else None,

@@ -1,0 +1,116 @@
+"""A benchmark whose budget is a cost (training CPU seconds, trained tokens...): every RL cell stops at
+it, its record keeps the spend and the overshoot, and the leaderboard holds the column to it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from leaderboard.aggregate import LeaderboardError, build_leaderboard
+from leaderboard.records import ResultRecord, read_records, write_record
+from leaderboard.render import to_markdown
+from ptgpo_algos.bench import BenchConfig, BenchError, plan_cells, run_bench
+
+HOUSEHOLD = "ptgpo/Household-v0"
+
+
+def _config(**overrides):
+    data = {
+        "name": "cost",
+        "budget": 6.5,
+        "budget_unit": "train_cpu_s",
+        "seeds": [0],
+        "policy": {"model": "tiny", "tiny": {"pretrain_steps": 0}, "mode": "choose", "group_size": 2,
+                   "tasks_per_iteration": 2, "eval_every": 1},
+        "environments": [
+            {"label": "easy", "id": HOUSEHOLD, "kwargs": {"difficulty": "easy"}, "max_steps": 6,
+             "train_seeds": {"start": 0, "count": 1000}, "eval_seeds": {"start": 1000000, "count": 3}},
+        ],
+        "methods": [{"algo": "grpo"}],
+        "baselines": ["random"],
+    }
+    data.update(overrides)
+    return data
+
+
+def test_a_cost_budget_becomes_every_rl_cell_s_run_budget():
+    hard = {**_config()["environments"][0], "label": "hard", "kwargs": {"difficulty": "hard"}, "budget": 2}
+    config = BenchConfig.from_dict(_config(environments=[_config()["environments"][0], hard]))
+    cells = {(c.env.label, c.method): c for c in plan_cells(config)}
+    easy = cells["easy", "grpo"]
+    assert (easy.budget, easy.budget_unit) == (6.5, "train_cpu_s")
+    assert easy.spec["run.budget"] == {"unit": "train_cpu_s", "amount": 6.5} and "total_decisions" not in easy.spec
+    assert cells["hard", "grpo"].spec["run.budget"] == {"unit": "train_cpu_s", "amount": 2.0}
+    assert cells["easy", "random"].budget is None
+    assert config.to_dict()["budget_unit"] == "train_cpu_s"
+    # A decisions config saves what it always did, so results folders written before the unit resume.
+    assert "budget_unit" not in BenchConfig.from_dict(_config(budget=10, budget_unit="decisions")).to_dict()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"budget_unit": "episodes"}, r"budget_unit: 'episodes' is not valid; choose one of decisions, trained_tokens"),
+    ({"budget": 0}, r"budget: expected a number > 0"),
+    ({"budget": 2.5, "budget_unit": "decisions"}, r"budget: expected an integer >= 1"),
+    ({"iterations": 3}, r"iterations and budget_unit: train_cpu_s both end the RL cells; keep one of them"),
+    ({"policy": {"run.budget": {"unit": "trained_tokens", "amount": 5}}}, r"policy.run.budget is set per cell"),
+])
+def test_a_cost_budget_that_cannot_be_met_is_refused_with_its_key(overrides, message):
+    with pytest.raises(BenchError, match=message):
+        BenchConfig.from_dict(_config(**overrides))
+
+
+def test_a_baseline_that_trains_for_decisions_is_refused_in_a_cost_budget_bench():
+    config = BenchConfig.from_dict(_config(baselines=["sb3_ppo"]))
+    with pytest.raises(BenchError, match="sb3_ppo trains for a budget of decisions, and this config's budget_unit "
+                                         "is train_cpu_s"):
+        plan_cells(config)
+
+
+# GRPO trains no token while every episode of a group fails (its advantages are all zero); PTGPO's
+# coverage credit gives a signal from the first iteration, so its trained tokens grow every iteration.
+@pytest.mark.parametrize("unit, budget, method", [("trained_tokens", 3000, {"algo": "ptgpo", "rollout": "tree"}),
+                                                 ("train_cpu_s", 1.5, {"algo": "grpo"})])
+def test_every_rl_cell_spends_its_cost_budget_and_records_the_overshoot(tmp_path, unit, budget, method):
+    config = BenchConfig.from_dict(_config(budget=budget, budget_unit=unit, methods=[method]))
+    report = run_bench(config, tmp_path, workers=1, progress=False)
+    assert not report.failed
+    records, problems = read_records(tmp_path)
+    assert not problems
+    [record] = [r for r in records if r.method_kind == "rl"]
+    spend = getattr(record, unit)
+    assert (record.budget, record.budget_unit) == (budget, unit)
+    assert spend >= budget and record.budget_overshoot == pytest.approx(spend - budget)
+    # Stopped at the first iteration boundary at or past the budget: every earlier one was short of it.
+    cost = tmp_path / "runs" / f"easy__{method['algo']}__seed0" / "cost.jsonl"
+    rows = [json.loads(line) for line in cost.read_text().splitlines()]
+    assert rows[-1][unit] == pytest.approx(spend) and all(row[unit] < budget for row in rows[:-1])
+    assert f"easy: {budget:g} {unit}" in (tmp_path / "leaderboard" / "leaderboard.md").read_text()
+
+
+def _record(method, spend, **extra):
+    return ResultRecord(method=method, method_kind="rl", env_id=HOUSEHOLD, env_label="easy", seed=0, status="ok",
+                        final_success=0.5, budget=20.0, budget_unit="train_cpu_s", train_cpu_s=spend,
+                        decisions=100 + int(spend), budget_overshoot=max(0.0, spend - 20.0),
+                        created_at="2026-12-06T00:00:00+00:00", **extra)
+
+
+def test_the_leaderboard_holds_a_cost_column_to_its_budget_not_to_equal_decisions(tmp_path):
+    write_record(tmp_path, _record("grpo", 21.5))
+    write_record(tmp_path, _record("gigpo", 26.0))  # decisions 4 % apart: the matched unit is the cost
+    board = build_leaderboard(tmp_path)
+    assert (board.budgets["easy"], board.budget_units["easy"]) == (20.0, "train_cpu_s")
+    assert "each run stops at the first iteration boundary at or past it" in to_markdown(board)
+    assert "easy: 20 train_cpu_s" in to_markdown(board)
+    write_record(tmp_path, _record("ptgpo", 12.0))
+    with pytest.raises(LeaderboardError, match=r"stopped before spending their budget of train_cpu_s(.|\n)*"
+                                               r"12.0 of 20.0 train_cpu_s: easy__ptgpo__seed0"):
+        build_leaderboard(tmp_path)
+
+
+def test_a_record_s_cost_budget_and_overshoot_are_validated():
+    with pytest.raises(ValueError, match="field 'budget_overshoot'"):
+        _record("grpo", 21.0).__class__(**{**_record("grpo", 21.0).to_dict(), "budget_overshoot": -1.0})
+    with pytest.raises(ValueError, match="field 'budget'.*a positive integer"):
+        ResultRecord(method="grpo", method_kind="rl", env_id=HOUSEHOLD, env_label="easy", seed=0, status="ok",
+                     final_success=0.5, budget=2.5, budget_unit="decisions")
