@@ -394,16 +394,16 @@ def _iterations_message(env_label: str, items: list[tuple[Path, ResultRecord]]) 
 
 
 def _cost_budget_message(env_label: str, items: list[tuple[Path, ResultRecord]]) -> str | None:
-    """The refusal for RL runs of a cost budget (``train_cpu_s``...) that stopped before spending it
-    (an iteration cap, a time limit), or None. Their decisions differ by design: the matched unit is
-    the cost, spent to the first iteration boundary at or past the budget."""
+    """The refusal for RL runs of a cost budget (``train_cpu_s``...) that something else stopped (an
+    iteration cap, a time limit: no ``budget_overshoot``), or None. Their decisions differ by design: the
+    matched unit is the cost, spent to an iteration boundary at or near the budget."""
     unit = items[0][1].budget_unit
-    short = [(p, r) for p, r in items if getattr(r, unit) is None or getattr(r, unit) < r.budget]
+    short = [(p, r) for p, r in items if r.budget_overshoot is None or getattr(r, unit) is None]
     if not short:
         return None
     lines = [f"  {getattr(r, unit)} of {r.budget} {unit}: {p.name}" for p, r in sorted(short, key=lambda item: item[0])]
     return (
-        f"RL records for {env_label!r} stopped before spending their budget of {unit}, so the column would "
+        f"RL records for {env_label!r} stopped before their budget of {unit} stopped them, so the column would "
         "compare unequal amounts of training (re-run the cells, or move them to their own results directory):\n"
         + "\n".join(lines)
     )

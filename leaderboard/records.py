@@ -16,8 +16,9 @@ Storage contract, shared by the benchmark harness (writer) and the leaderboard (
 * ``budget`` is counted in ``budget_unit``: policy ``decisions`` (the default, and the unit of every
   record written before the field existed), training ``iterations`` (``iterations`` is the number an
   RL run trained), or a cost an RL run stopped at (``trained_tokens``, ``optimizer_updates``,
-  ``train_cpu_s``, ``gpu_s``: it stops at the first iteration boundary where its spend reaches the
-  budget, and ``budget_overshoot`` says how far past it, in the unit).
+  ``train_cpu_s``, ``gpu_s``: it stops at an iteration boundary at or near the budget, and
+  ``budget_overshoot`` says how far past it, in the unit, negative when short; None when something
+  else stopped it).
 * ``protocol`` says what a run was measured under (None: not recorded, as in records written before
   the field existed): ``recipe`` (:mod:`ptgpo_algos.policy.recipes`; None for PTGPO's own prompt and
   protocol), and what the evaluation environment reported of itself: ``observation_style`` (the
@@ -279,8 +280,8 @@ def _validate_counts(data: dict[str, Any]) -> None:
     whole = data["budget_unit"] in ("decisions", "iterations")
     if data["budget"] is not None and (not (_is_int if whole else _is_number)(data["budget"]) or data["budget"] <= 0):
         _fail(data, "budget", f"a positive {'integer' if whole else 'number'} or null")
-    if data["budget_overshoot"] is not None and not (_is_number(data["budget_overshoot"]) and data["budget_overshoot"] >= 0):
-        _fail(data, "budget_overshoot", "a non-negative number or null")
+    if data["budget_overshoot"] is not None and not _is_number(data["budget_overshoot"]):
+        _fail(data, "budget_overshoot", "a number or null")
     for name in ("iterations", "episodes", "trained_tokens", "unique_tokens", "optimizer_updates", "eval_layouts"):
         if data[name] is not None and (not _is_int(data[name]) or data[name] < 0):
             _fail(data, name, "a non-negative integer or null")

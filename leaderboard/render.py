@@ -190,8 +190,8 @@ def _budget_line(board: Leaderboard) -> str:
     if units & {"decisions", "iterations"}:
         return ("Budget per RL run (policy decisions, or training iterations of every method alike): "
                 + ", ".join(parts) + ".")
-    return ("Budget per RL run, in a cost every method spent alike (each run stops at the first iteration "
-            "boundary at or past it; records say by how much in budget_overshoot): " + ", ".join(parts) + ".")
+    return ("Budget per RL run, in a cost every method spent alike (each run stops at an iteration boundary at "
+            "or near it; budget_overshoot in the records says how far off): " + ", ".join(parts) + ".")
 
 
 def _mark(cell: Cell) -> str:

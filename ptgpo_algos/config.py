@@ -548,8 +548,9 @@ class RunConfig:
     time_limit_s: float | None = _field(None, "stop after this many seconds of wall time",
                                         flag="time-limit")
     budget: Budget | None = _field(None, "stop once the run has spent this much in another unit than decisions: "
-                                   "{unit: trained_tokens, optimizer_updates, train_cpu_s or gpu_s, amount: N}, at "
-                                   "the first iteration boundary at or after it (ptgpo_algos.cost)", flat=False)
+                                   "{unit: trained_tokens, optimizer_updates, train_cpu_s or gpu_s, amount: N, "
+                                   "stop: reached or nearest}: at the first iteration boundary at or after it "
+                                   "(reached), or at the boundary nearest it (nearest; ptgpo_algos.cost)", flat=False)
     checkpoint_every: int = _field(10, "checkpoint every N iterations")
     keep_checkpoint: bool = _field(True, "keep checkpoint.pt once the run has finished (false: removed after "
                                    "final_model/ is saved, so a finished run cannot be extended; benchmark cells "

@@ -22,8 +22,12 @@ Policy decisions and generated tokens are the run's own counters (:class:`~ptgpo
 Model building (the tiny model's pretraining included) counts in none of them.
 
 ``run.budget`` (:class:`Budget`) stops a run once its spend in one unit reaches an amount. A run stops at
-an iteration boundary: the first one at or after the amount, never before it, so the spend overshoots
-by at most one iteration's; ``TrainSummary.budget_overshoot`` and the cell record keep the overshoot.
+an iteration boundary. By its ``stop`` rule: ``reached`` (the default), the first boundary at or after the
+amount, never before it, so the spend overshoots by at most one iteration's; ``nearest``, the boundary
+nearest the amount as far as the last iteration's spend foretells the next one's (stop once the amount is
+within half an iteration), so the spend lands within about half an iteration on either side and runs
+whose iterations cost more are not handed more of the unit. ``TrainSummary.budget_overshoot`` and the
+cell record keep the signed difference.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any, Mapping
 
 from ptgpo_algos.validation import check_choice, check_mapping, check_number, settings_from_mapping
 
-__all__ = ["BUDGET_UNITS", "COST_UNITS", "Budget", "Cost", "standard_error"]
+__all__ = ["BUDGET_UNITS", "COST_UNITS", "STOP_RULES", "Budget", "Cost", "standard_error"]
 
 #: Every unit a run's cost is counted in, as ``cost.jsonl`` names it: ``decisions`` and ``tokens``
 #: (generated) are the run's own counters, the rest :class:`Cost`'s fields (``eval_cpu_s`` is no cost
@@ -44,6 +48,8 @@ COST_UNITS = ("decisions", "episodes", "tokens", "trained_tokens", "unique_token
 #: The units ``run.budget`` takes. Decisions have their own field, ``run.total_decisions``, which also
 #: caps the rollouts inside an iteration.
 BUDGET_UNITS = ("trained_tokens", "optimizer_updates", "train_cpu_s", "gpu_s")
+#: Where a budget stops a run (see the module docstring).
+STOP_RULES = ("reached", "nearest")
 
 
 @dataclass
@@ -71,16 +77,19 @@ class Cost:
 
 @dataclass(frozen=True)
 class Budget:
-    """Stop once the run's spend in ``unit`` (one of :data:`BUDGET_UNITS`) reaches ``amount``."""
+    """Stop once the run's spend in ``unit`` (one of :data:`BUDGET_UNITS`) reaches ``amount``, by the
+    ``stop`` rule (:data:`STOP_RULES`, see the module docstring)."""
 
     unit: str
     amount: float
+    stop: str = "reached"
 
     def __post_init__(self) -> None:
         if self.unit == "decisions":
             raise ValueError("run.budget.unit: a budget in decisions is run.total_decisions; set that instead")
         check_choice("run.budget.unit", self.unit, BUDGET_UNITS)
         object.__setattr__(self, "amount", check_number("run.budget.amount", self.amount, 0.0, exclusive_low=True))
+        check_choice("run.budget.stop", self.stop, STOP_RULES)
 
     @classmethod
     def from_mapping(cls, values: Any) -> Budget:
@@ -92,8 +101,11 @@ class Budget:
                              f"(missing {', '.join(missing)})")
         return settings_from_mapping(cls, values, "run.budget")
 
-    def spent(self, spend: float) -> bool:
-        """Whether ``spend`` (in :attr:`unit`) has reached the amount."""
+    def spent(self, spend: float, last_step: float = 0.0) -> bool:
+        """Whether a run that has spent ``spend`` (in :attr:`unit`), ``last_step`` of it in its last
+        iteration, stops here."""
+        if self.stop == "nearest":
+            return spend + last_step / 2 >= self.amount
         return spend >= self.amount
 
     def fraction(self, spend: float) -> float:
@@ -101,8 +113,8 @@ class Budget:
         return spend / self.amount
 
     def overshoot(self, spend: float) -> float:
-        """How far ``spend`` went past the amount (0 when it stopped exactly on it)."""
-        return max(0.0, spend - self.amount)
+        """How far ``spend`` went past the amount (negative: short of it)."""
+        return spend - self.amount
 
 
 def standard_error(success: float, episodes: int) -> float:

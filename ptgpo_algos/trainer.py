@@ -114,7 +114,8 @@ class TrainSummary:
     recipe: str | None = None
     #: The run's :class:`~ptgpo_algos.cost.Cost` counters at the end (``cost.jsonl``'s last row).
     cost: dict[str, Any] = field(default_factory=dict)
-    #: How far the spend went past ``run.budget``'s amount, in its unit (None: no such budget).
+    #: How far the spend went past ``run.budget``'s amount, in its unit, negative when the ``nearest``
+    #: rule stopped short of it (None: no such budget, or something else stopped the run).
     budget_overshoot: float | None = None
     #: CPU seconds this process spent building the models (the tiny model's pretraining included when
     #: it was not cached): counted in no cost.
@@ -198,6 +199,9 @@ class Trainer:
         self.config = config
         self.progress = progress
         self.extra_callbacks = list(callbacks)
+        #: What the last iteration spent in ``run.budget``'s unit (0 before the first of this process):
+        #: the ``nearest`` stop rule's estimate of what the next one would.
+        self.budget_step = 0.0
 
     # ================================================================== the run
     def train(self) -> TrainSummary:
@@ -358,7 +362,7 @@ class Trainer:
         run, state = self.config.run, self.state
         return (state.iteration >= run.iterations
                 or (run.total_decisions is not None and state.decisions >= run.total_decisions)
-                or (run.budget is not None and run.budget.spent(self.spend(run.budget.unit)))
+                or (run.budget is not None and run.budget.spent(self.spend(run.budget.unit), self.budget_step))
                 or (run.time_limit_s is not None and self.elapsed() >= run.time_limit_s))
 
     def spend(self, unit: str) -> float:
@@ -434,7 +438,8 @@ class Trainer:
         """Add the iteration's cost (:class:`~ptgpo_algos.cost.Cost`): its episodes, the update's tokens
         and optimiser steps, ``cpu_s`` and ``wall_s``, this process's CPU and wall seconds of its rollouts
         and update, and the CPU seconds of an asynchronous worker that played its rollouts."""
-        cost = self.state.cost
+        cost, budget = self.state.cost, self.config.run.budget
+        before = self.spend(budget.unit) if budget is not None else 0.0
         cost.episodes += int(stats.episodes)
         cost.trained_tokens += int(update.get("train_tokens", 0))
         cost.unique_tokens += int(update.get("computed_tokens", 0))
@@ -442,6 +447,8 @@ class Trainer:
         cost.train_cpu_s += self.run_cpu(cpu_s) + stats.worker_cpu_s
         if cost.gpu_s is not None:
             cost.gpu_s += wall_s * self.world_size
+        if budget is not None:
+            self.budget_step = self.spend(budget.unit) - before
 
     def batch_figures(self, samples: list, advantages, diagnostics) -> dict[str, float]:
         """The metrics row's figures of the trained batch: its steps, its advantages and the estimator's
@@ -656,11 +663,11 @@ class Trainer:
         )
 
     def budget_overshoot(self) -> float | None:
-        """How far the spend went past ``run.budget``'s amount (None: no such budget, or the run stopped
-        before reaching it)."""
+        """How far the spend went past ``run.budget``'s amount, negative when the ``nearest`` rule stopped
+        it short (None: no such budget, or something else stopped the run)."""
         budget = self.config.run.budget
         spend = None if budget is None else self.spend(budget.unit)
-        return budget.overshoot(spend) if spend is not None and budget.spent(spend) else None
+        return budget.overshoot(spend) if spend is not None and budget.spent(spend, self.budget_step) else None
 
     def save_final_model(self) -> None:
         """``final_model/``: the trained policy, ``save_pretrained``."""

@@ -40,8 +40,12 @@ def test_a_cost_budget_becomes_every_rl_cell_s_run_budget():
     cells = {(c.env.label, c.method): c for c in plan_cells(config)}
     easy = cells["easy", "grpo"]
     assert (easy.budget, easy.budget_unit) == (6.5, "train_cpu_s")
-    assert easy.spec["run.budget"] == {"unit": "train_cpu_s", "amount": 6.5} and "total_decisions" not in easy.spec
-    assert cells["hard", "grpo"].spec["run.budget"] == {"unit": "train_cpu_s", "amount": 2.0}
+    assert easy.spec["run.budget"] == {"unit": "train_cpu_s", "amount": 6.5, "stop": "reached"}
+    assert "total_decisions" not in easy.spec
+    assert cells["hard", "grpo"].spec["run.budget"]["amount"] == 2.0
+    nearest = BenchConfig.from_dict(_config(budget_stop="nearest"))
+    assert plan_cells(nearest)[0].spec["run.budget"]["stop"] == "nearest"
+    assert nearest.to_dict()["budget_stop"] == "nearest" and "budget_stop" not in config.to_dict()
     assert cells["easy", "random"].budget is None
     assert config.to_dict()["budget_unit"] == "train_cpu_s"
     # A decisions config saves what it always did, so results folders written before the unit resume.
@@ -54,6 +58,8 @@ def test_a_cost_budget_becomes_every_rl_cell_s_run_budget():
     ({"budget": 2.5, "budget_unit": "decisions"}, r"budget: expected an integer >= 1"),
     ({"iterations": 3}, r"iterations and budget_unit: train_cpu_s both end the RL cells; keep one of them"),
     ({"policy": {"run.budget": {"unit": "trained_tokens", "amount": 5}}}, r"policy.run.budget is set per cell"),
+    ({"budget_stop": "soon"}, r"budget_stop: 'soon' is not valid; choose one of reached, nearest"),
+    ({"budget_stop": "nearest", "budget_unit": "decisions", "budget": 10}, r"budget_stop: a budget of decisions"),
 ])
 def test_a_cost_budget_that_cannot_be_met_is_refused_with_its_key(overrides, message):
     with pytest.raises(BenchError, match=message):
@@ -89,28 +95,29 @@ def test_every_rl_cell_spends_its_cost_budget_and_records_the_overshoot(tmp_path
 
 
 def _record(method, spend, **extra):
+    extra.setdefault("budget_overshoot", spend - 20.0)
     return ResultRecord(method=method, method_kind="rl", env_id=HOUSEHOLD, env_label="easy", seed=0, status="ok",
                         final_success=0.5, budget=20.0, budget_unit="train_cpu_s", train_cpu_s=spend,
-                        decisions=100 + int(spend), budget_overshoot=max(0.0, spend - 20.0),
-                        created_at="2026-12-06T00:00:00+00:00", **extra)
+                        decisions=100 + int(spend), created_at="2026-12-06T00:00:00+00:00", **extra)
 
 
 def test_the_leaderboard_holds_a_cost_column_to_its_budget_not_to_equal_decisions(tmp_path):
     write_record(tmp_path, _record("grpo", 21.5))
     write_record(tmp_path, _record("gigpo", 26.0))  # decisions 4 % apart: the matched unit is the cost
+    write_record(tmp_path, _record("rloo", 19.0))  # the nearest rule stopped it short
     board = build_leaderboard(tmp_path)
     assert (board.budgets["easy"], board.budget_units["easy"]) == (20.0, "train_cpu_s")
-    assert "each run stops at the first iteration boundary at or past it" in to_markdown(board)
+    assert "each run stops at an iteration boundary at or near it" in to_markdown(board)
     assert "easy: 20 train_cpu_s" in to_markdown(board)
-    write_record(tmp_path, _record("ptgpo", 12.0))
-    with pytest.raises(LeaderboardError, match=r"stopped before spending their budget of train_cpu_s(.|\n)*"
+    write_record(tmp_path, _record("ptgpo", 12.0, budget_overshoot=None))  # an iteration cap stopped it
+    with pytest.raises(LeaderboardError, match=r"stopped before their budget of train_cpu_s stopped them(.|\n)*"
                                                r"12.0 of 20.0 train_cpu_s: easy__ptgpo__seed0"):
         build_leaderboard(tmp_path)
 
 
 def test_a_record_s_cost_budget_and_overshoot_are_validated():
     with pytest.raises(ValueError, match="field 'budget_overshoot'"):
-        _record("grpo", 21.0).__class__(**{**_record("grpo", 21.0).to_dict(), "budget_overshoot": -1.0})
+        _record("grpo", 21.0, budget_overshoot="far")
     with pytest.raises(ValueError, match="field 'budget'.*a positive integer"):
         ResultRecord(method="grpo", method_kind="rl", env_id=HOUSEHOLD, env_label="easy", seed=0, status="ok",
                      final_success=0.5, budget=2.5, budget_unit="decisions")

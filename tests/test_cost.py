@@ -72,6 +72,24 @@ def test_a_cpu_second_budget_stops_at_the_first_iteration_at_or_after_it(tmp_pat
     assert cost[-1]["eval_cpu_s"] > 0 and summary.setup_cpu_s > 0
 
 
+def test_the_nearest_rule_stops_at_the_boundary_nearest_the_budget_as_the_last_iteration_foretells(tmp_path):
+    budget = {"unit": "trained_tokens", "amount": 40000, "stop": "nearest"}
+    summary = run_training(_config(tmp_path / "run", **{"run.budget": budget}), progress=False)
+    spent = [row["trained_tokens"] for row in _rows(tmp_path / "run" / "cost.jsonl")]
+    # It stops once the budget lies within half the last iteration's spend, and not a boundary before.
+    assert spent[-1] + (spent[-1] - spent[-2]) / 2 >= 40000 > spent[-2] + (spent[-2] - spent[-3]) / 2
+    assert summary.budget_overshoot == spent[-1] - 40000
+
+
+def test_the_stop_rules_of_a_budget():
+    reached, nearest = Budget("train_cpu_s", 10.0), Budget("train_cpu_s", 10.0, stop="nearest")
+    assert not reached.spent(9.0, 4.0) and reached.spent(10.0) and reached.overshoot(12.5) == 2.5
+    # 9 s spent, the last iteration took 4: one more would end near 13, 3 past; stopping now is 1 short.
+    assert nearest.spent(9.0, 4.0) and not nearest.spent(7.0, 4.0) and nearest.overshoot(9.0) == -1.0
+    with pytest.raises(ValueError, match="run.budget.stop: 'soon' is not valid"):
+        Budget("train_cpu_s", 10.0, stop="soon")
+
+
 def test_evaluations_at_fractions_of_the_budget_carry_their_standard_error(tmp_path):
     config = _config(tmp_path / "run", **{"run.budget": {"unit": "trained_tokens", "amount": 160000},
                                           "evaluation.every_fraction": 0.25})

@@ -18,6 +18,8 @@ Config schema (YAML; unknown keys are errors)::
                                  # (an environment's own `budget` overrides it for that environment)
     budget_unit: decisions       # optional: what `budget` counts: decisions, or a cost every RL
                                  # cell stops at: train_cpu_s, trained_tokens, optimizer_updates, gpu_s
+    budget_stop: reached         # optional, with a cost: stop at the first iteration boundary at or
+                                 # past the budget (reached), or at the one nearest it (nearest)
     iterations: 150              # optional: RL cells stop after this many iterations instead (every
                                  # method the same; `budget` then serves the baselines that train)
     seeds: [0, 1]                # one cell per seed per (environment, method)
@@ -76,10 +78,11 @@ recipe's own ``iterations`` applies only through it, since each cell's stopping 
 record says ``budget_unit: iterations``, and the leaderboard checks the iterations trained instead.
 With ``budget_unit`` a cost (training CPU seconds, trained tokens, optimizer updates, GPU seconds:
 :data:`ptgpo_algos.cost.BUDGET_UNITS`), every RL cell trains until its spend in that unit reaches the
-budget (``run.budget``), stopping at the first iteration boundary at or past it: the record keeps the
-spend and ``budget_overshoot`` (how far past, at most one iteration's cost), the leaderboard refuses a
-column whose cells stopped short of the budget, and ``leaderboard/matched-cost.md`` reads every curve
-at one common cost. A budget in CPU seconds is measured, not counted, so such a run does not replay bit
+budget (``run.budget``), stopping at the first iteration boundary at or past it, or with ``budget_stop:
+nearest`` at the boundary nearest it (so that a method whose iterations cost more is not handed more of
+the unit): the record keeps the spend and ``budget_overshoot`` (signed, within one iteration's cost),
+the leaderboard refuses a column with a cell that something else stopped, and
+``leaderboard/matched-cost.md`` reads every curve at one common cost. A budget in CPU seconds is measured, not counted, so such a run does not replay bit
 for bit (its curves depend on the machine's speed and load); baselines that train for decisions
 (SB3 PPO) are refused in such a config.
 Records also carry the ``protocol`` the cell ran under (the policy section's recipe, and what the

@@ -20,6 +20,7 @@ import yaml
 from leaderboard.records import cell_name
 from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION, MAX_SEED, check_spellings, key_paths, merge_overrides
 from ptgpo_algos.cost import BUDGET_UNITS as COST_BUDGET_UNITS
+from ptgpo_algos.cost import STOP_RULES
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (check_choice, check_int, check_list, check_mapping, check_number, check_string,
                                     unknown_keys)
@@ -36,7 +37,7 @@ _QUICK_KEYS = ("name", "budget", "iterations", "seeds", "workers", "policy", "ma
 _SET_PER_CELL = ("env.id", "env.kwargs", "env.max_steps", "env.train_seeds", "algorithm.name", "algorithm.config",
                  "rollouts.strategy", "run.seed", "run.out_dir", "run.resume", "run.total_decisions",
                  "run.budget", "evaluation.seeds")
-_TOP_KEYS = ("name", "budget", "budget_unit", "iterations", "seeds", "workers", "resources", "policy", "environments", "methods",
+_TOP_KEYS = ("name", "budget", "budget_unit", "budget_stop", "iterations", "seeds", "workers", "resources", "policy", "environments", "methods",
              "baselines", "quick")
 #: What ``budget`` may count: policy decisions, or a cost of :data:`ptgpo_algos.cost.BUDGET_UNITS`.
 BUDGET_UNITS = ("decisions", *COST_BUDGET_UNITS)
@@ -118,6 +119,8 @@ class BenchConfig:
     smoke_run: bool = False
     #: What ``budget`` counts (:data:`BUDGET_UNITS`): decisions, or a cost every RL cell stops at.
     budget_unit: str = "decisions"
+    #: Where a cost budget stops an RL cell (:data:`ptgpo_algos.cost.STOP_RULES`).
+    budget_stop: str = "reached"
 
     def cell_seeds(self, entry: MethodEntry | BaselineEntry) -> list[int]:
         """The seeds ``entry`` runs: its own when it gives them (e.g. fewer for secondary methods), else
@@ -159,6 +162,10 @@ class BenchConfig:
         name = _folder_name(check_string("name", data.get("name")))
         unit = check_choice("budget_unit", data.get("budget_unit", "decisions"), BUDGET_UNITS)
         budget = _budget("budget", data.get("budget"), unit)
+        stop = check_choice("budget_stop", data.get("budget_stop", "reached"), STOP_RULES)
+        if stop != "reached" and unit == "decisions":
+            raise BenchError("budget_stop: a budget of decisions is spent exactly; budget_stop applies to a "
+                             "budget_unit of cost (train_cpu_s...)")
         seeds = _seeds(data.get("seeds"), "seeds")
         workers = data.get("workers")
         if workers is not None:
@@ -199,15 +206,18 @@ class BenchConfig:
         if iterations is not None or any(env.iterations is not None for env in environments):
             _iterations_once(policy, methods)
         return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources, iterations, quick,
-                   unit)
+                   unit, stop)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain data; an iteration budget appears only where one is set (so a results
         folder of a config without one still resumes)."""
         data = asdict(self)
         del data["smoke_run"]  # the folder says so itself (leaderboard.aggregate.SMOKE_MARKER)
+        # Defaults left out, so that a results folder written before these keys existed still resumes.
         if data["budget_unit"] == "decisions":
-            del data["budget_unit"]  # so that a results folder written before the unit existed still resumes
+            del data["budget_unit"]
+        if data["budget_stop"] == "reached":
+            del data["budget_stop"]
         for entry in [data, *data["environments"]]:
             if entry["iterations"] is None:
                 del entry["iterations"]

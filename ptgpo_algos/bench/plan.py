@@ -48,7 +48,7 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
         env_budget = env.budget if env.budget is not None else config.budget
         iterations = env.iterations if env.iterations is not None else config.iterations
         # A method's own settings override the policy section's.
-        unit, rl_budget, stop = _stopping(config.budget_unit, env_budget, iterations)
+        unit, rl_budget, stop = _stopping(config, env_budget, iterations)
         for method in config.methods:
             for seed in config.cell_seeds(method):
                 # A finished cell's checkpoint (18.5 GB for a fully trained 1.5B model) is removed unless
@@ -89,15 +89,16 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
     return cells
 
 
-def _stopping(budget_unit: str, budget: float, iterations: int | None) -> tuple[str, float, dict[str, Any]]:
+def _stopping(config: BenchConfig, budget: float, iterations: int | None) -> tuple[str, float, dict[str, Any]]:
     """What ends an environment's RL cells, as ``(unit, amount, TrainConfig fields)``: iterations when
     the config gives them (every method trains as many), else the budget in its unit, with iterations
     uncapped unless the config caps them too."""
     if iterations is not None:
         return "iterations", iterations, {}
-    if budget_unit == "decisions":
+    if config.budget_unit == "decisions":
         return "decisions", budget, {"total_decisions": budget}
-    return budget_unit, budget, {"run.budget": {"unit": budget_unit, "amount": budget}}
+    return config.budget_unit, budget, {"run.budget": {"unit": config.budget_unit, "amount": budget,
+                                                       "stop": config.budget_stop}}
 
 
 def check_train_configs(cells: Sequence[Cell]) -> None:
