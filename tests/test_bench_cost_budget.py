@@ -121,3 +121,18 @@ def test_a_record_s_cost_budget_and_overshoot_are_validated():
     with pytest.raises(ValueError, match="field 'budget'.*a positive integer"):
         ResultRecord(method="grpo", method_kind="rl", env_id=HOUSEHOLD, env_label="easy", seed=0, status="ok",
                      final_success=0.5, budget=2.5, budget_unit="decisions")
+
+
+@pytest.mark.parametrize("unit, interleaved", [("train_cpu_s", True), ("trained_tokens", False)])
+def test_a_budget_in_seconds_runs_the_methods_seed_by_seed(tmp_path, monkeypatch, unit, interleaved):
+    import ptgpo_algos.bench.grid as grid
+
+    ran = []
+    monkeypatch.setattr(grid, "run_cells", lambda todo, *args: ran.extend(cell.name for cell in todo) or [])
+    config = BenchConfig.from_dict(_config(budget_unit=unit, seeds=[0, 1], methods=[{"algo": "grpo"},
+                                                                                   {"algo": "gigpo"}]))
+    run_bench(config, tmp_path, workers=1, progress=False, build_leaderboard=False)
+    by_seed = ["easy__grpo__seed0", "easy__gigpo__seed0", "easy__grpo__seed1", "easy__gigpo__seed1"]
+    by_method = ["easy__grpo__seed0", "easy__grpo__seed1", "easy__gigpo__seed0", "easy__gigpo__seed1"]
+    assert ran[:4] == (by_seed if interleaved else by_method) and ran[4:] == ["easy__random__seed0",
+                                                                               "easy__random__seed1"]

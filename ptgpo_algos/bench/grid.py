@@ -100,8 +100,14 @@ def _run_grid(config: BenchConfig, cells: list[Cell], out_dir: Path, workers: in
     if failed_before:
         say(f"{len(failed_before)} cell(s) failed in an earlier run and are skipped: --retry-failed runs them again")
 
-    # Long (training) cells first, so that short baseline cells fill the workers at the end.
-    todo.sort(key=lambda cell: cell.budget is None)
+    # Long (training) cells first, so that short baseline cells fill the workers at the end. A budget
+    # measured in seconds depends on what else the machine runs: the methods take turns seed by seed,
+    # so that a busy hour is spread over all of them instead of falling on one method's cells.
+    if config.budget_unit in ("train_cpu_s", "gpu_s"):
+        levels = {env.label: i for i, env in enumerate(config.environments)}
+        todo.sort(key=lambda cell: (cell.budget is None, levels[cell.env.label], cell.seed))
+    else:
+        todo.sort(key=lambda cell: cell.budget is None)
     start = time.monotonic()
     failed = runner(todo, out_dir, workers, logger, progress) if todo else []
     failed += failed_before
