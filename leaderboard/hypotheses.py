@@ -21,7 +21,9 @@ default) it is final success (``final_success`` x 100): the runs' budget is matc
 any other unit of :data:`leaderboard.curves.COST_UNITS` it is each run's curve read at the level's common
 cost in that unit, the smallest final spend among both methods' runs on the level
 (:func:`leaderboard.matched.success_at`: linear interpolation between the evaluations around it); a run
-without a curve in that unit is refused with its file named.
+without a curve in that unit is refused with its file named. When every run of the level was stopped
+by one budget in that very unit (``budget_unit``, a bench with ``budget_unit: train_cpu_s``...), the
+budget matches it already and the metric is final success, held at the budget.
 Over several levels the statistic is the difference of the means over levels of the per-level means,
 tested by Welch's t test with Welch-Satterthwaite degrees of freedom (``leaderboard.inference.welch``);
 seeds are independent runs, not paired. A hypothesis is *separated* when its Holm-adjusted p
@@ -105,8 +107,11 @@ class Outcome:
     test: Welch
     holm_p: float | None
     decision: str
-    #: Per level, the common cost the curves were read at (empty for ``decisions``: final success).
+    #: Per level, the common cost the curves were read at, or the budget the runs stopped at when
+    #: ``at_budget`` (empty for ``decisions``: final success).
     held_at: tuple[float, ...] = ()
+    #: Whether every run was stopped by a budget in the hypothesis's unit, so final success is matched.
+    at_budget: bool = False
 
 
 def _text(value: Any, where: str) -> str:
@@ -190,13 +195,17 @@ def _cost_curve(path: Path, record: ResultRecord, unit: str, where: str):
 
 
 def _level_successes(records, hypothesis: Hypothesis, level: str,
-                     where: str) -> tuple[dict[int, float], dict[int, float], float | None]:
-    """Success in % by seed of both methods on ``level``, and the common cost they were read at (None:
-    final success, for ``decisions``)."""
+                     where: str) -> tuple[dict[int, float], dict[int, float], float | None, bool]:
+    """Success in % by seed of both methods on ``level``, the cost they hold at (None: final success, for
+    ``decisions``), and whether that cost is the budget every run was stopped at (final success)."""
     runs = [_runs(records, method, level, where) for method in (hypothesis.first, hypothesis.second)]
+    finals = [{seed: 100.0 * record.final_success for seed, (_, record) in side.items()} for side in runs]
     if hypothesis.cost == "decisions":
-        first, second = ({seed: 100.0 * record.final_success for seed, (_, record) in side.items()} for side in runs)
-        return first, second, None
+        return finals[0], finals[1], None, False
+    stopped = [record for side in runs for _, record in side.values()]
+    budgets = {record.budget for record in stopped}
+    if len(budgets) == 1 and all(r.budget_unit == hypothesis.cost and r.budget_overshoot is not None for r in stopped):
+        return finals[0], finals[1], budgets.pop(), True
     curves = [{seed: _cost_curve(path, record, hypothesis.cost, where) for seed, (path, record) in side.items()}
               for side in runs]
     cost = common_cost([curve for side in curves for curve in side.values()])
@@ -205,7 +214,7 @@ def _level_successes(records, hypothesis: Hypothesis, level: str,
     except ValueError as error:
         raise HypothesisError(f"{where}: on {level}, a curve cannot be read at {cost:g} {hypothesis.cost} "
                               f"({error}): it has no evaluation before training") from None
-    return first, second, cost
+    return first, second, cost, False
 
 
 def decide(records: Sequence[tuple[Path, ResultRecord]], preregistration: Preregistration) -> list[Outcome]:
@@ -216,16 +225,17 @@ def decide(records: Sequence[tuple[Path, ResultRecord]], preregistration: Prereg
         levels = [_level_successes(records, hypothesis, level, where) for level in hypothesis.levels]
         first, second = [level[0] for level in levels], [level[1] for level in levels]
         held_at = tuple(level[2] for level in levels if level[2] is not None)
+        at_budget = bool(levels) and all(level[3] for level in levels)
         test = welch([list(v.values()) for v in first], [list(v.values()) for v in second])
         seeds = tuple((len(a), len(b)) for a, b in zip(first, second))
         means = [sum(sum(v.values()) / len(v) for v in side) / len(side) for side in (first, second)]
-        tests.append((hypothesis, seeds, means, test, held_at))
+        tests.append((hypothesis, seeds, means, test, (held_at, at_budget)))
     adjusted = holm([test.p for *_, test, _ in tests])
     outcomes = []
-    for (hypothesis, seeds, means, test, held_at), p in zip(tests, adjusted):
+    for (hypothesis, seeds, means, test, (held_at, at_budget)), p in zip(tests, adjusted):
         separated = p is not None and p < preregistration.alpha and test.difference != 0.0
         outcomes.append(Outcome(hypothesis, seeds, means[0], means[1], test, p,
-                                "separated" if separated else "not separated", held_at))
+                                "separated" if separated else "not separated", held_at, at_budget))
     return outcomes
 
 
@@ -259,8 +269,10 @@ def _held_at(outcome: Outcome) -> str:
     unit = outcome.hypothesis.cost
     if unit == "decisions":
         return "matched decisions (final success)"
-    return f"{COST_UNITS[unit]} at " + ", ".join(f"{cost:,.0f}" if cost >= 100 else f"{cost:.3g}"
-                                                  for cost in outcome.held_at)
+    costs = ", ".join(f"{cost:,.0f}" if cost >= 100 else f"{cost:.3g}" for cost in outcome.held_at)
+    if outcome.at_budget:
+        return f"final success at a budget of {COST_UNITS[unit]}: {costs}"
+    return f"{COST_UNITS[unit]} at {costs}"
 
 
 def hypotheses_markdown(outcomes: Sequence[Outcome], preregistration: Preregistration) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from leaderboard.aggregate import LeaderboardError, build_leaderboard
 from leaderboard.records import ResultRecord, read_records, write_record
@@ -136,3 +137,21 @@ def test_a_budget_in_seconds_runs_the_methods_seed_by_seed(tmp_path, monkeypatch
     by_method = ["easy__grpo__seed0", "easy__grpo__seed1", "easy__gigpo__seed0", "easy__gigpo__seed1"]
     assert ran[:4] == (by_seed if interleaved else by_method) and ran[4:] == ["easy__random__seed0",
                                                                                "easy__random__seed1"]
+
+
+def test_a_hypothesis_in_the_unit_the_runs_were_stopped_in_is_decided_on_final_success(tmp_path):
+    from leaderboard.hypotheses import decide, hypotheses_markdown, load_hypotheses
+    from leaderboard.records import read_records_with_paths
+
+    for seed, (ptgpo, gigpo) in enumerate([(0.9, 0.5), (0.8, 0.4), (0.85, 0.45)]):
+        write_record(tmp_path, _record("ptgpo", 20.5 + seed).__class__(
+            **{**_record("ptgpo", 20.5 + seed).to_dict(), "seed": seed, "final_success": ptgpo}))
+        write_record(tmp_path, _record("gigpo", 19.0 + seed).__class__(
+            **{**_record("gigpo", 19.0 + seed).to_dict(), "seed": seed, "final_success": gigpo}))
+    (tmp_path / "h.yaml").write_text(yaml.safe_dump({"hypotheses": [
+        {"name": "H1", "first": "ptgpo", "second": "gigpo", "levels": ["easy"], "cost": "train_cpu_s"}]}))
+    [outcome] = decide(read_records_with_paths(tmp_path)[0], load_hypotheses(tmp_path / "h.yaml"))
+    # No curve is read (the records have none): the budget matched the CPU seconds already.
+    assert outcome.at_budget and outcome.held_at == (20.0,)
+    assert outcome.test.difference == pytest.approx(40.0)
+    assert "final success at a budget of" in hypotheses_markdown([outcome], load_hypotheses(tmp_path / "h.yaml"))
