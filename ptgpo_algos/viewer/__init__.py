@@ -1,0 +1,67 @@
+"""``ptgpo show``: a run's recorded iterations (``run.record_rollouts``) as self-contained HTML pages,
+one per iteration, each group drawn as its tree or its trajectories with the credit of every decision
+under every registered estimator (:mod:`ptgpo_algos.viewer.page`, :mod:`ptgpo_algos.viewer.credit`)."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Sequence
+
+from ptgpo_algos.files import atomic_write_text, read_jsonl
+from ptgpo_algos.rollout_records import RECORDING, recording_paths
+from ptgpo_algos.run_folder import load_run_config
+from ptgpo_algos.viewer.credit import decision_credit, estimator_credits, forks, step_table
+from ptgpo_algos.viewer.page import CSP, IterationView, iteration_page
+
+__all__ = ["PAGE", "recorded_iterations", "write_pages"]
+
+#: The name of an iteration's page in the output folder.
+PAGE = "iteration-{:06d}.html"
+
+
+def recorded_iterations(run_dir: Path) -> list[int]:
+    """The iterations ``run_dir`` recorded, in order; ``ValueError`` saying how to record when none."""
+    paths = recording_paths(run_dir / "rollouts")
+    if not paths:
+        raise ValueError(f"{run_dir}: no recorded rollouts in {run_dir / 'rollouts'}; train with "
+                         "run.record_rollouts: N (--record-rollouts N) to keep every Nth iteration's groups")
+    return [int(path.stem.split("-")[1]) for path in paths]
+
+
+def _view(run_dir: Path, iteration: int) -> IterationView:
+    config = load_run_config(run_dir)
+    rows = list(read_jsonl(run_dir / "rollouts" / RECORDING.format(iteration)))
+    credits = estimator_credits(config, iteration, rows)
+    notes = []
+    run = credits[0]
+    if run.advantages is not None and any(abs(decision_credit(row, run) - row["advantage"]) > 1e-6 for row in rows):
+        reason = "the run's placebo permuted them" if config.algorithm.placebo else "the run's schedule differs"
+        notes.append(f"The recorded advantages (shown under {run.name}) differ from {run.name} computed again on "
+                     f"these groups: {reason}.")
+    return IterationView(run_dir.resolve().name, config.env.id, config.rollouts.strategy, iteration, rows, credits,
+                         forks(step_table(rows)[0]), notes)
+
+
+def write_pages(run_dir: Path, out_dir: Path, iterations: Sequence[int] | None = None) -> list[Path]:
+    """Write the page of each of ``iterations`` (None: every recorded one) and an ``index.html`` linking
+    them into ``out_dir``; the pages' paths. ``ValueError`` for an iteration the run did not record."""
+    recorded = recorded_iterations(run_dir)
+    chosen = list(recorded if iterations is None else iterations)
+    missing = [i for i in chosen if i not in recorded]
+    if missing:
+        raise ValueError(f"--iteration {missing[0]}: not recorded by {run_dir}; it recorded iterations "
+                         f"{', '.join(map(str, recorded))}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pages = []
+    for iteration in chosen:
+        path = out_dir / PAGE.format(iteration)
+        atomic_write_text(path, iteration_page(_view(run_dir, iteration)))
+        pages.append(path)
+    links = "".join(f'<li><a href="{PAGE.format(i)}">iteration {i}</a></li>' for i in chosen)
+    title = escape(f"{run_dir.resolve().name}: recorded iterations", quote=True)
+    atomic_write_text(out_dir / "index.html",
+                      f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta http-equiv='
+                      f'"Content-Security-Policy" content="{CSP}"><title>{title}</title></head><body>'
+                      f"<h1>{title}</h1><ul>{links}</ul></body></html>\n")
+    return pages
