@@ -130,8 +130,7 @@ def _node(row: dict[str, Any], fork: bool, credits: Sequence[Credit]) -> str:
               ("Action sent", row["action"]),
               ("Admissible actions", "\n".join(str(a) for a in row["admissible_actions"]))]
     body = "".join(f"<b>{name}</b><pre>{_text(value)}</pre>" for name, value in fields if value not in (None, ""))
-    body += f'<p class="note">state {_text(row["state_key"])} · trajectories {_text(row["trajectories"])}'
-    body += f' · {len(row["history"])} earlier steps</p>'
+    body += f'<p class="note">state {_text(row["state_key"])} · trajectories {_text(row["trajectories"])}</p>'
     if row["extras"]:
         body += f'<b>Extras</b><pre>{_text(json.dumps(row["extras"], indent=1, sort_keys=True))}</pre>'
     return f"<details>{summary}{body}{_credit_table(row, credits)}</details>"
