@@ -219,3 +219,40 @@ def test_hostile_recorded_text_is_escaped_and_the_page_loads_nothing(tmp_path):
         assert raw not in text
     index = (tmp_path / "pages" / "index.html").read_text()
     assert "<img" not in index and "run&lt;img src=x onerror=alert(&#x27;x&#x27;)&gt;" in index
+
+
+BENCH = """name: viewer-cell
+budget: 120
+seeds: [0]
+policy: {model: tiny, device: cpu, tiny: {hidden_size: 32, pretrain_steps: 0}, mode: choose, group_size: 4,
+         tasks_per_iteration: 2, eval_every: 2}
+environments:
+  - {label: lake, id: ptgpo/FrozenLake-v0, kwargs: {desc: [SFF, FHF, FFG]}, max_steps: 6,
+     train_seeds: {start: 0, count: 1000}, eval_seeds: {start: 100000, count: 4}}
+methods:
+  - {name: ptgpo, algo: ptgpo, rollout: tree, train: {run: {record_rollouts: 2}}}
+"""
+
+
+@pytest.mark.slow
+def test_a_benchmark_cells_run_folder_is_drawn_the_same_way(tmp_path):
+    (tmp_path / "bench.yaml").write_text(BENCH)
+    assert main(["bench", str(tmp_path / "bench.yaml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    cell = tmp_path / "out" / "runs" / "lake__ptgpo__seed0"
+    assert main(["show", str(cell)]) == 0
+    recorded = sorted(int(p.stem.split("-")[1]) for p in (cell / "rollouts").iterdir())
+    assert recorded and recorded[0] == 2
+    assert sorted(p.name for p in (cell / "show").iterdir()) == ["index.html"] + [
+        f"iteration-{i:06d}.html" for i in recorded]
+    assert '<ul class="tree">' in (cell / "show" / f"iteration-{recorded[0]:06d}.html").read_text()
+
+
+def test_a_placebo_runs_page_shows_its_recorded_advantages_and_says_why_they_differ(tmp_path):
+    run = train_recorded(tmp_path / "run", "gigpo", "linear", placebo=True, iterations=1, eval_every=1,
+                         checkpoint_every=1)
+    assert main(["show", str(run)]) == 0
+    text = (run / "show" / "iteration-000001.html").read_text()
+    assert "differ from gigpo computed again on these groups: the run is a placebo" in text
+    rows = _rows(run, 1)
+    shown = sorted(t for cls, t in _Page(text).spans if re.fullmatch(r"a e0 (pos|neg|zero)", cls))
+    assert shown == sorted(f"A {_number(row['advantage'])}" for row in rows)

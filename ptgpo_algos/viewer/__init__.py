@@ -8,6 +8,7 @@ from html import escape
 from pathlib import Path
 from typing import Sequence
 
+from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.files import atomic_write_text, read_jsonl
 from ptgpo_algos.rollout_records import RECORDING, recording_paths
 from ptgpo_algos.run_folder import load_run_config
@@ -29,18 +30,28 @@ def recorded_iterations(run_dir: Path) -> list[int]:
     return [int(path.stem.split("-")[1]) for path in paths]
 
 
-def _view(run_dir: Path, iteration: int) -> IterationView:
-    config = load_run_config(run_dir)
+def _notes(config: TrainConfig, rows: list[dict], credits: list) -> list[str]:
+    """What the page must say about its figures: recorded advantages that the run's estimator, computed
+    again, does not give, and why."""
+    run = credits[0]
+    if run.advantages is not None and all(abs(decision_credit(row, run) - row["advantage"]) <= 1e-6 for row in rows):
+        return []
+    if config.algorithm.placebo:
+        reason = "the run is a placebo, whose advantages are permuted"
+    elif any("response_tokens" not in row for row in rows):
+        reason = ("the recording predates the response lengths and entropies that some estimators read, so those "
+                  "are computed without them")
+    else:
+        reason = "the run's schedule over training (progress) is read here as the iteration's share of run.iterations"
+    return [f"The recorded advantages (shown under {run.name}) differ from {run.name} computed again on these "
+            f"groups: {reason}."]
+
+
+def _view(run_dir: Path, config: TrainConfig, iteration: int) -> IterationView:
     rows = list(read_jsonl(run_dir / "rollouts" / RECORDING.format(iteration)))
     credits = estimator_credits(config, iteration, rows)
-    notes = []
-    run = credits[0]
-    if run.advantages is not None and any(abs(decision_credit(row, run) - row["advantage"]) > 1e-6 for row in rows):
-        reason = "the run's placebo permuted them" if config.algorithm.placebo else "the run's schedule differs"
-        notes.append(f"The recorded advantages (shown under {run.name}) differ from {run.name} computed again on "
-                     f"these groups: {reason}.")
     return IterationView(run_dir.resolve().name, config.env.id, config.rollouts.strategy, iteration, rows, credits,
-                         forks(step_table(rows)[0]), notes)
+                         forks(step_table(rows)[0]), _notes(config, rows, credits))
 
 
 def write_pages(run_dir: Path, out_dir: Path, iterations: Sequence[int] | None = None) -> list[Path]:
@@ -52,11 +63,12 @@ def write_pages(run_dir: Path, out_dir: Path, iterations: Sequence[int] | None =
     if missing:
         raise ValueError(f"--iteration {missing[0]}: not recorded by {run_dir}; it recorded iterations "
                          f"{', '.join(map(str, recorded))}")
+    config = load_run_config(run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     pages = []
     for iteration in chosen:
         path = out_dir / PAGE.format(iteration)
-        atomic_write_text(path, iteration_page(_view(run_dir, iteration)))
+        atomic_write_text(path, iteration_page(_view(run_dir, config, iteration)))
         pages.append(path)
     links = "".join(f'<li><a href="{PAGE.format(i)}">iteration {i}</a></li>' for i in chosen)
     title = escape(f"{run_dir.resolve().name}: recorded iterations", quote=True)
