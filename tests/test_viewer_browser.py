@@ -66,11 +66,11 @@ def test_the_tree_renders_and_a_clicked_decision_opens(tree_page, tmp_path):
 
 
 def _write(page_path: Path, name: str, click: int | None) -> None:
-    with tempfile.TemporaryDirectory() as folder, Chromium(CHROMIUM, width=1400, height=760) as browser:
+    with tempfile.TemporaryDirectory() as folder, Chromium(CHROMIUM, width=1400, height=1000) as browser:
         browser.open(page_path.as_uri())
         if click is not None:
             browser.click_selector("details > summary", click)
-            browser.evaluate("window.scrollTo(0, document.querySelector('section.group').offsetTop - 150)")
+            browser.evaluate("window.scrollTo(0, document.querySelector('section.group').offsetTop - 130)")
         shot = browser.screenshot(Path(folder) / "page.png")
         from PIL import Image
 
