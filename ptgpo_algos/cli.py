@@ -24,6 +24,7 @@ COMMANDS = {
     "models": "models",
     "plan": "plan",
     "serve": "serve",
+    "show": "show",
     "train": "train",
 }
 

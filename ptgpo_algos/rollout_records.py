@@ -14,8 +14,11 @@ once and trained once, so it is one row, not one per trajectory through it. Its 
   with their ``outcomes`` (each one's ``Trajectory.meta``: seed, won, leaf...);
 * what the policy saw: ``env_id``, ``task``, ``observation``, ``history`` (``[observation, action]``
   pairs), ``admissible_actions``;
-* what it did and got: ``response`` (the raw text; None when not recorded), ``action`` (what the
-  environment got), ``valid``, ``reward``, ``state_key`` and ``extras`` (the step's JSON-safe extras);
+* what it did and got: ``response`` (the raw text; None when not recorded), ``response_tokens`` (its
+  length in tokens, 0 when none), ``entropy`` (the policy's at the decision; None when none),
+  ``action`` (what the environment got), ``valid``, ``reward``, ``state_key`` and ``extras`` (the
+  step's JSON-safe extras); the two figures are what estimators read besides the rewards (PlanPO's
+  per-token credit, EMPG), so that ``ptgpo show`` computes any estimator on the recorded groups;
 * what it was trained with: ``advantages`` (the estimator's, one per trajectory in ``trajectories``)
   and ``advantage``, their mean, which the loss used (:func:`~ptgpo_algos.update.flatten_batch`).
 
@@ -26,6 +29,7 @@ trajectory through it, so that recording and reading back give the groups the tr
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -53,6 +57,12 @@ def _json_safe(extras: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def _finite_or_none(value: float) -> float | None:
+    """``value`` as a float, None where it is not finite (JSON has no NaN)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 def _context_fields(step: Step) -> dict[str, Any]:
     context = step.context
     if context is None:
@@ -76,6 +86,8 @@ def group_rows(iteration: int, index: int, env_id: str, group: Group,
                     "trajectories": [], "advantages": [], "ends": [], "outcomes": [], "env_id": env_id,
                     **_context_fields(step),
                     "response": step.decision.text if step.decision is not None else None,
+                    "response_tokens": len(step.response_ids) if step.response_ids is not None else 0,
+                    "entropy": _finite_or_none(step.decision.entropy) if step.decision is not None else None,
                     "action": step.sent, "valid": step.valid, "reward": float(step.reward),
                     "state_key": step.state_key, "extras": _json_safe(step.extras),
                 }

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -135,3 +137,14 @@ def test_kernel_spread_probe_hashes_each_operation_the_same_under_the_same_setti
     first, again = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {"matmul", "log_softmax", "grad_w1", "adamw_step", "sum"} <= set(first["ops"])
     assert first["ops"] == again["ops"] and first["capability"] == again["capability"]
+
+
+@pytest.mark.slow
+def test_recording_cost_reports_the_recorders_share_and_bytes(tmp_path, capsys):
+    code = _script("recording_cost").main(["--iterations", "1", "--out", str(tmp_path)])
+    assert code == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["run"] for row in rows] == ["frozenlake-4x4-ptgpo", "household-easy-gigpo"]
+    for row in rows:
+        assert 0 < row["recording_share"] < 1 and row["recording_kib_per_iteration"] > 0
+        assert len(list((tmp_path / row["run"] / "rollouts").iterdir())) == 1
