@@ -1,0 +1,241 @@
+"""PTGPO's trees in verl's default trainer (``RayPPOTrainer``, ``trainer.use_v1=false``): the ``ptgpo_tree_leaf``
+loop, the group hub and the tree-aware registered estimators (``ptgpo_algos.integrations.verl_leaves``).
+
+A group's samples play in verl's own agent-loop base against a scripted LLM server, their rows go
+through verl's own worker postprocessing, batch operations and ``compute_advantage`` (the function
+``RayPPOTrainer.fit`` calls, with verl's default algorithm config), and the advantages must be those our
+trainer gives the same tree (``bash scripts/test_verl_cpu.sh``, once per pinned verl release).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl", reason="verl is not installed: bash scripts/test_verl_cpu.sh")
+pytestmark = pytest.mark.verl
+
+from ptgpo_algos.advantages import compute_advantages  # noqa: E402
+from ptgpo_algos.integrations.verl_steps import STEPS_KEY, TRAJECTORY_KEY  # noqa: E402
+from ptgpo_algos.update import flatten_batch  # noqa: E402
+
+TREE = {"group_size": 5, "initial_rollouts": 2, "branch": "uniform", "max_steps": 6, "branch_seed": 3}
+HOOK = "ptgpo_algos.integrations.verl_leaves.register"
+
+
+@pytest.fixture(scope="module")
+def ray_job():
+    """A local Ray instance whose workers run the setup hook a run gives verl's TaskRunner and workers."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": HOOK})
+    try:
+        from ptgpo_algos.integrations import verl_leaves
+
+        verl_leaves.register()  # this process is the TaskRunner of the test
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _worker(tokenizer, config):
+    """verl's v0 agent-loop worker with what its postprocessing reads (no servers, no reward workers)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    worker = object.__new__(AgentLoopWorker)
+    worker.config, worker.rollout_config = config, config.actor_rollout_ref.rollout
+    worker.tokenizer, worker.processor = tokenizer, None
+    worker.reward_loop_worker_handles, worker.distillation_enabled = None, False
+    worker.mm_processor_kwargs = {}
+    return worker
+
+
+def _play(group_rows: list[dict], monkeypatch, tokenizer, server, response_length: int = 4096):
+    """Play the samples of ``group_rows`` (each ``{"uid", "extra_info"}``) concurrently, as verl's
+    worker does; their rows as verl's ``DataProto``, the trees our rollouts grew and the loops' outputs."""
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+
+    from ptgpo_algos.integrations import verl_leaves
+
+    grown, collect = [], verl_leaves.collect_rollouts
+
+    def recording(*args, **kwargs):
+        batch, stats = collect(*args, **kwargs)
+        grown.append(batch)
+        return batch, stats
+
+    monkeypatch.setattr(verl_leaves, "collect_rollouts", recording)
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096,
+                                                                 "response_length": response_length}},
+                               "data": {}})
+    worker = _worker(tokenizer, config)
+
+    async def play():
+        async def one(row):
+            loop = verl_leaves.TreeLeafAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server,
+                                                 tokenizer=tokenizer, processor=None, dataset_cls=None,
+                                                 data_config=DictConfigWrap(config.data))
+            kwargs = {"uid": row["uid"], "extra_info": row["extra_info"], "raw_prompt": []}
+            output = await loop.run({"logprobs": True}, **kwargs)
+            return output, await worker._agent_loop_postprocess(output, False, **kwargs)
+
+        return await asyncio.gather(*(one(row) for row in group_rows))
+
+    played = asyncio.run(play())
+    columns = {"uid": np.array([row["uid"] for row in group_rows], dtype=object)}
+    data = worker._postprocess([internal for _, internal in played], input_non_tensor_batch=columns)
+    return data, grown, [output for output, _ in played]
+
+
+def _rows(group: str, uids: list[str], seed: int = 0, tree: dict | None = None) -> list[dict]:
+    info = {"env_id": "ptgpo/Household-v0", "seed": seed, "env_kwargs": {"difficulty": "easy"},
+            "tree": tree or TREE, "group": group}
+    return [{"uid": uid, "extra_info": dict(info)} for uid in uids]
+
+
+def _through_the_trainer(data, name: str, order: torch.Tensor):
+    """What ``RayPPOTrainer.fit`` does to the rollout's rows up to its advantages: the union with the
+    prompts' batch, balancing's reorder, the reward as token-level scores, and verl's own
+    ``compute_advantage`` with verl's default algorithm config."""
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.trainer.ppo import core_algos, ray_trainer
+
+    from ptgpo_algos.integrations.verl import verl_name
+
+    uids = data.non_tensor_batch["uid"]
+    prompts = DataProto.from_dict(tensors={"dummy_tensor": torch.zeros(len(uids), 1, dtype=torch.uint8)},
+                                  non_tensors={"uid": uids.copy()})
+    batch = prompts.union(data)
+    batch = DataProto.concat(batch.chunk(len(batch)))
+    batch.reorder(order)
+    batch.batch["token_level_scores"] = batch.batch["rm_scores"]
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    defaults = OmegaConf.load(f"{ray_trainer.__file__.rsplit('/ppo/', 1)[0]}/config/_generated_ppo_trainer.yaml")
+    algorithm = defaults.algorithm
+    taken = [key for key, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items() if not hasattr(fn, "ptgpo_estimator")]
+    algorithm.adv_estimator = verl_name(name, taken)
+    return ray_trainer.compute_advantage(batch, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma,
+                                         lam=algorithm.lam, num_repeat=1,
+                                         norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo, config=algorithm)
+
+
+@pytest.mark.parametrize("name", ["ptgpo", "gigpo", "grpo"])
+def test_a_trees_advantages_in_verls_default_trainer_equal_our_trainers(ray_job, monkeypatch, name):
+    from test_verl_steps import _chat_tokenizer
+    from test_verl_tree import _TreeServer
+
+    tokenizer = _chat_tokenizer()
+    uids = [f"{name}-{i}" for i in range(TREE["group_size"])]
+    data, grown, outputs = _play(_rows(f"group-{name}", uids), monkeypatch, tokenizer, _TreeServer(tokenizer))
+    assert len(grown) == 1  # one tree for the group, grown once
+    (group,) = grown[0]
+    assert len(group) == TREE["group_size"]
+    assert len({id(step) for trajectory in group for step in trajectory.steps}) < sum(len(t.steps) for t in group)
+    expected_of = {id(sample.decision): sample.advantage
+                   for sample in flatten_batch(grown[0], compute_advantages(name, grown[0]))}
+    assert any(value != 0 for value in expected_of.values())
+    order = torch.randperm(len(uids), generator=torch.Generator().manual_seed(1))
+    batch = _through_the_trainer(data, name, order)
+    mask = batch.batch["response_mask"]
+    for row in range(len(uids)):
+        leaf = int(str(batch.non_tensor_batch[TRAJECTORY_KEY][row]).rsplit("-", 1)[1])
+        steps = group[leaf].steps
+        spans = batch.non_tensor_batch[STEPS_KEY][row]
+        assert len(spans) == len(steps)
+        expected = torch.zeros(mask.shape[-1])
+        for step, span in zip(steps, spans):
+            expected[span["start"]:span["end"]] = expected_of[id(step.decision)]
+        expected *= mask[row].float()
+        assert torch.allclose(batch.batch["advantages"][row], expected, atol=1e-6)
+        assert torch.equal(batch.batch["advantages"][row], batch.batch["returns"][row])
+        assert float(batch.batch["token_level_rewards"][row].sum()) == pytest.approx(sum(s.reward for s in steps))
+
+
+def test_each_decision_is_trained_in_the_very_context_it_was_generated_in(ray_job, monkeypatch):
+    from test_verl_steps import _chat_tokenizer
+    from test_verl_tree import _TreeServer
+
+    tokenizer = _chat_tokenizer()
+    data, grown, outputs = _play(_rows("context", [f"c-{i}" for i in range(5)], seed=2), monkeypatch, tokenizer,
+                                 _TreeServer(tokenizer))
+    (group,) = grown[0]
+    for output in outputs:
+        leaf = group[int(output.extra_fields[TRAJECTORY_KEY].rsplit("-", 1)[1])]
+        row = list(output.prompt_ids) + list(output.response_ids)
+        for step, span in zip(leaf.steps, output.extra_fields[STEPS_KEY]):
+            start = len(output.prompt_ids) + span["start"]
+            # What the server was asked is the row up to the decision; its answer is the span's tokens.
+            assert row[:start] == step.decision.prompt_ids
+            assert row[start:start + len(step.decision.response_ids)] == step.decision.response_ids
+            assert output.response_mask[span["start"]:span["end"]] == [1] * (span["end"] - span["start"])
+        between = [m for span, after in zip(output.extra_fields[STEPS_KEY], output.extra_fields[STEPS_KEY][1:])
+                   for m in output.response_mask[span["end"]:after["start"]]]
+        assert between and set(between) == {0}  # the environment's turns are not trained
+
+
+def test_a_group_split_between_batches_is_refused_with_what_to_set(ray_job, monkeypatch):
+    from test_verl_steps import _chat_tokenizer
+    from test_verl_tree import _TreeServer
+
+    tokenizer = _chat_tokenizer()
+    data, _, _ = _play(_rows("split", [f"s-{i}" for i in range(5)]), monkeypatch, tokenizer, _TreeServer(tokenizer))
+    with pytest.raises(ValueError, match="data.shuffle=False"):
+        _through_the_trainer(data.slice(0, 3), "ptgpo", torch.arange(3))
+
+
+def test_rows_of_one_group_naming_different_episodes_are_refused(ray_job, monkeypatch):
+    from test_verl_steps import _chat_tokenizer
+    from test_verl_tree import _TreeServer
+
+    tokenizer = _chat_tokenizer()
+    rows = _rows("mixed", ["m-0", "m-1"], seed=0) + _rows("mixed", ["m-2"], seed=1)
+    for row in rows:
+        row["extra_info"]["tree"] = {**TREE, "group_size": 3}
+    with pytest.raises(ValueError, match="same env_id, seed"):
+        _play(rows, monkeypatch, tokenizer, _TreeServer(tokenizer))
+
+
+def test_batches_without_trees_get_the_row_level_credit(ray_job):
+    from verl.trainer.ppo import core_algos
+
+    from ptgpo_algos.integrations.verl import verl_estimator
+
+    rewards = torch.zeros(4, 3)
+    rewards[:, -1] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    mask = torch.ones(4, 3)
+    index = np.array(["plain-a", "plain-a", "plain-b", "plain-b"], dtype=object)
+    registered = core_algos.get_adv_estimator_fn("gigpo")
+    scores, _ = registered(token_level_rewards=rewards, response_mask=mask, index=index, config=None)
+    assert torch.equal(scores, verl_estimator("gigpo")(rewards, mask, index)[0])
+
+
+def test_rays_setup_hook_registers_the_estimators_and_loops_in_verls_workers(ray_job):
+    @ray_job.remote
+    def registered():
+        from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+        from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+        return (sorted(name for name in _agent_loop_registry if name.startswith("ptgpo")),
+                ADV_ESTIMATOR_REGISTRY["ptgpo"].__name__)
+
+    loops, estimator = ray_job.get(registered.remote(), timeout=300)
+    assert loops == ["ptgpo_env", "ptgpo_env_steps", "ptgpo_tree", "ptgpo_tree_leaf"]
+    assert estimator == "ptgpo_tree_ptgpo"
+
+
+def test_the_default_route_uses_nothing_that_verls_neo_line_removes():
+    # verl's neo branch removes TransferQueue and the v1 trainer: the route imports and registers without them.
+    code = ("import sys; sys.modules['transfer_queue'] = None; sys.modules['verl.trainer.ppo.v1'] = None\n"
+            "from ptgpo_algos.integrations import verl_leaves; verl_leaves.register()\n"
+            "assert not any(m.startswith(('transfer_queue', 'verl.trainer.ppo.v1')) for m in sys.modules "
+            "if sys.modules[m] is not None)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
