@@ -192,16 +192,15 @@ def test_a_group_split_between_batches_is_refused_with_what_to_set(ray_job, monk
         _through_the_trainer(data.slice(0, 3), "ptgpo", torch.arange(3))
 
 
-def test_rows_of_one_group_naming_different_episodes_are_refused(ray_job, monkeypatch):
-    from test_verl_steps import _chat_tokenizer
-    from test_verl_tree import _TreeServer
+def test_rows_of_one_group_naming_different_episodes_are_refused(ray_job):
+    from ptgpo_algos.integrations.verl_hub import hub
 
-    tokenizer = _chat_tokenizer()
-    rows = _rows("mixed", ["m-0", "m-1"], seed=0) + _rows("mixed", ["m-2"], seed=1)
-    for row in rows:
-        row["extra_info"]["tree"] = {**TREE, "group_size": 3}
+    actor = hub()
+    assert ray_job.get(actor.join.remote("mixed", "m-0", '{"seed": 0}', 3))[1] == 0
     with pytest.raises(ValueError, match="same env_id, seed"):
-        _play(rows, monkeypatch, tokenizer, _TreeServer(tokenizer))
+        ray_job.get(actor.join.remote("mixed", "m-1", '{"seed": 1}', 3))
+    with pytest.raises(ValueError, match="already joined"):
+        ray_job.get(actor.join.remote("other", "m-0", '{"seed": 0}', 3))
 
 
 def test_batches_without_trees_get_the_row_level_credit(ray_job):
