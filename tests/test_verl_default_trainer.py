@@ -238,3 +238,27 @@ def test_the_default_route_uses_nothing_that_verls_neo_line_removes():
             "assert not any(m.startswith(('transfer_queue', 'verl.trainer.ppo.v1')) for m in sys.modules "
             "if sys.modules[m] is not None)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_the_dataset_keeps_each_group_together_and_round_trips_through_parquet(tmp_path):
+    import pandas as pd
+
+    from ptgpo_algos.integrations.verl_agent_loop import episode_spec
+    from ptgpo_algos.integrations.verl_dataset import main
+    from ptgpo_algos.integrations.verl_tree import tree_spec
+
+    out = tmp_path / "train.parquet"
+    assert main(["--env-id", "ptgpo/Household-v0", "--seeds", "0:4", "--group-size", "3", "--env-kwargs",
+                 '{"difficulty": "easy"}', "--tree", '{"initial_rollouts": 2, "branch": "novel"}',
+                 "--out", str(out)]) == 0
+    rows = pd.read_parquet(out).to_dict("records")
+    assert len(rows) == 12 and {row["agent_name"] for row in rows} == {"ptgpo_tree_leaf"}
+    groups = [row["extra_info"]["group"] for row in rows]
+    assert all(len(set(groups[i:i + 3])) == 1 for i in range(0, 12, 3)) and len(set(groups)) == 4
+    for row in rows:
+        env_id, seed, env_kwargs = episode_spec(row["extra_info"])
+        assert (env_id, env_kwargs) == ("ptgpo/Household-v0", {"difficulty": "easy"})
+        spec = tree_spec(row["extra_info"]["tree"], {"logprobs": True})
+        assert (spec.group_size, spec.initial_rollouts, spec.branch) == (3, 2, "novel")
+    assert main(["--env-id", "x", "--seeds", "0:2", "--group-size", "2", "--tree", '{"width": 2}',
+                 "--out", str(out)]) == 2
