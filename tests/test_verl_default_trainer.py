@@ -262,3 +262,55 @@ def test_the_dataset_keeps_each_group_together_and_round_trips_through_parquet(t
         assert (spec.group_size, spec.initial_rollouts, spec.branch) == (3, 2, "novel")
     assert main(["--env-id", "x", "--seeds", "0:2", "--group-size", "2", "--tree", '{"width": 2}',
                  "--out", str(out)]) == 2
+
+
+def test_verls_policy_loss_on_a_tiny_model_moves_the_leaves_toward_our_advantages(ray_job, monkeypatch):
+    """verl's PPO policy loss (its default ``vanilla`` loss, token-mean) on our advantages in verl's
+    batch, with a real (tiny, randomly initialised) Qwen2 model on the CPU: one optimiser step raises
+    the log-probability of the decisions our estimator credits and lowers that of those it blames.
+    verl's FSDP training engine around this loss needs GPUs (docs/integrations/verl.md)."""
+    from omegaconf import OmegaConf
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from verl.trainer.ppo import core_algos, ray_trainer
+
+    from test_verl_steps import _chat_tokenizer
+    from test_verl_tree import _TreeServer
+
+    tokenizer = _chat_tokenizer()
+    data, _, _ = _play(_rows("update", [f"p-{i}" for i in range(5)], seed=3), monkeypatch, tokenizer,
+                       _TreeServer(tokenizer))
+    batch = _through_the_trainer(data, "ptgpo", torch.arange(5))
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                         max_position_embeddings=8192))
+    width = batch.batch["responses"].shape[-1]
+
+    def response_log_probs() -> torch.Tensor:
+        rows = []
+        for row in range(len(batch)):
+            keep = batch.batch["attention_mask"][row].bool()
+            ids = batch.batch["input_ids"][row][keep].unsqueeze(0)
+            logits = model(input_ids=ids, position_ids=batch.batch["position_ids"][row][keep].unsqueeze(0)).logits
+            log_probs = torch.log_softmax(logits[0, :-1].float(), dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
+            response = int(keep[-width:].sum())  # the response's real tokens end the kept sequence
+            padded = torch.zeros(width)
+            padded = padded.index_put((torch.arange(response),), log_probs[-response:]) if response else padded
+            rows.append(padded)
+        return torch.stack(rows)
+
+    actor = OmegaConf.load(f"{ray_trainer.__file__.rsplit('/ppo/', 1)[0]}/config/_generated_ppo_trainer.yaml")
+    config = actor.actor_rollout_ref.actor
+    config.global_batch_info = {"dp_size": 1, "batch_num_tokens": int(batch.batch["response_mask"].sum()),
+                                "global_batch_size": len(batch)}
+    mask, advantages = batch.batch["response_mask"].float(), batch.batch["advantages"]
+    assert torch.any(advantages > 0) and torch.any(advantages < 0)
+    old = response_log_probs().detach()
+    loss, _ = core_algos.get_policy_loss_fn(config.policy_loss.loss_mode)(
+        old_log_prob=old, log_prob=response_log_probs(), advantages=advantages, response_mask=mask,
+        loss_agg_mode=config.loss_agg_mode, config=config)
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.05).step()
+    with torch.no_grad():
+        moved = (response_log_probs() - old) * mask
+    assert float((moved * advantages).sum()) > 0
