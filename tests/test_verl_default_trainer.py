@@ -45,6 +45,14 @@ def ray_job():
         ray.shutdown()
 
 
+def _verl_defaults():
+    """verl's own default trainer config (what ``main_ppo`` starts from), of the installed release."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo import ray_trainer
+
+    return OmegaConf.load(f"{ray_trainer.__file__.rsplit('/ppo/', 1)[0]}/config/_generated_ppo_trainer.yaml")
+
+
 def _worker(tokenizer, config):
     """verl's v0 agent-loop worker with what its postprocessing reads (no servers, no reward workers)."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -60,7 +68,6 @@ def _worker(tokenizer, config):
 def _play(group_rows: list[dict], monkeypatch, tokenizer, server, response_length: int = 4096):
     """Play the samples of ``group_rows`` (each ``{"uid", "extra_info"}``) concurrently, as verl's
     worker does; their rows as verl's ``DataProto``, the trees our rollouts grew and the loops' outputs."""
-    from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
     from ptgpo_algos.integrations import verl_leaves
@@ -73,9 +80,11 @@ def _play(group_rows: list[dict], monkeypatch, tokenizer, server, response_lengt
         return batch, stats
 
     monkeypatch.setattr(verl_leaves, "collect_rollouts", recording)
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096,
-                                                                 "response_length": response_length}},
-                               "data": {}})
+    config = _verl_defaults()
+    config.actor_rollout_ref.rollout.prompt_length = 4096
+    config.actor_rollout_ref.rollout.response_length = response_length
+    if "continuous_token" in config.data:  # verl 0.9.0's default is off; 0.9.1 has no switch
+        config.data.continuous_token.enable = True
     worker = _worker(tokenizer, config)
 
     async def play():
@@ -105,7 +114,6 @@ def _through_the_trainer(data, name: str, order: torch.Tensor):
     """What ``RayPPOTrainer.fit`` does to the rollout's rows up to its advantages: the union with the
     prompts' batch, balancing's reorder, the reward as token-level scores, and verl's own
     ``compute_advantage`` with verl's default algorithm config."""
-    from omegaconf import OmegaConf
     from verl import DataProto
     from verl.trainer.ppo import core_algos, ray_trainer
 
@@ -119,8 +127,7 @@ def _through_the_trainer(data, name: str, order: torch.Tensor):
     batch.reorder(order)
     batch.batch["token_level_scores"] = batch.batch["rm_scores"]
     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-    defaults = OmegaConf.load(f"{ray_trainer.__file__.rsplit('/ppo/', 1)[0]}/config/_generated_ppo_trainer.yaml")
-    algorithm = defaults.algorithm
+    algorithm = _verl_defaults().algorithm
     taken = [key for key, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items() if not hasattr(fn, "ptgpo_estimator")]
     algorithm.adv_estimator = verl_name(name, taken)
     return ray_trainer.compute_advantage(batch, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma,
@@ -269,9 +276,8 @@ def test_verls_policy_loss_on_a_tiny_model_moves_the_leaves_toward_our_advantage
     batch, with a real (tiny, randomly initialised) Qwen2 model on the CPU: one optimiser step raises
     the log-probability of the decisions our estimator credits and lowers that of those it blames.
     verl's FSDP training engine around this loss needs GPUs (docs/integrations/verl.md)."""
-    from omegaconf import OmegaConf
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    from verl.trainer.ppo import core_algos, ray_trainer
+    from verl.trainer.ppo import core_algos
 
     from test_verl_steps import _chat_tokenizer
     from test_verl_tree import _TreeServer
@@ -299,8 +305,7 @@ def test_verls_policy_loss_on_a_tiny_model_moves_the_leaves_toward_our_advantage
             rows.append(padded)
         return torch.stack(rows)
 
-    actor = OmegaConf.load(f"{ray_trainer.__file__.rsplit('/ppo/', 1)[0]}/config/_generated_ppo_trainer.yaml")
-    config = actor.actor_rollout_ref.actor
+    config = _verl_defaults().actor_rollout_ref.actor
     config.global_batch_info = {"dp_size": 1, "batch_num_tokens": int(batch.batch["response_mask"].sum()),
                                 "global_batch_size": len(batch)}
     mask, advantages = batch.batch["response_mask"].float(), batch.batch["advantages"]
@@ -314,3 +319,10 @@ def test_verls_policy_loss_on_a_tiny_model_moves_the_leaves_toward_our_advantage
     with torch.no_grad():
         moved = (response_log_probs() - old) * mask
     assert float((moved * advantages).sum()) > 0
+
+
+def test_the_v1_trainer_mode_names_the_default_route_where_verl_has_no_v1_trainer():
+    code = ("import sys; sys.modules['transfer_queue'] = None; sys.modules['verl.trainer.ppo.v1'] = None\n"
+            "import ptgpo_algos.integrations.verl_trainer")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "verl_leaves.register" in run.stderr and "trainer.use_v1=false" in run.stderr

@@ -43,7 +43,8 @@ from verl.experimental.agent_loop.agent_loop import register as register_agent_l
 from ptgpo_algos.data import Context, Decision, Task
 from ptgpo_algos.integrations.verl import register_estimators, verl_estimator
 from ptgpo_algos.integrations.verl_agent_loop import (AGENT_NAME, STEPS_AGENT_NAME, EnvAgentLoop, EnvStepsAgentLoop,
-                                                      action_of, episode_spec, observation_message)
+                                                      action_of, episode_spec, merge_user_turn, observation_message,
+                                                      require_continuous_tokens)
 from ptgpo_algos.integrations.verl_hub import hub, taken_trees
 from ptgpo_algos.integrations.verl_steps import STEPS_KEY, TRAJECTORY_KEY, DecisionSpan, decision_advantages
 from ptgpo_algos.integrations.verl_tree import TREE_AGENT_NAME, ServerPolicy, TreeAgentLoop, tree_nodes, tree_spec
@@ -75,6 +76,7 @@ class TreeLeafAgentLoop(TreeAgentLoop):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Join the sample's group; grow its tree when first; return this sample's leaf as one row."""
+        require_continuous_tokens(self)
         extra_info = kwargs.get("extra_info")
         env_id, seed, env_kwargs = episode_spec(extra_info)
         spec = tree_spec(extra_info.get("tree"), sampling_params)
@@ -157,9 +159,8 @@ class TreeLeafAgentLoop(TreeAgentLoop):
             runtime, mask, spans = await self.ct_build_initial_tokens(messages), [], []
         else:
             parent = self._prefixes[history]
-            previous = parent.messages
-            messages = previous + [{"role": "assistant", "content": parent.text}, message]
-            merged, mask, _ = await self.ct_merge_context_msg(previous, messages, parent.runtime, list(parent.mask))
+            messages = parent.messages + [{"role": "assistant", "content": parent.text}, message]
+            merged, mask, _ = await merge_user_turn(self, messages, parent.runtime, list(parent.mask))
             runtime, spans = merged.token_ids, list(parent.spans)
         generated = await self.server_manager.generate(request_id=np.random.bytes(16).hex(), prompt_ids=runtime,
                                                        sampling_params=sampling_params)
