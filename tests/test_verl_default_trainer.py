@@ -269,6 +269,9 @@ def test_the_dataset_keeps_each_group_together_and_round_trips_through_parquet(t
         assert (spec.group_size, spec.initial_rollouts, spec.branch) == (3, 2, "novel")
     assert main(["--env-id", "x", "--seeds", "0:2", "--group-size", "2", "--tree", '{"width": 2}',
                  "--out", str(out)]) == 2
+    assert main(["--env-id", "x", "--seeds", "0:2", "--group-size", "1", "--agent-name", "tool_agent",
+                 "--out", str(out)]) == 2
+    assert len(pd.read_parquet(out)) == 12  # a refused command leaves the file as it was
 
 
 def test_verls_policy_loss_on_a_tiny_model_moves_the_leaves_toward_our_advantages(ray_job, monkeypatch):

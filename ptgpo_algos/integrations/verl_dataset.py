@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ptgpo_algos.files import atomic_path
+from ptgpo_algos.integrations.verl_agent_loop import AGENT_NAME
 from ptgpo_algos.integrations.verl_leaves import GROUP_KEY, LEAF_AGENT_NAME
 from ptgpo_algos.integrations.verl_tree import tree_spec
 
@@ -29,10 +30,15 @@ __all__ = ["group_rows", "main", "write_dataset"]
 
 
 def group_rows(env_id: str, seeds: Sequence[int], group_size: int, *, env_kwargs: Mapping[str, Any] | None = None,
-               tree: Mapping[str, Any] | None = None, shuffle_seed: int | None = 0) -> list[dict[str, Any]]:
+               tree: Mapping[str, Any] | None = None, shuffle_seed: int | None = 0,
+               agent_name: str = LEAF_AGENT_NAME) -> list[dict[str, Any]]:
     """``group_size`` rows per seed (one group each: the task instance the group's leaves play), the
     groups in an order shuffled by ``shuffle_seed`` (None: the seeds' order). ``tree`` holds the
-    tree's keys other than ``group_size``; a bad key raises ``ValueError`` naming it."""
+    tree's keys other than ``group_size``; a bad key raises ``ValueError`` naming it. ``agent_name``
+    ``ptgpo_env`` plays each row as one linear episode with no group (a validation set: verl's
+    validation computes no advantages, so it grows no trees)."""
+    if agent_name not in (LEAF_AGENT_NAME, AGENT_NAME):
+        raise ValueError(f"agent_name: {LEAF_AGENT_NAME} or {AGENT_NAME}, got {agent_name!r:.80}")
     tree = {**dict(tree or {}), "group_size": group_size}
     tree_spec(tree, {"logprobs": True})  # checks the keys and values now, not in verl's workers
     order = list(seeds)
@@ -43,7 +49,7 @@ def group_rows(env_id: str, seeds: Sequence[int], group_size: int, *, env_kwargs
         info = {"env_id": env_id, "seed": int(seed), "tree": tree, GROUP_KEY: f"{env_id}/{seed}"}
         if env_kwargs:  # parquet cannot store an empty mapping; the loop reads a missing one as {}
             info["env_kwargs"] = dict(env_kwargs)
-        rows += [{"data_source": env_id, "agent_name": LEAF_AGENT_NAME,
+        rows += [{"data_source": env_id, "agent_name": agent_name,
                   # verl's dataset reads a prompt; the agent loop writes each turn's own from the environment.
                   "prompt": [{"role": "user", "content": f"{env_id} seed {seed}"}],
                   "reward_model": {"style": "rule", "ground_truth": ""},
@@ -75,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--env-kwargs", default="{}", help="a JSON object of the environment's keyword arguments")
     parser.add_argument("--tree", default="{}", help="a JSON object of the tree's keys (initial_rollouts, branch...)")
     parser.add_argument("--shuffle-seed", type=int, default=0)
+    parser.add_argument("--agent-name", default=LEAF_AGENT_NAME,
+                        help=f"{LEAF_AGENT_NAME} (training: a group's leaves) or {AGENT_NAME} (validation: linear episodes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     try:
@@ -83,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(env_kwargs, dict) or not isinstance(tree, dict):
             raise ValueError("--env-kwargs and --tree: JSON objects, e.g. '{\"split\": \"train\"}'")
         rows = group_rows(args.env_id, seeds, args.group_size, env_kwargs=env_kwargs, tree=tree,
-                          shuffle_seed=args.shuffle_seed)
+                          shuffle_seed=args.shuffle_seed, agent_name=args.agent_name)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
