@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
+from uuid import uuid4
 
 import numpy as np
 import torch
@@ -162,7 +163,7 @@ class TreeLeafAgentLoop(TreeAgentLoop):
             messages = parent.messages + [{"role": "assistant", "content": parent.text}, message]
             merged, mask, _ = await merge_user_turn(self, messages, parent.runtime, list(parent.mask))
             runtime, spans = merged.token_ids, list(parent.spans)
-        generated = await self.server_manager.generate(request_id=np.random.bytes(16).hex(), prompt_ids=runtime,
+        generated = await self.server_manager.generate(request_id=uuid4().hex, prompt_ids=runtime,
                                                        sampling_params=sampling_params)
         text = self.tokenizer.decode(generated.token_ids, skip_special_tokens=True)
         start = len(mask)
