@@ -73,6 +73,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (see the module docstring): 0 when written, 2 for a bad argument (the file is left as it was)."""
     parser = argparse.ArgumentParser(prog="python -m ptgpo_algos.integrations.verl_dataset",
                                      description="Write the parquet dataset of verl's default-trainer route.")
     parser.add_argument("--env-id", required=True)
