@@ -73,7 +73,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (see the module docstring): 0 when written, 2 for a bad argument (the file is left as it was)."""
+    """The command line (see the module docstring): 0 when written, 2 for a bad argument (the file is
+    left as it was)."""
     parser = argparse.ArgumentParser(prog="python -m ptgpo_algos.integrations.verl_dataset",
                                      description="Write the parquet dataset of verl's default-trainer route.")
     parser.add_argument("--env-id", required=True)
@@ -83,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tree", default="{}", help="a JSON object of the tree's keys (initial_rollouts, branch...)")
     parser.add_argument("--shuffle-seed", type=int, default=0)
     parser.add_argument("--agent-name", default=LEAF_AGENT_NAME,
-                        help=f"{LEAF_AGENT_NAME} (training: a group's leaves) or {AGENT_NAME} (validation: linear episodes)")
+                        help=f"{LEAF_AGENT_NAME} (training: a group's leaves) or {AGENT_NAME} "
+                             "(validation: linear episodes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     try:

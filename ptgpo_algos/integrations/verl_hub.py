@@ -1,4 +1,4 @@
-"""Where a group's rows meet in verl's default trainer: a named Ray actor that holds each tree until its rows are credited.
+"""Where a group's rows meet in verl's default trainer: a named Ray actor holding each tree until it is credited.
 
 verl's ``RayPPOTrainer`` runs one agent loop per sample and calls a registered advantage estimator with
 the batch's token rewards, response mask and ``uid`` only: neither a loop nor the estimator sees the

@@ -51,7 +51,8 @@ from ptgpo_algos.integrations.verl_steps import STEPS_KEY, TRAJECTORY_KEY, Decis
 from ptgpo_algos.integrations.verl_tree import TREE_AGENT_NAME, ServerPolicy, TreeAgentLoop, tree_nodes, tree_spec
 from ptgpo_algos.rollout import collect_rollouts, sent_action
 
-__all__ = ["GROUP_KEY", "LEAF_AGENT_NAME", "TreeLeafAgentLoop", "leaf_token_advantages", "register", "tree_estimator"]
+__all__ = ["GROUP_KEY", "LEAF_AGENT_NAME", "TreeLeafAgentLoop", "leaf_token_advantages", "register",
+           "tree_estimator"]
 
 #: The name the leaf loop has in verl's registry.
 LEAF_AGENT_NAME = "ptgpo_tree_leaf"
@@ -221,7 +222,8 @@ def tree_estimator(name: str, **config: Any) -> Callable[..., tuple[torch.Tensor
         algorithm = config if config is not None else {}
         if algorithm.get("use_kl_in_reward", False):
             raise ValueError("algorithm.use_kl_in_reward: the tree's leaves are credited with the environment's "
-                             "rewards, without the KL penalty; set it false and use actor_rollout_ref.actor.use_kl_loss")
+                             "rewards, without the KL penalty; set it false and use "
+                             "actor_rollout_ref.actor.use_kl_loss")
         settings = {**estimator_config, **dict(algorithm.get("ptgpo_config") or {})}
         with torch.no_grad():
             scores = leaf_token_advantages(taken, index, response_mask, name, **settings)
