@@ -201,6 +201,12 @@ def test_our_fields_survive_verls_postprocess_and_batch_operations(tmp_path):
 
 
 # ---------------------------------------------------------------- verl's agent loop playing our environments
+#: The data section our loops need: verl 0.9.0 builds the Continuous Token builder only when enabled
+#: (verl 0.9.1 always builds it and ignores the key).
+VERL_DATA = {"continuous_token": {"enable": True, "model_family": "auto"}}
+#: No model on disk: the builder falls back to the tokenizer's own chat template.
+VERL_MODEL = {"path": None, "tokenizer_path": None}
+
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
@@ -266,8 +272,9 @@ def test_verls_agent_loop_plays_our_environment_one_span_per_decision():
 
     assert _agent_loop_registry[AGENT_NAME]["_target_"].endswith("EnvAgentLoop")
     tokenizer = _chat_tokenizer()
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": 8192}},
-                               "data": {}})
+    config = OmegaConf.create({"actor_rollout_ref": {"model": VERL_MODEL,
+                                                     "rollout": {"prompt_length": 2048, "response_length": 8192}},
+                               "data": VERL_DATA})
 
     async def play(seed: int):
         server = _ScriptedServer(tokenizer, seed)
@@ -324,8 +331,9 @@ def test_the_per_decision_agent_loop_gives_verls_v1_rows_with_our_fields():
 
     assert _agent_loop_registry[STEPS_AGENT_NAME]["_target_"].endswith("EnvStepsAgentLoop")
     tokenizer = _chat_tokenizer()
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 8192, "response_length": 64}},
-                               "data": {}})
+    config = OmegaConf.create({"actor_rollout_ref": {"model": VERL_MODEL,
+                                                     "rollout": {"prompt_length": 8192, "response_length": 64}},
+                               "data": VERL_DATA})
 
     async def play(seed: int):
         server = _ScriptedServer(tokenizer, seed)

@@ -105,7 +105,7 @@ def _grow(tree: dict, monkeypatch, seed: int = 0):
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
     from ptgpo_algos.integrations import verl_tree
-    from test_verl_steps import _chat_tokenizer
+    from test_verl_steps import VERL_DATA, VERL_MODEL, _chat_tokenizer
 
     grown, collect = [], verl_tree.collect_rollouts
 
@@ -117,8 +117,9 @@ def _grow(tree: dict, monkeypatch, seed: int = 0):
     monkeypatch.setattr(verl_tree, "collect_rollouts", recording)
     tokenizer = _chat_tokenizer()
     server = _TreeServer(tokenizer)
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 8192, "response_length": 64}},
-                               "data": {}})
+    config = OmegaConf.create({"actor_rollout_ref": {"model": VERL_MODEL,
+                                                     "rollout": {"prompt_length": 8192, "response_length": 64}},
+                               "data": VERL_DATA})
     extra_info = {"env_id": "ptgpo/Household-v0", "seed": seed, "env_kwargs": {"difficulty": "easy"}, "tree": tree}
 
     async def play():  # verl makes the loop inside its worker's running event loop

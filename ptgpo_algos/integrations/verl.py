@@ -184,9 +184,13 @@ def verl_name(name: str, taken: Sequence[str]) -> str:
     return PREFIX + name if name in taken else name
 
 
-def register_estimators(config: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, str]:
+def register_estimators(config: Mapping[str, Mapping[str, Any]] | None = None, *,
+                        make: Callable[..., Callable[..., tuple[torch.Tensor, torch.Tensor]]] = verl_estimator,
+                        ) -> dict[str, str]:
     """Register every estimator of :data:`~ptgpo_algos.advantages.ESTIMATORS` that runs on verl's rows
-    (:func:`bridged_estimators`) in verl's registry;
+    (:func:`bridged_estimators`) in verl's registry, each as ``make(name, **its config)`` makes it
+    (:func:`verl_estimator`; the default-trainer route's tree-aware estimators:
+    :func:`ptgpo_algos.integrations.verl_leaves.tree_estimator`);
     ``config`` maps an estimator's name to its config. Returns ``{our name: verl's name}``. Calling
     it again replaces the entries it made (with the new config)."""
     try:
@@ -206,7 +210,7 @@ def register_estimators(config: Mapping[str, Mapping[str, Any]] | None = None) -
     names = {}
     for name in bridged:
         names[name] = verl_name(name, taken)
-        core_algos.register_adv_est(names[name])(verl_estimator(name, **config.get(name, {})))
+        core_algos.register_adv_est(names[name])(make(name, **config.get(name, {})))
     return names
 
 

@@ -32,7 +32,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from ptgpo_algos.integrations.verl_steps import DECISION_KEY, STEPS_KEY, TRAJECTORY_KEY, DecisionSpan
 
 __all__ = ["AGENT_NAME", "STEPS_AGENT_NAME", "EnvAgentLoop", "EnvStepsAgentLoop", "action_of", "episode_spec",
-           "observation_message"]
+           "merge_user_turn", "observation_message", "require_continuous_tokens"]
 
 #: The names the agent loops have in verl's registry: one output per episode, one per decision.
 AGENT_NAME = "ptgpo_env"
@@ -72,6 +72,24 @@ def action_of(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+async def merge_user_turn(loop: AgentLoopBase, messages: list[dict], runtime: list[int],
+                          mask: list[int]) -> tuple[Any, list[int], Any]:
+    """verl's Continuous Token merge of ``messages``' last one (the environment's answer as the next
+    user turn, after the assistant turn whose tokens ``runtime`` already ends with) into ``runtime``
+    and its response mask: ``ct_merge_context_msg`` in verl 0.9.1, ``ct_merge_non_assistant_msg`` in
+    verl 0.9.0 and on verl's neo line, which append user, tool and system turns only."""
+    merge = getattr(loop, "ct_merge_context_msg", None) or loop.ct_merge_non_assistant_msg
+    return await merge(messages[:-1], messages, runtime, mask)
+
+
+def require_continuous_tokens(loop: AgentLoopBase) -> None:
+    """Refuse, saying what to set, a loop whose verl builds no Continuous Token builder: verl 0.9.0 and
+    the neo line build one only with ``data.continuous_token.enable=true`` (verl 0.9.1 always does)."""
+    if getattr(loop, "continuous_token_builder", None) is None:
+        raise ValueError("data.continuous_token.enable: our agent loops build each turn's tokens with verl's "
+                         "Continuous Token builder; set data.continuous_token.enable=true")
+
+
 @register(AGENT_NAME)
 class EnvAgentLoop(AgentLoopBase):
     """One episode of one of our environments per sample; see the module docstring."""
@@ -81,6 +99,7 @@ class EnvAgentLoop(AgentLoopBase):
         return self._output(await self._play(sampling_params, kwargs))
 
     async def _play(self, sampling_params: dict[str, Any], kwargs: dict[str, Any]) -> "_Episode":
+        require_continuous_tokens(self)
         env_id, seed, env_kwargs = episode_spec(kwargs.get("extra_info"))
         env = gym.make(env_id, disable_env_checker=True, **env_kwargs).unwrapped
         try:
@@ -116,11 +135,9 @@ class EnvAgentLoop(AgentLoopBase):
                                           episode.spans[-1].node if episode.spans else None))
         episode.reward += float(reward)
         if not env.done:
-            previous = list(messages)
             messages += [{"role": "assistant", "content": text},
                          {"role": "user", "content": observation_message(observation, info)}]
-            merged, episode.mask, _ = await self.ct_merge_context_msg(previous, messages, episode.runtime,
-                                                                      episode.mask)
+            merged, episode.mask, _ = await merge_user_turn(self, messages, episode.runtime, episode.mask)
             episode.runtime = merged.token_ids
         return info
 

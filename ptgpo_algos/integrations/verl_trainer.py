@@ -24,7 +24,9 @@ loops (:func:`register`) in the importing process, and a run makes every Ray wor
 setup hook: ``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=``
 ``ptgpo_algos.integrations.verl_trainer.register``.
 The module needs ``transfer_queue`` (``pip install transferqueue``), which verl imports only in its
-v1 trainer and lists only in its heavy ``verl-core`` extra.
+v1 trainer and lists only in its heavy ``verl-core`` extra; verl's ``neo`` line removes both, and
+importing this module there fails naming the default-trainer route
+(:mod:`ptgpo_algos.integrations.verl_leaves`) that replaces it.
 """
 
 from __future__ import annotations
@@ -32,11 +34,19 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import torch
-import transfer_queue as tq
 from tensordict import TensorDict
 from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
-from verl.trainer.ppo.v1.trainer_base import register_trainer
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+try:
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1.trainer_base import register_trainer
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+except ImportError as error:
+    raise ImportError(
+        "the ptgpo trainer mode needs verl's v1 trainer and TransferQueue (pip install transferqueue), which verl's "
+        "neo line removes: train with verl's default trainer instead (trainer.use_v1=false, the ptgpo_tree_leaf agent "
+        "loop, worker_process_setup_hook=ptgpo_algos.integrations.verl_leaves.register; docs/integrations/verl.md)"
+    ) from error
 
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
 from ptgpo_algos.integrations.verl import PREFIX

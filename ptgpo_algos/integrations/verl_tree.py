@@ -35,7 +35,8 @@ import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
 from ptgpo_algos.data import Context, Decision, Step, Task, Trajectory
-from ptgpo_algos.integrations.verl_agent_loop import action_of, episode_spec, observation_message
+from ptgpo_algos.integrations.verl_agent_loop import (action_of, episode_spec, observation_message,
+                                                      require_continuous_tokens)
 from ptgpo_algos.integrations.verl_steps import DECISION_KEY, TRAJECTORY_KEY
 from ptgpo_algos.rollout import BRANCH_STRATEGIES, collect_rollouts
 
@@ -165,6 +166,7 @@ class TreeAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         """Grow the sample's tree; one output per node, in order of first appearance."""
+        require_continuous_tokens(self)
         extra_info = kwargs.get("extra_info")
         env_id, seed, env_kwargs = episode_spec(extra_info)
         spec = tree_spec(extra_info.get("tree"), sampling_params)
