@@ -189,18 +189,19 @@ def training_config(out_dir: str, algo: str, **change) -> dict:
 
 
 def train_on_rank(info, runs: list[dict], copies: dict[int, str]) -> list[dict]:
-    """Each config of ``runs`` trained in turn on this rank (:class:`ShardedTrainer`); after the run
+    """Each config of ``runs`` trained in turn on this rank (the :class:`Trainer` placed on it); after the run
     whose index is a key of ``copies``, rank 0 copies its folder there (a checkpoint to resume
     elsewhere). Rank 0 returns each run's decisions and iterations."""
     import shutil
 
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.distributed.collectives import all_reduce
-    from ptgpo_algos.distributed.trainer import ShardedTrainer
+    from ptgpo_algos.distributed.placement import Ranks
+    from ptgpo_algos.trainer import Trainer
 
     out = []
     for index, run in enumerate(runs):
-        summary = ShardedTrainer(TrainConfig.from_dict(run), info, progress=False).train()
+        summary = Trainer(TrainConfig.from_dict(run), placement=Ranks(info), progress=False).train()
         out.append({"decisions": summary.decisions, "iterations": summary.iterations})
         if index in copies and info.is_main:
             shutil.copytree(run["out_dir"], copies[index])

@@ -1,4 +1,4 @@
-"""Training across ranks (``ptgpo train --nproc N``, :mod:`ptgpo_algos.distributed.trainer`) on 2 gloo
+"""Training across ranks (``ptgpo train --nproc N``, :mod:`ptgpo_algos.distributed.placement`) on 2 gloo
 ranks on CPUs against the same trainer on 1, with the tiny model on FrozenLake 3x3.
 
 One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slow part):
@@ -34,7 +34,7 @@ import pytest
 
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.distributed.launch import launch
-from ptgpo_algos.distributed.trainer import check_sharded_config
+from ptgpo_algos.distributed.placement import check_sharded_config
 
 import distributed_scenarios as scenarios
 
@@ -233,7 +233,7 @@ def test_a_prefix_tree_scored_in_chunks_of_different_counts_on_each_rank_trains(
 
 def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():
     from ptgpo_algos.data import Task
-    from ptgpo_algos.distributed.trainer import most_decisions
+    from ptgpo_algos.distributed.placement import most_decisions
 
     task = Task("ptgpo/FrozenLake-v0", 3, {}, None)
     assert most_decisions(TrainConfig.from_dict({"algo": "gigpo", "group_size": 4}), task, 8) == 32
