@@ -22,6 +22,7 @@ component's state -- is the trainer's, the same code on one process and on N ran
 from __future__ import annotations
 
 import contextlib
+import shutil
 from typing import Any, Callable
 
 from ptgpo_algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -34,7 +35,8 @@ from ptgpo_algos.policy.backends import build_policy, build_rollout_policy, push
 from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, prepare_run_folder
 from ptgpo_algos.updater import Updater
 
-__all__ = ["CHECKPOINT_FILE", "OneProcess", "Placement", "claim_folder", "restore_checkpoint_weights"]
+__all__ = ["CHECKPOINT_FILE", "OneProcess", "Placement", "check_disk", "check_memory", "claim_folder",
+           "restore_checkpoint_weights"]
 
 #: A single process's checkpoint in the run folder (N ranks write ``checkpoint/``, :data:`SHARDED_CHECKPOINT`).
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -187,10 +189,37 @@ def claim_folder(trainer: Any, stack: contextlib.ExitStack) -> bool:
     """Check the memory plan (GPUs) and the disk, take the run folder's lock (held in ``stack``) and
     prepare the folder (:func:`~ptgpo_algos.run_folder.prepare_run_folder`); whether the run resumes."""
     if trainer.device.startswith("cuda"):
-        trainer.check_memory()
-    trainer.check_disk()
+        check_memory(trainer.config, trainer.device, trainer.placement.world_size, trainer.progress)
+    check_disk(trainer.config, trainer.device)
     stack.enter_context(folder_lock(trainer.config.run_dir, "training run"))
     return prepare_run_folder(trainer.config)
+
+
+def check_memory(config: TrainConfig, device: str, world_size: int, progress: bool) -> None:
+    """Predict the run's peak GPU memory (one rank's of ``world_size``) from the model's config before
+    loading it (:mod:`ptgpo_algos.memory`); print the plan with ``progress``, and refuse one that cannot
+    fit unless ``run.memory_check`` is off."""
+    from ptgpo_algos.memory import GpuDoesNotFit, plan_for_config, total_device_memory
+
+    plan = plan_for_config(config, device, total_device_memory(device), world_size)
+    if progress:
+        print(plan.table(), flush=True)
+    if not plan.fits and config.run.memory_check:
+        raise GpuDoesNotFit(plan.refusal())
+
+
+def check_disk(config: TrainConfig, device: str) -> None:
+    """Refuse a run whose checkpoints and final model cannot fit the free disk of its folder (unless
+    ``run.memory_check`` is off): found before the model is built, not hours later at a checkpoint."""
+    from ptgpo_algos.memory import DiskDoesNotFit, disk_plan_for_config
+
+    plan = disk_plan_for_config(config, device)
+    folder = config.run_dir
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    held = (folder / CHECKPOINT_FILE).stat().st_size if (folder / CHECKPOINT_FILE).exists() else 0
+    free = shutil.disk_usage(existing).free + held
+    if free < plan.peak_bytes and config.run.memory_check:
+        raise DiskDoesNotFit(plan.refusal(str(folder), free))
 
 
 def restore_checkpoint_weights(policy: Any, checkpoint: dict[str, Any], path: Any) -> None:

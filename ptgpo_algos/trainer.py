@@ -8,7 +8,7 @@ a method a subclass can replace::
     update = self.update(batch, advantages)       # pi_old and the reference scored without gradients,
                                                   # then PPO epochs (ptgpo_algos.updater.Updater);
                                                   # components after it
-    update |= self.sync(samples)                  # a separate rollout engine gets the new weights
+    update |= self.sync(samples)                  # a separate rollout engine or copy gets the new weights
     self.end_iteration(row)                       # log, evaluate, checkpoint
 
 Collection runs here or, with ``rollouts.asynchronous``, in a second process
@@ -18,10 +18,8 @@ the request in flight so that a resumed run replays it. Everything else joins th
 (:mod:`ptgpo_algos.callbacks`): the logs, the progress bar, TensorBoard. Auxiliary signals are objectives
 (:mod:`ptgpo_algos.objectives`): hindsight relabelling is one.
 
-What changes during a run and must survive a resume is in plain sight: :class:`TrainState` (counters,
-random generators, the last evaluation, the rollout strategy's memory), the policy's weights, the
-optimiser, and the callbacks' and collector's own state, all in ``checkpoint.pt``
-(:mod:`ptgpo_algos.checkpoint`).
+What must survive a resume is in plain sight: :class:`~ptgpo_algos.train_state.TrainState`, the
+weights, the optimiser and its schedule, the callbacks', objectives' and collector's own state.
 
 Outputs in the run folder: ``config.json`` (with the processor and kernel settings of the process
 that last started or resumed the run, :func:`~ptgpo_algos.device.kernel_record`); ``metrics.jsonl``
@@ -32,13 +30,10 @@ wall times; a run stopped by ``time_limit_s`` is, by nature, not reproducible). 
 ``run.iterations``, at ``run.total_decisions`` (a matched budget across algorithms) or at
 ``run.time_limit_s``, whichever comes first.
 
-Where the run executes is a component, its :class:`~ptgpo_algos.placement.Placement`:
-:class:`~ptgpo_algos.placement.OneProcess` by default, or one rank of a run across processes
-(``ptgpo train --nproc N``, or under ``torchrun``; :class:`ptgpo_algos.distributed.placement.Ranks`,
-the model sharded by FSDP2). The trainer asks it the few operations that differ -- the run folder's
-claim, how the model is wrapped and updated, who plays which rollouts and evaluation seeds, what is
-gathered or summed across ranks, how the checkpoint is written and read -- and runs the same stages,
-set-up and resume on one process and on N ranks.
+Where the run executes is a component, its :class:`~ptgpo_algos.placement.Placement`: this process
+(:class:`~ptgpo_algos.placement.OneProcess`), or one rank of N (``--nproc N``, ``torchrun``;
+:class:`ptgpo_algos.distributed.placement.Ranks`, FSDP2). The trainer asks it the operations that
+differ (module :mod:`ptgpo_algos.placement`); the stages, set-up and resume are the same code.
 """
 
 from __future__ import annotations
@@ -47,17 +42,11 @@ import contextlib
 import dataclasses
 import json
 import math
-import random
-import shutil
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
-import ptgpo_envs
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
 from ptgpo_algos.callbacks import (
     Callback,
@@ -68,125 +57,33 @@ from ptgpo_algos.callbacks import (
     TensorBoardLogger,
     WandbLogger,
 )
-from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint
+from ptgpo_algos.checkpoint import CheckpointError
 from ptgpo_algos.config import TrainConfig, label
-from ptgpo_algos.cost import Cost, standard_error
+from ptgpo_algos.cost import standard_error
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
-from ptgpo_algos.evaluation import EvalResult, evaluate, overlap
-from ptgpo_algos.files import FileFormatError, atomic_write_text, read_jsonl
-from ptgpo_algos.objectives import ObjectiveInputs, Objectives, objective_needs
-from ptgpo_algos.policy.agent import PolicyAgent
+from ptgpo_algos.evaluation import overlap
+from ptgpo_algos.files import atomic_write_text
+from ptgpo_algos.objectives import ObjectiveInputs, Objectives
 from ptgpo_algos.optimizer import build_optimizer, build_schedule
-from ptgpo_algos.placement import CHECKPOINT_FILE, OneProcess, Placement, restore_checkpoint_weights
-from ptgpo_algos.policy.backends import SYNC_TOKENS, build_policy, exported_config, sync_prompts, sync_tolerance, sync_weights
-from ptgpo_algos.preflight import check_machine
-from ptgpo_algos.rollout import RolloutStats, Spend
-from ptgpo_algos.run_folder import load_run_config
-from ptgpo_algos.strategies import ROLLOUT_STRATEGIES, new_memory
-from ptgpo_envs import check_env_kwargs, held_out, make_env
+from ptgpo_algos.placement import OneProcess, Placement
+from ptgpo_algos.policy.backends import SYNC_TOKENS, sync_prompts, sync_tolerance, sync_weights
 from ptgpo_algos.policy.precision import precision_for
+from ptgpo_algos.preflight import check_environment, check_machine
+from ptgpo_algos.rollout import RolloutStats
+from ptgpo_algos.run_folder import trim_logs
+from ptgpo_algos.run_evaluation import evaluation_result, evaluation_seeds
+from ptgpo_algos.strategies import new_memory
+from ptgpo_algos.train_state import TrainState, TrainSummary
 from ptgpo_algos.update import flatten_batch
 from ptgpo_algos.updater import Updater, old_logprobs_mode
+from ptgpo_envs import held_out, make_env
 
-__all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evaluate_policy", "evaluation_agent",
-           "evaluation_result", "evaluation_seeds", "load_trained_policy", "run_needs", "run_training", "trim_logs"]
-
-
-@dataclass
-class TrainSummary:
-    """What a training run returns: the final evaluation, the best held-out success, the decisions and
-    tokens spent, wall time and the run folder's files."""
-
-    final_eval: dict[str, Any]
-    best_success: float
-    decisions: int
-    tokens: int
-    tokens_saved: int
-    decisions_saved: int
-    wall_time_s: float
-    metrics_path: Path
-    curve_path: Path
-    checkpoint_dir: Path
-    iterations: int = 0
-    recipe: str | None = None
-    #: The run's :class:`~ptgpo_algos.cost.Cost` counters at the end (``cost.jsonl``'s last row).
-    cost: dict[str, Any] = field(default_factory=dict)
-    #: How far the spend went past ``run.budget``'s amount, in its unit (None: no such budget).
-    budget_overshoot: float | None = None
-    #: CPU seconds this process spent building the models (the tiny model's pretraining included when
-    #: it was not cached): counted in no cost.
-    setup_cpu_s: float = 0.0
-
-    @property
-    def protocol(self) -> dict[str, Any]:
-        """What the final numbers were measured under: the recipe (None: PTGPO's own prompt and
-        protocol) and what the evaluation environment reported of its texts and scoring."""
-        return {"recipe": self.recipe, **self.final_eval.get("environment", {})}
+__all__ = ["Trainer", "run_training"]
 
 
 #: Training seeds drawn in a row into held-out layouts before a run gives up (a share near 1).
 _REDRAWS = 1000
-
-
-@dataclass
-class TrainState(Spend):
-    """What changes during a run besides the weights and the optimiser: counters, the random
-    generators every draw comes from (task seeds, branching, mini-batch order: ``rng``; token and
-    action sampling: ``sampler``), and the last evaluation."""
-
-    rng: np.random.Generator
-    sampler: torch.Generator
-    iteration: int = 0
-    wall_time_s: float = 0.0
-    best_success: float = 0.0
-    last_eval_iteration: int = -1
-    last_eval: dict[str, Any] = field(default_factory=dict)
-    #: The ``info["layout"]`` of every training episode's start, to measure how held out the
-    #: evaluation is; None when unknown (a run resumed from a checkpoint that did not keep them).
-    train_layouts: set[str] | None = field(default_factory=set)
-    #: What the rollout strategy keeps across iterations (3SPO's state statistics); None for one that keeps nothing.
-    rollout_memory: Any = None
-    #: The run's cost beyond decisions and generated tokens (:mod:`ptgpo_algos.cost`).
-    cost: Cost = field(default_factory=Cost)
-
-    @classmethod
-    def seeded(cls, seed: int) -> TrainState:
-        """A fresh state with every random generator seeded from ``seed``."""
-        random.seed(seed)
-        torch.manual_seed(seed)
-        return cls(np.random.default_rng(seed), torch.Generator().manual_seed(seed))
-
-    def counters(self) -> dict[str, Any]:
-        """The counters, for the checkpoint."""
-        return {name: getattr(self, name) for name in COUNTERS}
-
-    def rng_state(self) -> dict[str, Any]:
-        """The state of every random generator, for the checkpoint."""
-        return {"python": random.getstate(), "numpy": self.rng.bit_generator.state,
-                "torch": torch.random.get_rng_state(), "sampler": self.sampler.get_state()}
-
-    def restore(self, checkpoint: dict[str, Any]) -> None:
-        """Take back counters, last evaluation and random generators from a checkpoint."""
-        for name in COUNTERS:
-            setattr(self, name, checkpoint["counters"][name])
-        self.last_eval = checkpoint.get("last_eval", {})
-        layouts = checkpoint.get("train_layouts")
-        self.train_layouts = None if layouts is None else set(layouts)
-        rng = checkpoint["rng"]
-        random.setstate(rng["python"])
-        self.rng.bit_generator.state = rng["numpy"]
-        torch.random.set_rng_state(rng["torch"])
-        self.sampler.set_state(rng["sampler"])
-        if self.rollout_memory is not None:
-            self.rollout_memory.load_state_dict(checkpoint["rollout_memory"])
-        self.cost.load_state_dict(checkpoint.get("cost"))
-
-    def add(self, stats: RolloutStats, batch: Batch) -> None:
-        """Add an iteration's rollout counts and the layouts its episodes started in."""
-        self.add_spend(stats)
-        if self.train_layouts is not None:
-            self.train_layouts.update(t.meta["layout"] for group in batch for t in group if t.meta.get("layout"))
 
 
 class Trainer:
@@ -332,7 +229,6 @@ class Trainer:
         state, the learning-rate schedule, every component's state (callbacks, objectives, collector);
         what plays gets the weights; the logs are cut back to the checkpoint's iteration."""
         checkpoint = self.placement.load_checkpoint(self)
-        path = self.config.run_dir / self.placement.checkpoint_name
         self.state.restore(checkpoint)
         try:
             if self.schedule is not None:
@@ -343,17 +239,13 @@ class Trainer:
             self.objectives.load_state_dict(_objective_state(checkpoint))
             self.collector.load_state_dict(checkpoint.get("pending_rollout"))
         except (TypeError, KeyError, ValueError) as error:
+            path = self.config.run_dir / self.placement.checkpoint_name
             raise CheckpointError(f"{path}: a component's saved state does not fit this run ({type(error).__name__}: "
                                   f"{str(error)[:200]}); it belongs to another run") from None
         if self.rollout_policy is not self.policy:
             self.placement.push_weights(self)
         if self.placement.is_main:
-            trim_logs(self.logger, self.state.iteration)
-
-    @property
-    def world_size(self) -> int:
-        """The processes the run is spread over (the memory plan is one rank's)."""
-        return self.placement.world_size
+            trim_logs([self.logger.metrics_path, self.logger.curve_path, self.logger.cost_path], self.state.iteration)
 
     def run_cpu(self, seconds: float) -> float:
         """The run's CPU seconds, given this process's: summed over the ranks (the same sum on every rank,
@@ -442,8 +334,7 @@ class Trainer:
         self.end_iteration(row)
 
     def record(self, stats: RolloutStats, batch: Batch) -> None:
-        """Count the iteration's rollouts (all ranks' counts already) and the layouts all ranks' episodes
-        started in into the state."""
+        """Count the rollouts (all ranks' counts already) and the layouts all ranks' episodes started in."""
         layouts = [t.meta["layout"] for group in batch for t in group if t.meta.get("layout")]
         self.state.add_spend(stats)
         if self.state.train_layouts is not None:
@@ -461,7 +352,7 @@ class Trainer:
         cost.optimizer_updates += int(update.get("updates", 0))
         cost.train_cpu_s += self.run_cpu(cpu_s) + stats.worker_cpu_s
         if cost.gpu_s is not None:
-            cost.gpu_s += wall_s * self.world_size
+            cost.gpu_s += wall_s * self.placement.world_size
 
     def batch_figures(self, samples: list, advantages, diagnostics) -> dict[str, float]:
         """The metrics row's figures of the trained batch (all ranks' samples, advantages in task order
@@ -548,31 +439,6 @@ class Trainer:
         return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, floor,
                             sync_tolerance(self.config, floor), push=lambda: self.placement.push_weights(self))
 
-    def check_memory(self) -> None:
-        """Predict the run's peak GPU memory from the model's config before loading it
-        (:mod:`ptgpo_algos.memory`); print the plan, and refuse one that cannot fit unless
-        ``run.memory_check`` is off."""
-        from ptgpo_algos.memory import GpuDoesNotFit, plan_for_config, total_device_memory
-
-        plan = plan_for_config(self.config, self.device, total_device_memory(self.device), self.world_size)
-        if self.progress:
-            print(plan.table(), flush=True)
-        if not plan.fits and self.config.run.memory_check:
-            raise GpuDoesNotFit(plan.refusal())
-
-    def check_disk(self) -> None:
-        """Refuse a run whose checkpoints and final model cannot fit the free disk of its folder (unless
-        ``run.memory_check`` is off): found before the model is built, not hours later at a checkpoint."""
-        from ptgpo_algos.memory import DiskDoesNotFit, disk_plan_for_config
-
-        plan = disk_plan_for_config(self.config, self.device)
-        folder = self.config.run_dir
-        existing = next(p for p in (folder, *folder.parents) if p.exists())
-        held = (folder / "checkpoint.pt").stat().st_size if (folder / "checkpoint.pt").exists() else 0
-        free = shutil.disk_usage(existing).free + held
-        if free < plan.peak_bytes and self.config.run.memory_check:
-            raise DiskDoesNotFit(plan.refusal(str(folder), free))
-
     def end_iteration(self, row: dict[str, Any]) -> None:
         """Hand the row to the callbacks, then evaluate and checkpoint when due (and at the end)."""
         for callback in self.callbacks:
@@ -630,7 +496,7 @@ class Trainer:
         return summary
 
     def evaluation_summary(self, curve: bool) -> dict[str, Any]:
-        """The held-out evaluation of the acting policy (:func:`evaluate_policy`; across ranks each plays
+        """The held-out evaluation of the acting policy (:func:`~ptgpo_algos.run_evaluation.evaluate_policy`; across ranks each plays
         its block of the seeds)."""
         return self.placement.evaluation(evaluation_seeds(self.config, curve),
                                          lambda seeds: evaluation_result(self.rollout_policy, self.config, seeds))
@@ -712,30 +578,6 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def check_environment(config: TrainConfig) -> None:
-    """What the run needs of its environment, checked before any model or file: the keywords, then
-    the environment built once against what its components need (:func:`run_needs`,
-    :func:`ptgpo_envs.check_environment`)."""
-    env = config.env
-    check_env_kwargs(env.id, env.kwargs, label("env.kwargs"))
-    if env.eval_kwargs:
-        check_env_kwargs(env.id, env.evaluation_kwargs, label("env.eval_kwargs"))
-    made = make_env(env.id, env.kwargs, env.max_steps)
-    try:
-        ptgpo_envs.check_environment(made, run_needs(config), seed=env.train_seeds[0], name=env.id)
-    finally:
-        made.close()
-
-
-def run_needs(config: TrainConfig) -> dict[str, str]:
-    """What the configured components need of the run (feature -> who): the rollout strategy's and
-    the objectives' (:data:`ptgpo_envs.FEATURES`)."""
-    needs = dict(ROLLOUT_STRATEGIES.get(config.rollouts.strategy).needs(config.rollouts))
-    for need, name in objective_needs(config.algorithm.objectives).items():
-        needs.setdefault(need, f"{label('algorithm.objectives')}: {name}")
-    return needs
-
-
 def _objective_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """The objectives' saved state; a checkpoint of an older run kept hindsight's buffer on its own."""
     state = dict(checkpoint.get("objectives") or {})
@@ -756,79 +598,3 @@ def permuted(advantages: list, rng: np.random.Generator) -> list:
     flat = [a for group in advantages for trajectory in group for a in trajectory]
     shuffled = iter(np.asarray(flat, dtype=float)[rng.permutation(len(flat))].tolist())
     return [[[next(shuffled) for _ in trajectory] for trajectory in group] for group in advantages]
-
-
-def evaluation_agent(policy, config: TrainConfig, name: str = "policy") -> PolicyAgent:
-    """The run's evaluation protocol (greedy, or sampled at ``evaluation.temperature``).
-
-    A fresh generator seeded by the run seed each time: every evaluation of the same weights plays the
-    same episodes.
-    """
-    return PolicyAgent.at_temperature(policy, config.evaluation.temperature, name=name, seed=config.run.seed)
-
-
-def evaluate_policy(policy, config: TrainConfig, curve: bool = False) -> dict[str, Any]:
-    """The run's evaluation of ``policy``: its held-out seeds (the curve's first ones with ``curve``),
-    protocol and seed; the summary dict."""
-    return evaluation_result(policy, config, evaluation_seeds(config, curve)).summary()
-
-
-def evaluation_seeds(config: TrainConfig, curve: bool) -> list[int]:
-    """The held-out seeds an evaluation plays: all, or the curve's first ``evaluation.curve_episodes``."""
-    seeds = list(config.evaluation.seeds)
-    if curve and config.evaluation.curve_episodes is not None:
-        seeds = seeds[: config.evaluation.curve_episodes]
-    return seeds
-
-
-def evaluation_result(policy, config: TrainConfig, seeds: Sequence[int]) -> EvalResult:
-    """``policy`` played on ``seeds`` under the run's evaluation protocol."""
-    return evaluate(
-        evaluation_agent(policy, config), config.env.id, seeds, config.env.evaluation_kwargs,
-        max_steps=config.env.max_steps, batch_size=config.evaluation.batch_size,
-        env_backend=config.env_workers.backend, env_workers=config.env_workers.num_workers,
-        env_options=config.env_workers.options,
-    )
-
-
-def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, TrainConfig, str]:
-    """The policy a training run left in ``run_dir``, its config, and which weights were loaded.
-
-    ``final_model/`` when the run finished; otherwise the weights of its last ``checkpoint.pt`` (a
-    killed or still running run) on the run's own base model. The acting settings (mode, history
-    length, prompt budget...) come from the run's ``config.json``, so the policy sees the prompts it
-    was trained on.
-    """
-    run_dir = Path(run_dir)
-    config = load_run_config(run_dir)
-    final = run_dir / "final_model"
-    if final.is_dir():
-        return build_policy(exported_config(config, str(final)), device), config, str(final)
-    path = run_dir / CHECKPOINT_FILE
-    if not path.is_file():
-        raise ValueError(f"{str(run_dir)!r} holds no final_model/ and no checkpoint.pt: the run has not reached its "
-                         "first checkpoint, or it finished with run.keep_final_model and run.keep_checkpoint off")
-    checkpoint = load_checkpoint(path, device)
-    policy = build_policy(config, device)
-    restore_checkpoint_weights(policy, checkpoint, path)
-    return policy, config, f"{path} (iteration {checkpoint['counters']['iteration']})"
-
-
-def trim_logs(logger: JsonlLogger, last_iteration: int) -> None:
-    """Cut both logs back to the checkpoint's iteration: a resumed run writes the later rows again."""
-    _trim_jsonl(logger.metrics_path, last_iteration)
-    _trim_jsonl(logger.curve_path, last_iteration)
-    _trim_jsonl(logger.cost_path, last_iteration)
-
-
-def _trim_jsonl(path: Path, last_iteration: int) -> None:
-    """Keep the rows up to the checkpoint's iteration: a resumed run writes the later ones again."""
-    if not path.exists():
-        return
-    rows = read_jsonl(path)
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row.get("iteration"), int):
-            raise FileFormatError(f"{path}: row {number} has no iteration number; the file was damaged: "
-                                  "restore it or delete the row")
-    kept = [row for row in rows if row["iteration"] <= last_iteration]
-    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))

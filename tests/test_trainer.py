@@ -15,7 +15,8 @@ from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Step, Trajectory
 from ptgpo_algos.losses import low_var_kl, policy_loss, ppo_clip_loss, weighted_token_mean
 from ptgpo_algos.data import Decision
-from ptgpo_algos.trainer import Trainer, evaluation_agent, run_training
+from ptgpo_algos.run_evaluation import evaluation_agent
+from ptgpo_algos.trainer import Trainer, run_training
 from ptgpo_algos.update import flatten_batch
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
@@ -548,7 +549,7 @@ def test_curve_evaluations_play_the_first_seeds_and_the_last_plays_all(tmp_path,
 
 def test_callbacks_observe_a_read_only_view_of_the_run():
     from ptgpo_algos.callbacks import RunView
-    from ptgpo_algos.trainer import TrainState
+    from ptgpo_algos.train_state import TrainState
 
     config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0"})
     state = TrainState.seeded(0)

@@ -1,7 +1,7 @@
 """One rank of a training run across processes (``ptgpo train --nproc N``, or one of the ranks
 ``torchrun`` started): the :class:`~ptgpo_algos.placement.Placement` operations across ranks.
 
-Every rank holds the same :class:`~ptgpo_algos.trainer.TrainState` (counters, the run's generators)
+Every rank holds the same :class:`~ptgpo_algos.train_state.TrainState` (counters, the run's generators)
 and computes the same decisions from it; what differs between ranks is only which tasks they play
 and which samples they train on:
 

@@ -14,7 +14,8 @@ from ptgpo_algos.distributed.launch import RankFailed, launch
 from ptgpo_algos.distributed.placement import Ranks, check_sharded_config
 from ptgpo_algos.distributed.process_group import RankInfo
 from ptgpo_algos.run_folder import RANKS_LOG
-from ptgpo_algos.trainer import Trainer, TrainSummary
+from ptgpo_algos.train_state import TrainSummary
+from ptgpo_algos.trainer import Trainer
 
 __all__ = ["run_sharded", "train_on_rank"]
 
