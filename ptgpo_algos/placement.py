@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 from ptgpo_algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -42,7 +43,7 @@ __all__ = ["CHECKPOINT_FILE", "OneProcess", "Placement", "check_disk", "check_me
 CHECKPOINT_FILE = "checkpoint.pt"
 
 
-class Placement:
+class Placement(ABC):
     """The operations a :class:`~ptgpo_algos.trainer.Trainer` asks of where it runs (module docstring).
     ``trainer`` in each is the run (its config, device, state, policies, optimiser, logger)."""
 
@@ -56,30 +57,30 @@ class Placement:
         """Whether this process writes the run folder's logs, ``config.json`` and ``final_model/``."""
         return self.rank == 0
 
+    @abstractmethod
     def device(self, config: TrainConfig) -> str:
         """The device this process computes on."""
-        raise NotImplementedError
 
     def check(self, config: TrainConfig) -> None:
         """Refuse what this placement does not run, naming the setting (before anything is built)."""
 
+    @abstractmethod
     def claim(self, trainer: Any, stack: contextlib.ExitStack) -> bool:
         """Check memory and disk, take the run folder's lock (held in ``stack``) and prepare the folder;
         whether the run resumes."""
-        raise NotImplementedError
 
     def build_policy(self, config: TrainConfig, device: str) -> Any:
         """The trainable policy."""
         return build_policy(config, device)
 
+    @abstractmethod
     def rollout_policy(self, trainer: Any) -> Any:
         """What plays the rollouts and the evaluation."""
-        raise NotImplementedError
 
+    @abstractmethod
     def plays_elsewhere(self, trainer: Any) -> bool:
         """Whether the rollouts are played by other weights than the trainer's (a separate engine, a
         collector running ahead): pi_old is then recomputed by default (:func:`~ptgpo_algos.updater.old_logprobs_mode`)."""
-        raise NotImplementedError
 
     def wrap(self, trainer: Any) -> None:
         """Prepare the trainable policy (and its reference) for the update: here, as they are."""
@@ -89,9 +90,9 @@ class Placement:
         config = trainer.config
         return Updater(trainer.policy, trainer.optimizer, config.optim, config.algorithm, **keywords)
 
+    @abstractmethod
     def collector(self, trainer: Any) -> Any:
         """What collects each iteration's rollouts (:mod:`ptgpo_algos.collectors`)."""
-        raise NotImplementedError
 
     def push_weights(self, trainer: Any) -> dict[str, Any]:
         """The trained weights into what plays; what was sent."""
@@ -113,22 +114,22 @@ class Placement:
         """True on every rank when ``flag`` is true on one."""
         return flag
 
+    @abstractmethod
     def save_checkpoint(self, trainer: Any, run_state: dict[str, Any]) -> int:
         """Write the checkpoint: the weights, the optimiser and ``run_state``; its size in bytes."""
-        raise NotImplementedError
 
+    @abstractmethod
     def load_checkpoint(self, trainer: Any) -> dict[str, Any]:
         """Restore the weights and the optimiser from the run's checkpoint; the rest of it (the run state)."""
-        raise NotImplementedError
 
     def save_final_model(self, trainer: Any) -> None:
         """``final_model/``: the trained policy, ``save_pretrained``."""
         with atomic_folder(trainer.config.run_dir / "final_model") as folder:
             trainer.policy.save_pretrained(folder)
 
+    @abstractmethod
     def drop_checkpoint(self, trainer: Any) -> None:
         """Delete the checkpoint (``run.keep_checkpoint`` off)."""
-        raise NotImplementedError
 
     def close(self, trainer: Any) -> None:
         """Release what this placement started (a rank's own rollout engine)."""

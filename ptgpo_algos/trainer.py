@@ -159,7 +159,7 @@ class Trainer:
         self.sync_prompts: list[list[int]] = []
         #: The sync check's noise floor, measured before this process's first update (None until then).
         self.sync_floor: float | None = None
-        #: Seconds and bytes of the last ``checkpoint.pt`` written.
+        #: Seconds and bytes of the last checkpoint written.
         self.last_checkpoint: dict[str, float] = {}
         self.layout_probe = None  # an environment to read training seeds' layouts from (env.held_out)
         if resumed:
