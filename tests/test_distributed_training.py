@@ -43,6 +43,8 @@ BUDGET = 200
 GIGPO = {"total_decisions": BUDGET, "iterations": 4, "kl_coef": 0.01, "entropy_coef": 0.001}
 #: PTGPO's runs train under a learning-rate schedule: the resumed runs must take it back where it was.
 PTGPO = {"lr_schedule": "cosine", "lr_warmup_steps": 1, "lr_decay_steps": 40}
+#: The strategies whose collections count more than the rollouts' common figures (PATR's, BPO's).
+STRATEGIES = [("patr", "grpo", {"rollout": "patr"}), ("bpo", "bpo", {})]
 #: BabyAI's GoToLocal, 2 tasks of 4 episodes of at most 8 steps an iteration, 2 iterations.
 BABYAI = {"env_id": "ptgpo/BabyAI-v0", "env_kwargs": {"level": "GoToLocal"}, "max_steps": 8, "tasks_per_iteration": 2,
           "iterations": 2, "eval_every": 2}
@@ -75,6 +77,8 @@ def runs(tmp_path_factory):
         patch.setenv("PTGPO_CACHE", str(root / "cache"))
         babyai = [scenarios.training_config(str(root / f"babyai-{algo}-{{ranks}}"), algo, **BABYAI)
                   for algo in ("gigpo", "ptgpo")]
+        babyai += [scenarios.training_config(str(root / f"{name}-{{ranks}}"), algo, iterations=2, **change)
+                   for name, algo, change in STRATEGIES]
         two = [scenarios.training_config(str(root / "gigpo-2"), "gigpo", **GIGPO),
                scenarios.training_config(str(root / "ptgpo-2"), "ptgpo", **PTGPO),
                scenarios.training_config(str(root / "cut-2"), "ptgpo", iterations=2, **PTGPO),
@@ -121,6 +125,15 @@ def test_two_ranks_give_the_single_process_metrics_on_babyai(runs, algo):
     _assert_close(two, one)
     assert _rows(root / f"babyai-{algo}-2", "curve") == _rows(root / f"babyai-{algo}-1", "curve")
     assert [row["iteration"] for row in two] == [1, 2] and two[-1]["total_decisions"] > 0
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name, prefix", [("patr", "patr_"), ("bpo", "bpo_")])
+def test_a_strategy_s_own_counts_are_combined_across_ranks(runs, name, prefix):
+    # Each rank's counts were added up as the common RolloutStats: PATR's and BPO's own figures were lost.
+    two, one = _rows(runs["root"] / f"{name}-2"), _rows(runs["root"] / f"{name}-1")
+    _assert_close(two, one)
+    assert all(any(key.startswith(prefix) for key in row) for row in two)
 
 
 @pytest.mark.distributed

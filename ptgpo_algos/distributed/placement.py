@@ -41,7 +41,7 @@ import torch
 from ptgpo_algos.collectors import collect_iteration, remaining_budget
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.data import Batch, Task
-from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_in_order, gather_objects, reduce_metrics
+from ptgpo_algos.distributed.collectives import Metric, all_reduce, combine_metrics, gather_in_order, gather_objects
 from ptgpo_algos.distributed.engine import build_rank_engine, push_gathered
 from ptgpo_algos.distributed.policy import copy_weights, gathered_state, rollout_copy, shard_policy
 from ptgpo_algos.distributed.process_group import RankInfo
@@ -257,7 +257,7 @@ class RankCollector:
         planned = [most_decisions(config, task, self.horizon) for task in tasks]
         caps = share_budget(planned, len(tasks), remaining_budget(config, state.decisions)).caps
         batch: Batch = []
-        local = RolloutStats()
+        local: RolloutStats | None = None
         for index in split_evenly(len(tasks), self.ranks.world_size)[self.ranks.rank]:
             groups, stats = collect_iteration(config, trainer.rollout_policy, [tasks[index]],
                                               rng=np.random.default_rng(seeds[index]),
@@ -289,14 +289,20 @@ def env_horizon(config: TrainConfig) -> int:
         made.close()
 
 
-def _added(total: RolloutStats, more: RolloutStats) -> RolloutStats:
-    """Two collections' counts together (the wall times add up: the tasks are played one after another)."""
-    return RolloutStats(**{k: getattr(total, k) + getattr(more, k) for k in vars(total)})
+def _added(total: RolloutStats | None, more: RolloutStats) -> RolloutStats:
+    """Two collections' counts together, in the strategy's own class (PATR's and BPO's count more; every
+    count is a sum, and the wall times add up: the tasks are played one after another)."""
+    if total is None:
+        return more
+    return type(more)(**{k: getattr(total, k) + getattr(more, k) for k in vars(more)})
 
 
-def _combined(local: RolloutStats) -> RolloutStats:
-    """Every rank's counts summed (wall time: the slowest rank's), the same on every rank."""
-    values = vars(local)
-    combined = reduce_metrics({k: Metric(float(v), kind=_STATS_KINDS.get(k, "sum")) for k, v in values.items()})
-    return RolloutStats(**{k: type(values[k])(combined[k]) for k in values})
+def _combined(local: RolloutStats | None) -> RolloutStats:
+    """Every rank's counts summed (wall time: the slowest rank's), the same on every rank, in the
+    strategy's own class (``local`` None: this rank played no task)."""
+    parts = [p for p in gather_objects(None if local is None else (type(local), vars(local))) if p is not None]
+    kind = max((p[0] for p in parts), key=lambda k: len(vars(k())), default=RolloutStats)
+    combined = combine_metrics([{k: Metric(float(v), kind=_STATS_KINDS.get(k, "sum")) for k, v in values.items()}
+                                for _, values in parts])
+    return kind(**{k: type(v)(combined.get(k, v)) for k, v in vars(kind()).items()})
 
