@@ -22,7 +22,7 @@ def run(job: BaselineRun) -> BaselineOutcome:
     # trained methods' start.
     from ptgpo_algos.device import resolve_device
     from ptgpo_algos.policy.backends import build_policy
-    from ptgpo_algos.trainer import evaluation_agent
+    from ptgpo_algos.run_evaluation import evaluation_agent
 
     if job.options:
         raise ValueError(f"baseline 'zero_shot' takes no options (it uses the policy section), got {sorted(job.options)}")

@@ -43,7 +43,7 @@ class ReadOnly:
 
 class RunView:
     """What a callback sees of the run: its ``config`` and ``state`` (counters, the last evaluation;
-    :class:`~ptgpo_algos.trainer.TrainState`), read-only."""
+    :class:`~ptgpo_algos.train_state.TrainState`), read-only."""
 
     def __init__(self, config: TrainConfig, state: Any):
         self.config = config

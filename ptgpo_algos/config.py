@@ -409,6 +409,10 @@ class OptimConfig:
 
     lr: float | None = _field(None, "learning rate [5e-4 tiny, 1e-6 pretrained]", flat="learning_rate", flag="lr")
     weight_decay: float = _field(0.0, "AdamW weight decay")
+    lr_schedule: str = _field("constant", "learning-rate schedule over optimiser steps: constant, linear or cosine "
+                              "(down to 0 at lr_decay_steps), after a linear warm-up (ptgpo_algos.optimizer)")
+    lr_warmup_steps: int = _field(0, "optimiser steps of linear warm-up from 0 to lr")
+    lr_decay_steps: int | None = _field(None, "the optimiser step at which linear and cosine reach 0 (needed by both)")
     clip_ratio: float = _field(0.2, "PPO clip range")
     kl_coef: float | None = _field(None, "low-variance KL to the initial policy [0 tiny, 0.01 pretrained]")
     entropy_coef: float = _field(0.0, "entropy bonus")
@@ -438,6 +442,14 @@ class OptimConfig:
         if self.lr is not None:
             check_number(label("optim.lr"), self.lr, 0.0, 1.0, exclusive_low=True)
         check_number(label("optim.weight_decay"), self.weight_decay, 0.0)
+        check_choice(label("optim.lr_schedule"), self.lr_schedule, ("constant", "linear", "cosine"))
+        check_int(label("optim.lr_warmup_steps"), self.lr_warmup_steps, 0)
+        if self.lr_decay_steps is not None:
+            check_int(label("optim.lr_decay_steps"), self.lr_decay_steps, self.lr_warmup_steps + 1,
+                      hint="more than lr_warmup_steps")
+        elif self.lr_schedule != "constant":
+            raise ValueError(f"{label('optim.lr_decay_steps')}: the {self.lr_schedule} schedule decays to 0 at a "
+                             "step: set lr_decay_steps (optimiser steps), or lr_schedule: constant")
         check_number(label("optim.clip_ratio"), self.clip_ratio, 0.0, 1.0, exclusive_low=True)
         if self.kl_coef is not None:
             check_number(label("optim.kl_coef"), self.kl_coef, 0.0)

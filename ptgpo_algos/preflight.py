@@ -17,12 +17,16 @@ import os
 import re
 from pathlib import Path
 
+import ptgpo_envs
 from ptgpo_algos.config import TrainConfig, label
+from ptgpo_algos.objectives import objective_needs
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
 from ptgpo_algos.policy.pretrained import check_pretrained, is_pretrained_source
+from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import check_registered
+from ptgpo_envs import check_env_kwargs, make_env
 
-__all__ = ["check_machine", "check_model_source", "is_hub_name"]
+__all__ = ["check_environment", "check_machine", "check_model_source", "is_hub_name", "run_needs"]
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -77,3 +81,26 @@ def check_model_source(model: str) -> None:
             raise ValueError(f"{where}: {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1; "
                              "download it first or give a local folder")
 
+
+def check_environment(config: TrainConfig) -> None:
+    """What the run needs of its environment, checked before any model or file: the keywords, then
+    the environment built once against what its components need (:func:`run_needs`,
+    :func:`ptgpo_envs.check_environment`)."""
+    env = config.env
+    check_env_kwargs(env.id, env.kwargs, label("env.kwargs"))
+    if env.eval_kwargs:
+        check_env_kwargs(env.id, env.evaluation_kwargs, label("env.eval_kwargs"))
+    made = make_env(env.id, env.kwargs, env.max_steps)
+    try:
+        ptgpo_envs.check_environment(made, run_needs(config), seed=env.train_seeds[0], name=env.id)
+    finally:
+        made.close()
+
+
+def run_needs(config: TrainConfig) -> dict[str, str]:
+    """What the configured components need of the run (feature -> who): the rollout strategy's and
+    the objectives' (:data:`ptgpo_envs.FEATURES`)."""
+    needs = dict(ROLLOUT_STRATEGIES.get(config.rollouts.strategy).needs(config.rollouts))
+    for need, name in objective_needs(config.algorithm.objectives).items():
+        needs.setdefault(need, f"{label('algorithm.objectives')}: {name}")
+    return needs

@@ -45,7 +45,7 @@ BRANCH_STRATEGIES = ("uniform", "entropy", "novel")
 class Spend:
     """What acting cost: policy decisions and generated tokens, and those a prefix tree's shared
     prefixes saved. One collection's (:class:`RolloutStats`) and a run's, their sum
-    (:class:`~ptgpo_algos.trainer.TrainState`), count the same things, declared once here."""
+    (:class:`~ptgpo_algos.train_state.TrainState`), count the same things, declared once here."""
 
     decisions: int = 0
     tokens: int = 0

@@ -26,11 +26,13 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 from ptgpo_algos.config import RESUMABLE_FIELDS, TrainConfig
-from ptgpo_algos.files import LOCK_FILE, read_jsonl
+from ptgpo_algos.files import LOCK_FILE, FileFormatError, atomic_write_text, read_jsonl
 
-__all__ = ["RANKS_LOG", "RUN_ARTEFACTS", "SHARDED_CHECKPOINT", "is_run_folder", "load_run_config", "prepare_run_folder"]
+__all__ = ["RANKS_LOG", "RUN_ARTEFACTS", "SHARDED_CHECKPOINT", "is_run_folder", "load_run_config", "prepare_run_folder",
+           "trim_logs"]
 
 #: The folder of a checkpoint written shard by shard across ranks (``ptgpo train --nproc N``).
 SHARDED_CHECKPOINT = "checkpoint"
@@ -157,3 +159,23 @@ def _finished_iterations(run_dir: Path) -> int:
     path = run_dir / "metrics.jsonl"
     rows = read_jsonl(path) if path.is_file() else []
     return max((row["iteration"] for row in rows if isinstance(row.get("iteration"), int)), default=0)
+
+
+def trim_logs(paths: Sequence[Path], last_iteration: int) -> None:
+    """Cut the run's logs (``paths``: metrics, curve, cost) back to the checkpoint's iteration: a resumed
+    run writes the later rows again."""
+    for path in paths:
+        _trim_jsonl(path, last_iteration)
+
+
+def _trim_jsonl(path: Path, last_iteration: int) -> None:
+    """Keep the rows up to the checkpoint's iteration: a resumed run writes the later ones again."""
+    if not path.exists():
+        return
+    rows = read_jsonl(path)
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row.get("iteration"), int):
+            raise FileFormatError(f"{path}: row {number} has no iteration number; the file was damaged: "
+                                  "restore it or delete the row")
+    kept = [row for row in rows if row["iteration"] <= last_iteration]
+    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))

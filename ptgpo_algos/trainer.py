@@ -8,7 +8,7 @@ a method a subclass can replace::
     update = self.update(batch, advantages)       # pi_old and the reference scored without gradients,
                                                   # then PPO epochs (ptgpo_algos.updater.Updater);
                                                   # components after it
-    update |= self.sync(samples)                  # a separate rollout engine gets the new weights
+    update |= self.sync(samples)                  # a separate rollout engine or copy gets the new weights
     self.end_iteration(row)                       # log, evaluate, checkpoint
 
 Collection runs here or, with ``rollouts.asynchronous``, in a second process
@@ -18,10 +18,8 @@ the request in flight so that a resumed run replays it. Everything else joins th
 (:mod:`ptgpo_algos.callbacks`): the logs, the progress bar, TensorBoard. Auxiliary signals are objectives
 (:mod:`ptgpo_algos.objectives`): hindsight relabelling is one.
 
-What changes during a run and must survive a resume is in plain sight: :class:`TrainState` (counters,
-random generators, the last evaluation, the rollout strategy's memory), the policy's weights, the
-optimiser, and the callbacks' and collector's own state, all in ``checkpoint.pt``
-(:mod:`ptgpo_algos.checkpoint`).
+What must survive a resume is in plain sight: :class:`~ptgpo_algos.train_state.TrainState`, the
+weights, the optimiser and its schedule, the callbacks', objectives' and collector's own state.
 
 Outputs in the run folder: ``config.json`` (with the processor and kernel settings of the process
 that last started or resumed the run, :func:`~ptgpo_algos.device.kernel_record`); ``metrics.jsonl``
@@ -32,26 +30,23 @@ wall times; a run stopped by ``time_limit_s`` is, by nature, not reproducible). 
 ``run.iterations``, at ``run.total_decisions`` (a matched budget across algorithms) or at
 ``run.time_limit_s``, whichever comes first.
 
-Across processes (``ptgpo train --nproc N``, or under ``torchrun``) the same stages run on every rank
-with the model sharded by FSDP2: :class:`ptgpo_algos.distributed.trainer.ShardedTrainer` replaces
-the stages that touch the batch, the model or the run folder.
+Where the run executes is a component, its :class:`~ptgpo_algos.placement.Placement`: this process
+(:class:`~ptgpo_algos.placement.OneProcess`), or one rank of N (``--nproc N``, ``torchrun``;
+:class:`ptgpo_algos.distributed.placement.Ranks`, FSDP2). The trainer asks it the operations that
+differ (module :mod:`ptgpo_algos.placement`); the stages, set-up and resume are the same code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import math
-import random
-import shutil
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
-import ptgpo_envs
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
 from ptgpo_algos.callbacks import (
     Callback,
@@ -62,143 +57,46 @@ from ptgpo_algos.callbacks import (
     TensorBoardLogger,
     WandbLogger,
 )
-from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
+from ptgpo_algos.checkpoint import CheckpointError
 from ptgpo_algos.config import TrainConfig, label
-from ptgpo_algos.cost import Cost, standard_error
+from ptgpo_algos.cost import standard_error
 from ptgpo_algos.data import Batch, Task
-from ptgpo_algos.device import check_reproducible_kernels, kernel_record, resolve_device
-from ptgpo_algos.evaluation import EvalResult, evaluate, overlap
-from ptgpo_algos.files import FileFormatError, atomic_folder, atomic_write_text, folder_lock, read_jsonl
-from ptgpo_algos.objectives import ObjectiveInputs, Objectives, objective_needs
-from ptgpo_algos.policy.agent import PolicyAgent
-from ptgpo_algos.policy.backends import (
-    SYNC_TOKENS,
-    build_policy,
-    build_rollout_policy,
-    exported_config,
-    push_weights,
-    sync_prompts,
-    sync_tolerance,
-    sync_weights,
-)
-from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
-from ptgpo_algos.preflight import check_machine
-from ptgpo_algos.rollout import RolloutStats, Spend
-from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, load_run_config, prepare_run_folder
-from ptgpo_algos.strategies import ROLLOUT_STRATEGIES, new_memory
-from ptgpo_envs import check_env_kwargs, held_out, make_env
+from ptgpo_algos.device import check_reproducible_kernels, kernel_record
+from ptgpo_algos.evaluation import overlap
+from ptgpo_algos.files import atomic_write_text
+from ptgpo_algos.objectives import ObjectiveInputs, Objectives
+from ptgpo_algos.optimizer import build_optimizer, build_schedule
+from ptgpo_algos.placement import OneProcess, Placement
+from ptgpo_algos.policy.backends import SYNC_TOKENS, sync_prompts, sync_tolerance, sync_weights
 from ptgpo_algos.policy.precision import precision_for
+from ptgpo_algos.preflight import check_environment, check_machine
+from ptgpo_algos.rollout import RolloutStats
+from ptgpo_algos.run_folder import trim_logs
+from ptgpo_algos.run_evaluation import evaluation_result, evaluation_seeds
+from ptgpo_algos.strategies import new_memory
+from ptgpo_algos.train_state import TrainState, TrainSummary
 from ptgpo_algos.update import flatten_batch
 from ptgpo_algos.updater import Updater, old_logprobs_mode
+from ptgpo_envs import held_out, make_env
 
-__all__ = ["TrainState", "TrainSummary", "Trainer", "check_environment", "evaluate_policy", "evaluation_agent",
-           "evaluation_result", "evaluation_seeds", "load_trained_policy", "run_needs", "run_training", "trim_logs"]
-
-
-@dataclass
-class TrainSummary:
-    """What a training run returns: the final evaluation, the best held-out success, the decisions and
-    tokens spent, wall time and the run folder's files."""
-
-    final_eval: dict[str, Any]
-    best_success: float
-    decisions: int
-    tokens: int
-    tokens_saved: int
-    decisions_saved: int
-    wall_time_s: float
-    metrics_path: Path
-    curve_path: Path
-    checkpoint_dir: Path
-    iterations: int = 0
-    recipe: str | None = None
-    #: The run's :class:`~ptgpo_algos.cost.Cost` counters at the end (``cost.jsonl``'s last row).
-    cost: dict[str, Any] = field(default_factory=dict)
-    #: How far the spend went past ``run.budget``'s amount, in its unit, negative when the ``nearest``
-    #: rule stopped short of it (None: no such budget, or something else stopped the run).
-    budget_overshoot: float | None = None
-    #: CPU seconds this process spent building the models (the tiny model's pretraining included when
-    #: it was not cached): counted in no cost.
-    setup_cpu_s: float = 0.0
-
-    @property
-    def protocol(self) -> dict[str, Any]:
-        """What the final numbers were measured under: the recipe (None: PTGPO's own prompt and
-        protocol) and what the evaluation environment reported of its texts and scoring."""
-        return {"recipe": self.recipe, **self.final_eval.get("environment", {})}
+__all__ = ["Trainer", "run_training"]
 
 
 #: Training seeds drawn in a row into held-out layouts before a run gives up (a share near 1).
 _REDRAWS = 1000
 
 
-@dataclass
-class TrainState(Spend):
-    """What changes during a run besides the weights and the optimiser: counters, the random
-    generators every draw comes from (task seeds, branching, mini-batch order: ``rng``; token and
-    action sampling: ``sampler``), and the last evaluation."""
-
-    rng: np.random.Generator
-    sampler: torch.Generator
-    iteration: int = 0
-    wall_time_s: float = 0.0
-    best_success: float = 0.0
-    last_eval_iteration: int = -1
-    last_eval: dict[str, Any] = field(default_factory=dict)
-    #: The ``info["layout"]`` of every training episode's start, to measure how held out the
-    #: evaluation is; None when unknown (a run resumed from a checkpoint that did not keep them).
-    train_layouts: set[str] | None = field(default_factory=set)
-    #: What the rollout strategy keeps across iterations (3SPO's state statistics); None for one that keeps nothing.
-    rollout_memory: Any = None
-    #: The run's cost beyond decisions and generated tokens (:mod:`ptgpo_algos.cost`).
-    cost: Cost = field(default_factory=Cost)
-
-    @classmethod
-    def seeded(cls, seed: int) -> TrainState:
-        """A fresh state with every random generator seeded from ``seed``."""
-        random.seed(seed)
-        torch.manual_seed(seed)
-        return cls(np.random.default_rng(seed), torch.Generator().manual_seed(seed))
-
-    def counters(self) -> dict[str, Any]:
-        """The counters, for the checkpoint."""
-        return {name: getattr(self, name) for name in COUNTERS}
-
-    def rng_state(self) -> dict[str, Any]:
-        """The state of every random generator, for the checkpoint."""
-        return {"python": random.getstate(), "numpy": self.rng.bit_generator.state,
-                "torch": torch.random.get_rng_state(), "sampler": self.sampler.get_state()}
-
-    def restore(self, checkpoint: dict[str, Any]) -> None:
-        """Take back counters, last evaluation and random generators from a checkpoint."""
-        for name in COUNTERS:
-            setattr(self, name, checkpoint["counters"][name])
-        self.last_eval = checkpoint.get("last_eval", {})
-        layouts = checkpoint.get("train_layouts")
-        self.train_layouts = None if layouts is None else set(layouts)
-        rng = checkpoint["rng"]
-        random.setstate(rng["python"])
-        self.rng.bit_generator.state = rng["numpy"]
-        torch.random.set_rng_state(rng["torch"])
-        self.sampler.set_state(rng["sampler"])
-        if self.rollout_memory is not None:
-            self.rollout_memory.load_state_dict(checkpoint["rollout_memory"])
-        self.cost.load_state_dict(checkpoint.get("cost"))
-
-    def add(self, stats: RolloutStats, batch: Batch) -> None:
-        """Add an iteration's rollout counts and the layouts its episodes started in."""
-        self.add_spend(stats)
-        if self.train_layouts is not None:
-            self.train_layouts.update(t.meta["layout"] for group in batch for t in group if t.meta.get("layout"))
-
-
 class Trainer:
-    """Train as a :class:`TrainConfig` says (see the module docstring); :meth:`train` runs it."""
+    """Train as a :class:`TrainConfig` says (see the module docstring); :meth:`train` runs it, where
+    ``placement`` says (this process alone by default)."""
 
-    def __init__(self, config: TrainConfig, *, progress: bool = True, callbacks: Sequence[Callback] = ()):
+    def __init__(self, config: TrainConfig, *, placement: Placement | None = None, progress: bool = True,
+                 callbacks: Sequence[Callback] = ()):
         self.config = config
-        self.progress = progress
-        self.extra_callbacks = list(callbacks)
+        self.placement = placement if placement is not None else OneProcess()
+        main = self.placement.is_main
+        self.progress = progress and main
+        self.extra_callbacks = list(callbacks) if main else []
         #: What the last iteration spent in ``run.budget``'s unit (0 before the first of this process):
         #: the ``nearest`` stop rule's estimate of what the next one would.
         self.budget_step = 0.0
@@ -206,11 +104,11 @@ class Trainer:
     # ================================================================== the run
     def train(self) -> TrainSummary:
         """Check everything that can be checked before a model is built or a file written (the device,
-        what the run needs of this machine (:mod:`ptgpo_algos.preflight`), the environment, the run
-        folder: one writer at a time, a resume only of the same run; the checkpoint to resume), then run
-        until the budget is spent."""
+        the placement's refusals, what the run needs of this machine (:mod:`ptgpo_algos.preflight`), the
+        environment, the run folder: one writer at a time, a resume only of the same run), then build,
+        restore the checkpoint when resuming, and run until the budget is spent."""
         config = self.config
-        self.device = resolve_device(config.policy.device, where=label("policy.device"))
+        self.device = self.placement.device(config)
         if config.run.reproducible:
             if self.device != "cpu":
                 raise ValueError(f"run.reproducible (--reproducible): pins CPU kernels, but the run is on "
@@ -220,20 +118,14 @@ class Trainer:
         if budget is not None and budget.unit == "gpu_s" and not self.device.startswith("cuda"):
             raise ValueError(f"{label('run.budget')}: a budget in gpu_s needs a GPU, but the run is on {self.device}; "
                              "use train_cpu_s on a CPU")
+        self.placement.check(config)
         check_machine(config)
         check_environment(config)
-        if self.device.startswith("cuda"):
-            self.check_memory()
-        self.check_disk()
-        with folder_lock(config.run_dir, "training run"):
-            resumed = prepare_run_folder(config)
-            if resumed and not (config.run_dir / "checkpoint.pt").is_file():
-                raise ValueError(f"{str(config.run_dir)!r} holds a checkpoint written across ranks "
-                                 f"({SHARDED_CHECKPOINT}/): resume it with --nproc N (any number of processes, 1 "
-                                 "included)")
-            checkpoint = load_checkpoint(config.run_dir / "checkpoint.pt", self.device) if resumed else None
-            self.setup(checkpoint)
-            return self.run_loop(fresh=checkpoint is None)
+        with contextlib.ExitStack() as stack:
+            resumed = self.placement.claim(self, stack)
+            stack.callback(self.placement.close, self)
+            self.setup(resumed)
+            return self.run_loop(fresh=not resumed)
 
     def run_loop(self, fresh: bool) -> TrainSummary:
         """Evaluate the untrained policy (a ``fresh`` run), run iterations until the budget is spent, finish."""
@@ -252,8 +144,9 @@ class Trainer:
                 self.layout_probe.close()
         return self.finish()
 
-    def setup(self, checkpoint: dict[str, Any] | None) -> None:
-        """Build the policies, the optimiser, the state, the collector and the callbacks; restore a checkpoint."""
+    def setup(self, resumed: bool) -> None:
+        """Build the policies, the optimiser, the state, the collector and the callbacks; restore the
+        checkpoint of a ``resumed`` run."""
         config, out_dir = self.config, self.config.run_dir
         self.state = TrainState.seeded(config.run.seed)
         self.state.rollout_memory = new_memory(config.rollouts.strategy, config.rollouts)
@@ -265,35 +158,39 @@ class Trainer:
         self.logger = JsonlLogger(out_dir)
         self.callbacks: list[Callback] = self.build_callbacks()
         self.objectives = Objectives.from_config(config.algorithm.objectives)
-        self.collector = AsyncCollector(self) if config.rollouts.asynchronous else SyncCollector(self)
+        self.collector = self.placement.collector(self)
         self.sync_prompts: list[list[int]] = []
         #: The sync check's noise floor, measured before this process's first update (None until then).
         self.sync_floor: float | None = None
-        #: Seconds and bytes of the last ``checkpoint.pt`` written.
+        #: Seconds and bytes of the last checkpoint written.
         self.last_checkpoint: dict[str, float] = {}
         self.layout_probe = None  # an environment to read training seeds' layouts from (env.held_out)
-        if checkpoint is not None:
-            self._restore(checkpoint)
+        if resumed:
+            self.restore()
         if self.device.startswith("cuda") and self.state.cost.gpu_s is None:
             self.state.cost.gpu_s = 0.0
-        self.write_run_files(fresh=checkpoint is None)
+        self.write_run_files(fresh=not resumed)
         self.started = time.perf_counter() - self.state.wall_time_s
         #: The run's progress when the current iteration started (evaluation.every_fraction).
         self.progress_before = self.progress_fraction()
 
     def build_models(self) -> None:
-        """The trainable policy, the one that plays (itself, or a separate engine), the KL reference and
-        the optimiser."""
+        """The trainable policy, the KL reference, the one that plays (the placement's: the policy itself,
+        a separate engine, a rank's copy), the policy wrapped for the update (sharded across ranks), the
+        optimiser and its learning-rate schedule (:mod:`ptgpo_algos.optimizer`)."""
         config = self.config
-        self.policy = build_policy(config, self.device)
-        self.rollout_policy = build_rollout_policy(config, self.policy, self.device)
+        self.policy = self.placement.build_policy(config, self.device)
         self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
-        self.optimizer = torch.optim.AdamW(list(self.policy.parameters()), lr=config.optim.lr,
-                                           weight_decay=config.optim.weight_decay)
+        self.rollout_policy = self.placement.rollout_policy(self)
+        self.placement.wrap(self)
+        self.optimizer = build_optimizer(self.policy.parameters(), config.optim)
+        self.schedule = build_schedule(self.optimizer, config.optim)
 
     def build_callbacks(self) -> list[Callback]:
         """The logs (JSONL, TensorBoard, wandb), the rollout recorder, the progress bar and the callbacks the
-        trainer was given."""
+        trainer was given; none on a rank other than the first."""
+        if not self.placement.is_main:
+            return []
         callbacks: list[Callback] = [self.logger]
         if self.config.run.tensorboard:
             callbacks.append(TensorBoardLogger(self.config.run_dir))
@@ -306,7 +203,10 @@ class Trainer:
         return callbacks + self.extra_callbacks
 
     def write_run_files(self, fresh: bool) -> None:
-        """``config.json`` (with this process's machine), after emptying the logs of a ``fresh`` run."""
+        """``config.json`` (with this process's machine), after emptying the logs of a ``fresh`` run (the
+        first rank's)."""
+        if not self.placement.is_main:
+            return
         if fresh:
             for path in (self.logger.metrics_path, self.logger.curve_path, self.logger.cost_path):
                 path.unlink(missing_ok=True)
@@ -314,42 +214,46 @@ class Trainer:
                           json.dumps({**self.config.to_dict(), "machine": kernel_record()}, indent=1))
 
     def build_updater(self) -> Updater:
-        """The update, with pi_old decided once (``optim.old_logprobs``, :func:`old_logprobs_mode`): the
-        rollouts come from elsewhere when a separate engine or a lagged collector plays them, and the
-        trainer's own scores are float32 when its precision has no autocast."""
+        """The placement's update, with pi_old decided once (``optim.old_logprobs``,
+        :func:`old_logprobs_mode`): the rollouts come from elsewhere when a separate engine or a lagged
+        collector plays them, and the trainer's own scores are float32 when its precision has no
+        autocast. The drift is reported when the rollouts came from elsewhere, or from a rank's copy
+        whose scores are not float32."""
         config = self.config
-        elsewhere = self.rollout_policy is not self.policy or config.rollouts.asynchronous
+        elsewhere = self.placement.plays_elsewhere(self)
         float32_scores = precision_for(self.device, config.policy.dtype).autocast is None
         mode = old_logprobs_mode(config.optim.old_logprobs, elsewhere=elsewhere, float32_scores=float32_scores)
-        return Updater(self.policy, self.optimizer, config.optim, config.algorithm, rng=self.state.rng,
-                       reference=self.reference, old_logprobs=mode, report_drift=elsewhere)
+        return self.placement.updater(self, rng=self.state.rng, reference=self.reference, old_logprobs=mode,
+                                      report_drift=elsewhere or (self.rollout_policy is not self.policy and not float32_scores),
+                                      schedule=self.schedule)
 
-    def _restore(self, checkpoint: dict[str, Any]) -> None:
-        path = self.config.run_dir / "checkpoint.pt"
-        _restore_checkpoint_weights(self.policy, checkpoint, path)
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
+    def restore(self) -> None:
+        """Resume from the run's checkpoint (the placement reads the weights and the optimiser): the
+        state, the learning-rate schedule, every component's state (callbacks, objectives, collector);
+        what plays gets the weights; the logs are cut back to the checkpoint's iteration."""
+        checkpoint = self.placement.load_checkpoint(self)
         self.state.restore(checkpoint)
         try:
+            if self.schedule is not None:
+                self.schedule.load_state_dict(checkpoint["lr_schedule"])
             for callback in self.callbacks:
                 if callback.state_key is not None:
                     callback.load_state_dict(checkpoint.get(callback.state_key))
             self.objectives.load_state_dict(_objective_state(checkpoint))
             self.collector.load_state_dict(checkpoint.get("pending_rollout"))
         except (TypeError, KeyError, ValueError) as error:
+            path = self.config.run_dir / self.placement.checkpoint_name
             raise CheckpointError(f"{path}: a component's saved state does not fit this run ({type(error).__name__}: "
                                   f"{str(error)[:200]}); it belongs to another run") from None
         if self.rollout_policy is not self.policy:
-            push_weights(self.rollout_policy, self.policy)
-        trim_logs(self.logger, self.state.iteration)
-
-    @property
-    def world_size(self) -> int:
-        """The processes the run is spread over (1: this one)."""
-        return 1
+            self.placement.push_weights(self)
+        if self.placement.is_main:
+            trim_logs([self.logger.metrics_path, self.logger.curve_path, self.logger.cost_path], self.state.iteration)
 
     def run_cpu(self, seconds: float) -> float:
-        """The run's CPU seconds, given this process's: the same here; summed over the ranks of a sharded run."""
-        return seconds
+        """The run's CPU seconds, given this process's: summed over the ranks (the same sum on every rank,
+        so that a budget in them stops every rank at the same iteration)."""
+        return self.placement.total(seconds)
 
     def elapsed(self) -> float:
         """Wall-clock seconds the run has spent, time before a resume included (``run.time_limit_s``'s
@@ -360,10 +264,12 @@ class Trainer:
         """Whether ``run.iterations``, ``run.total_decisions``, ``run.budget`` or ``run.time_limit_s`` is
         reached."""
         run, state = self.config.run, self.state
-        return (state.iteration >= run.iterations
-                or (run.total_decisions is not None and state.decisions >= run.total_decisions)
-                or (run.budget is not None and run.budget.spent(self.spend(run.budget.unit), self.budget_step))
-                or (run.time_limit_s is not None and self.elapsed() >= run.time_limit_s))
+        spent = (state.iteration >= run.iterations
+                 or (run.total_decisions is not None and state.decisions >= run.total_decisions)
+                 or (run.budget is not None and run.budget.spent(self.spend(run.budget.unit), self.budget_step))
+                 or (run.time_limit_s is not None and self.elapsed() >= run.time_limit_s))
+        # Ranks' clocks differ: under a time limit they agree to stop when one of them is out of time.
+        return self.placement.agree(spent) if run.time_limit_s is not None else spent
 
     def spend(self, unit: str) -> float:
         """What the run has spent so far in ``unit`` (:data:`~ptgpo_algos.cost.COST_UNITS`)."""
@@ -431,8 +337,12 @@ class Trainer:
         self.end_iteration(row)
 
     def record(self, stats: RolloutStats, batch: Batch) -> None:
-        """Count the iteration's rollouts into the state (:meth:`TrainState.add`)."""
-        self.state.add(stats, batch)
+        """Count the rollouts (all ranks' counts already) and the layouts all ranks' episodes started in."""
+        layouts = [t.meta["layout"] for group in batch for t in group if t.meta.get("layout")]
+        self.state.add_spend(stats)
+        if self.state.train_layouts is not None:
+            for part in self.placement.gather(layouts):
+                self.state.train_layouts.update(part)
 
     def count_cost(self, stats: RolloutStats, update: dict[str, Any], cpu_s: float, wall_s: float) -> None:
         """Add the iteration's cost (:class:`~ptgpo_algos.cost.Cost`): its episodes, the update's tokens
@@ -446,16 +356,20 @@ class Trainer:
         cost.optimizer_updates += int(update.get("updates", 0))
         cost.train_cpu_s += self.run_cpu(cpu_s) + stats.worker_cpu_s
         if cost.gpu_s is not None:
-            cost.gpu_s += wall_s * self.world_size
+            cost.gpu_s += wall_s * self.placement.world_size
         if budget is not None:
             self.budget_step = self.spend(budget.unit) - before
 
     def batch_figures(self, samples: list, advantages, diagnostics) -> dict[str, float]:
-        """The metrics row's figures of the trained batch: its steps, its advantages and the estimator's
-        diagnostics."""
-        flat = np.array([a for g in advantages for t in g for a in t], dtype=float)
+        """The metrics row's figures of the trained batch (all ranks' samples, advantages in task order
+        and diagnostics): its steps, its advantages and the estimator's diagnostics."""
+        # The counts' read-only mapping does not pickle: each group's travels as a plain dict.
+        plain = [dataclasses.replace(d, counts=dict(d.counts)) for d in diagnostics]
+        parts = self.placement.gather((len(samples), [a for g in advantages for t in g for a in t], plain))
+        flat = np.array([a for part in parts for a in part[1]], dtype=float)
+        diagnostics = [d for part in parts for d in part[2]]
         return {
-            "trained_steps": len(samples),
+            "trained_steps": sum(part[0] for part in parts),
             "adv_mean": float(flat.mean()) if flat.size else 0.0,
             "adv_std": float(flat.std()) if flat.size else 0.0,
             "adv_abs_mean": float(np.abs(flat).mean()) if flat.size else 0.0,
@@ -508,48 +422,28 @@ class Trainer:
         return samples, stats
 
     def calibrate_sync(self, batch) -> None:
-        """Measure the sync check's noise floor once per process, before its first update, when the
-        engine and the trainer hold the same weights: the engine's sampled tokens scored by both on
-        this batch's prompts (what later syncs are held to, :func:`sync_tolerance`)."""
+        """Measure the sync check's noise floor once per process, before its first update, when what plays
+        and the trainer hold the same weights: the engine's sampled tokens scored by both on this batch's
+        prompts (across ranks: the first rank's that has any; the sharded model scores them in lockstep
+        on every rank), what later syncs are held to (:func:`sync_tolerance`)."""
         if self.rollout_policy is self.policy or self.sync_floor is not None:
             return
-        prompts = sync_prompts(batch)
+        prompts = next((p for p in self.placement.gather(sync_prompts(batch)) if p), [])
         if prompts:
             self.sync_prompts = prompts
             self.sync_floor = self.rollout_policy.verify_sync(self.policy, prompts, SYNC_TOKENS).mean_logprob_diff
 
     def sync(self, samples: list) -> dict[str, Any]:
-        """Hand the updated weights to a separate rollout engine and verify it acts like the trained model
-        on the prompts its noise floor was measured on."""
-        if self.rollout_policy is self.policy or self.sync_floor is None:
+        """Hand the updated weights to what plays (a separate engine, a rank's copy) and verify it acts like
+        the trained model on the prompts its noise floor was measured on (without a floor yet: only hand
+        them over)."""
+        if self.rollout_policy is self.policy:
             return {}
+        if self.sync_floor is None:
+            return {f"sync_{k}": v for k, v in self.placement.push_weights(self).items()}
         floor = self.sync_floor
-        return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, floor, sync_tolerance(self.config, floor))
-
-    def check_memory(self) -> None:
-        """Predict the run's peak GPU memory from the model's config before loading it
-        (:mod:`ptgpo_algos.memory`); print the plan, and refuse one that cannot fit unless
-        ``run.memory_check`` is off."""
-        from ptgpo_algos.memory import GpuDoesNotFit, plan_for_config, total_device_memory
-
-        plan = plan_for_config(self.config, self.device, total_device_memory(self.device), self.world_size)
-        if self.progress:
-            print(plan.table(), flush=True)
-        if not plan.fits and self.config.run.memory_check:
-            raise GpuDoesNotFit(plan.refusal())
-
-    def check_disk(self) -> None:
-        """Refuse a run whose checkpoints and final model cannot fit the free disk of its folder (unless
-        ``run.memory_check`` is off): found before the model is built, not hours later at a checkpoint."""
-        from ptgpo_algos.memory import DiskDoesNotFit, disk_plan_for_config
-
-        plan = disk_plan_for_config(self.config, self.device)
-        folder = self.config.run_dir
-        existing = next(p for p in (folder, *folder.parents) if p.exists())
-        held = (folder / "checkpoint.pt").stat().st_size if (folder / "checkpoint.pt").exists() else 0
-        free = shutil.disk_usage(existing).free + held
-        if free < plan.peak_bytes and self.config.run.memory_check:
-            raise DiskDoesNotFit(plan.refusal(str(folder), free))
+        return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, floor,
+                            sync_tolerance(self.config, floor), push=lambda: self.placement.push_weights(self))
 
     def end_iteration(self, row: dict[str, Any]) -> None:
         """Hand the row to the callbacks, then evaluate and checkpoint when due (and at the end)."""
@@ -571,7 +465,10 @@ class Trainer:
         return _marks_passed(self.progress_fraction(), fraction) > _marks_passed(self.progress_before, fraction)
 
     def log_cost(self) -> None:
-        """Append the run's cost so far to ``cost.jsonl``, with the evaluation of this iteration if it had one."""
+        """Append the run's cost so far to ``cost.jsonl`` (the first rank), with the evaluation of this
+        iteration if it had one."""
+        if not self.placement.is_main:
+            return
         state = self.state
         row = {"iteration": state.iteration, "decisions": state.decisions, "tokens": state.tokens,
                **state.cost.state_dict()}
@@ -605,17 +502,18 @@ class Trainer:
         return summary
 
     def evaluation_summary(self, curve: bool) -> dict[str, Any]:
-        """The held-out evaluation of the acting policy (:func:`evaluate_policy`)."""
-        return evaluate_policy(self.rollout_policy, self.config, curve=curve)
+        """The held-out evaluation of the acting policy (:func:`~ptgpo_algos.run_evaluation.evaluate_policy`; across ranks each plays
+        its block of the seeds)."""
+        return self.placement.evaluation(evaluation_seeds(self.config, curve),
+                                         lambda seeds: evaluation_result(self.rollout_policy, self.config, seeds))
 
     def checkpoint(self) -> None:
-        """Write ``checkpoint.pt``: weights, optimiser, and :meth:`run_state`."""
-        payload = {"weights": snapshot_weights(self.policy), "optimizer": self.optimizer.state_dict(),
-                   **self.run_state()}
+        """Write the checkpoint (the placement's: ``checkpoint.pt``, or ``checkpoint/`` shard by shard):
+        weights, optimiser, and :meth:`run_state`."""
+        run_state = self.run_state()
         start = time.perf_counter()
-        path = self.config.run_dir / "checkpoint.pt"
-        save_checkpoint(path, payload)
-        self.last_checkpoint = {"seconds": time.perf_counter() - start, "bytes": path.stat().st_size}
+        size = self.placement.save_checkpoint(self, run_state)
+        self.last_checkpoint = {"seconds": time.perf_counter() - start, "bytes": size}
 
     def run_state(self) -> dict[str, Any]:
         """What a checkpoint keeps besides the weights and the optimiser: the state, the config, and
@@ -633,6 +531,8 @@ class Trainer:
             "objectives": self.objectives.state_dict(),
             "cost": state.cost.state_dict(),
         }
+        if self.schedule is not None:
+            payload["lr_schedule"] = self.schedule.state_dict()
         for callback in self.callbacks:
             if callback.state_key is not None:
                 payload[callback.state_key] = callback.state_dict()
@@ -670,13 +570,12 @@ class Trainer:
         return budget.overshoot(spend) if spend is not None and budget.spent(spend, self.budget_step) else None
 
     def save_final_model(self) -> None:
-        """``final_model/``: the trained policy, ``save_pretrained``."""
-        with atomic_folder(self.config.run_dir / "final_model") as folder:
-            self.policy.save_pretrained(folder)
+        """``final_model/``: the trained policy, ``save_pretrained`` (across ranks: gathered to the first)."""
+        self.placement.save_final_model(self)
 
     def drop_checkpoint(self) -> None:
         """Delete the checkpoint (``run.keep_checkpoint`` off)."""
-        (self.config.run_dir / "checkpoint.pt").unlink(missing_ok=True)
+        self.placement.drop_checkpoint(self)
 
 
 def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
@@ -685,30 +584,6 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def check_environment(config: TrainConfig) -> None:
-    """What the run needs of its environment, checked before any model or file: the keywords, then
-    the environment built once against what its components need (:func:`run_needs`,
-    :func:`ptgpo_envs.check_environment`)."""
-    env = config.env
-    check_env_kwargs(env.id, env.kwargs, label("env.kwargs"))
-    if env.eval_kwargs:
-        check_env_kwargs(env.id, env.evaluation_kwargs, label("env.eval_kwargs"))
-    made = make_env(env.id, env.kwargs, env.max_steps)
-    try:
-        ptgpo_envs.check_environment(made, run_needs(config), seed=env.train_seeds[0], name=env.id)
-    finally:
-        made.close()
-
-
-def run_needs(config: TrainConfig) -> dict[str, str]:
-    """What the configured components need of the run (feature -> who): the rollout strategy's and
-    the objectives' (:data:`ptgpo_envs.FEATURES`)."""
-    needs = dict(ROLLOUT_STRATEGIES.get(config.rollouts.strategy).needs(config.rollouts))
-    for need, name in objective_needs(config.algorithm.objectives).items():
-        needs.setdefault(need, f"{label('algorithm.objectives')}: {name}")
-    return needs
-
-
 def _objective_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """The objectives' saved state; a checkpoint of an older run kept hindsight's buffer on its own."""
     state = dict(checkpoint.get("objectives") or {})
@@ -729,87 +604,3 @@ def permuted(advantages: list, rng: np.random.Generator) -> list:
     flat = [a for group in advantages for trajectory in group for a in trajectory]
     shuffled = iter(np.asarray(flat, dtype=float)[rng.permutation(len(flat))].tolist())
     return [[[next(shuffled) for _ in trajectory] for trajectory in group] for group in advantages]
-
-
-def evaluation_agent(policy, config: TrainConfig, name: str = "policy") -> PolicyAgent:
-    """The run's evaluation protocol (greedy, or sampled at ``evaluation.temperature``).
-
-    A fresh generator seeded by the run seed each time: every evaluation of the same weights plays the
-    same episodes.
-    """
-    return PolicyAgent.at_temperature(policy, config.evaluation.temperature, name=name, seed=config.run.seed)
-
-
-def evaluate_policy(policy, config: TrainConfig, curve: bool = False) -> dict[str, Any]:
-    """The run's evaluation of ``policy``: its held-out seeds (the curve's first ones with ``curve``),
-    protocol and seed; the summary dict."""
-    return evaluation_result(policy, config, evaluation_seeds(config, curve)).summary()
-
-
-def evaluation_seeds(config: TrainConfig, curve: bool) -> list[int]:
-    """The held-out seeds an evaluation plays: all, or the curve's first ``evaluation.curve_episodes``."""
-    seeds = list(config.evaluation.seeds)
-    if curve and config.evaluation.curve_episodes is not None:
-        seeds = seeds[: config.evaluation.curve_episodes]
-    return seeds
-
-
-def evaluation_result(policy, config: TrainConfig, seeds: Sequence[int]) -> EvalResult:
-    """``policy`` played on ``seeds`` under the run's evaluation protocol."""
-    return evaluate(
-        evaluation_agent(policy, config), config.env.id, seeds, config.env.evaluation_kwargs,
-        max_steps=config.env.max_steps, batch_size=config.evaluation.batch_size,
-        env_backend=config.env_workers.backend, env_workers=config.env_workers.num_workers,
-        env_options=config.env_workers.options,
-    )
-
-
-def load_trained_policy(run_dir: str | Path, device: str = "cpu") -> tuple[Any, TrainConfig, str]:
-    """The policy a training run left in ``run_dir``, its config, and which weights were loaded.
-
-    ``final_model/`` when the run finished; otherwise the weights of its last ``checkpoint.pt`` (a
-    killed or still running run) on the run's own base model. The acting settings (mode, history
-    length, prompt budget...) come from the run's ``config.json``, so the policy sees the prompts it
-    was trained on.
-    """
-    run_dir = Path(run_dir)
-    config = load_run_config(run_dir)
-    final = run_dir / "final_model"
-    if final.is_dir():
-        return build_policy(exported_config(config, str(final)), device), config, str(final)
-    path = run_dir / "checkpoint.pt"
-    if not path.is_file():
-        raise ValueError(f"{str(run_dir)!r} holds no final_model/ and no checkpoint.pt: the run has not reached its "
-                         "first checkpoint, or it finished with run.keep_final_model and run.keep_checkpoint off")
-    checkpoint = load_checkpoint(path, device)
-    policy = build_policy(config, device)
-    _restore_checkpoint_weights(policy, checkpoint, path)
-    return policy, config, f"{path} (iteration {checkpoint['counters']['iteration']})"
-
-
-def _restore_checkpoint_weights(policy, checkpoint: dict[str, Any], path: Path) -> None:
-    try:
-        restore_weights(policy, checkpoint["weights"])
-    except (KeyError, RuntimeError) as error:
-        raise CheckpointError(f"{path}: its weights do not fit the run's model ({type(error).__name__}: "
-                              f"{str(error)[:200]}); it belongs to another run") from None
-
-
-def trim_logs(logger: JsonlLogger, last_iteration: int) -> None:
-    """Cut both logs back to the checkpoint's iteration: a resumed run writes the later rows again."""
-    _trim_jsonl(logger.metrics_path, last_iteration)
-    _trim_jsonl(logger.curve_path, last_iteration)
-    _trim_jsonl(logger.cost_path, last_iteration)
-
-
-def _trim_jsonl(path: Path, last_iteration: int) -> None:
-    """Keep the rows up to the checkpoint's iteration: a resumed run writes the later ones again."""
-    if not path.exists():
-        return
-    rows = read_jsonl(path)
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row.get("iteration"), int):
-            raise FileFormatError(f"{path}: row {number} has no iteration number; the file was damaged: "
-                                  "restore it or delete the row")
-    kept = [row for row in rows if row["iteration"] <= last_iteration]
-    atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in kept))

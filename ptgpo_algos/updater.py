@@ -15,7 +15,8 @@ data-parallel wrapper replaces (:class:`ptgpo_algos.distributed.updater.ShardedU
 only places that see the batch as a whole or touch the model's gradients, the optimiser or the
 metrics across steps: :meth:`Updater.layout` (the whole batch as the loop sees it: prompts, unit
 counts, which samples train), :meth:`Updater.backward` (forward and backward of a mini-batch, in
-micro-batches), :meth:`Updater.optimizer_step` (gradient clipping and the AdamW step) and
+micro-batches), :meth:`Updater.optimizer_step` (gradient clipping, the AdamW step and the learning-rate
+schedule's, :mod:`ptgpo_algos.optimizer`) and
 :meth:`Updater.reduce` (the step figures into the iteration's metrics).
 """
 
@@ -97,7 +98,7 @@ class Updater:
 
     def __init__(self, policy, optimizer: torch.optim.Optimizer, optim: OptimConfig, algorithm: AlgorithmConfig, *,
                  rng: np.random.Generator, reference=None, old_logprobs: str = "recompute",
-                 report_drift: bool = False):
+                 report_drift: bool = False, schedule: Any = None):
         if old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"old_logprobs: recompute or rollout, got {old_logprobs!r} (old_logprobs_mode "
                              "resolves auto)")
@@ -109,6 +110,8 @@ class Updater:
         self.reference = reference
         self.old_logprobs = old_logprobs
         self.report_drift = report_drift
+        #: The learning-rate schedule, stepped after each optimiser step (:mod:`ptgpo_algos.optimizer`; None: constant).
+        self.schedule = schedule
         #: The first epoch's order of the prompt groups, drawn by :meth:`prepare` when it hands the first
         #: optimiser step's pi_old to that step (None: :meth:`run` draws it).
         self._first_order: np.ndarray | None = None
@@ -181,8 +184,9 @@ class Updater:
                 computed_tokens += int(stats.pop("computed_tokens", 0))
                 steps.append(stats)
                 trained_tokens += sum(layout.tokens[i] for i in trained)
+        scheduled = {} if self.schedule is None else {"lr": float(self.schedule.get_last_lr()[0])}
         return {**self.reduce(steps), "updates": len(steps), "train_tokens": trained_tokens,
-                "computed_tokens": computed_tokens, "distinct_prompts": len(layout.groups)}
+                "computed_tokens": computed_tokens, "distinct_prompts": len(layout.groups), **scheduled}
 
     def layout(self, samples: Sequence[TrainingSample], kl: bool) -> BatchLayout:
         """The :class:`BatchLayout` of ``samples``, the whole batch in one process."""
@@ -205,10 +209,13 @@ class Updater:
         return self.optimizer_step()
 
     def optimizer_step(self) -> float:
-        """Clip the gradient to ``optim.max_grad_norm``, take the optimiser's step; the norm before clipping."""
-        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.policy.parameters()), self.optim.max_grad_norm)
+        """Clip the gradient to ``optim.max_grad_norm`` (over all shards of a sharded model), take the
+        optimiser's step and the schedule's; the norm before clipping."""
+        norm = torch.nn.utils.clip_grad_norm_(list(self.policy.parameters()), self.optim.max_grad_norm)
         self.optimizer.step()
-        return float(grad_norm)
+        if self.schedule is not None:
+            self.schedule.step()
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
     def reduce(self, steps: list[dict[str, float]]) -> dict[str, float]:
         """Each figure's mean over the optimiser steps (a figure a step lacks counts as 0 there)."""

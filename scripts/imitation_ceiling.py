@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from ptgpo_envs import make_env
     from ptgpo_algos.data import Context
     from ptgpo_algos.policy.backends import build_policy
-    from ptgpo_algos.trainer import evaluate_policy
+    from ptgpo_algos.run_evaluation import evaluate_policy
 
     try:
         config = TrainConfig.from_yaml(args.config, parse_set(args.set))

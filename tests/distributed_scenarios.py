@@ -13,7 +13,7 @@ from ptgpo_algos.distributed.fsdp import shard_model
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.distributed.gather import gathered_weights
 from ptgpo_algos.distributed.process_group import ENV_KEYS
-from ptgpo_algos.distributed.step import PgSample, TokenScorer, policy_gradient_step
+from ptgpo_algos.distributed.policy import RootRouted
 from ptgpo_algos.distributed.work_split import split_evenly
 
 #: The two architectures the tests shard: the tiny model's (TinyModelSpec's defaults: tied
@@ -48,73 +48,103 @@ def build_model(kind: str, seed: int = 0, lora: bool = False) -> torch.nn.Module
     return model
 
 
-def make_samples(kind: str, count: int = 6, seed: int = 0) -> list[PgSample]:
-    """``count`` samples of random tokens: prompts of 2-7 tokens, responses of 1-4, weights 1 or 2,
-    advantages of both signs, pi_old near the model's (so that some ratios clip)."""
+#: The tiny policy's contexts the update scenarios decide on: FrozenLake boards with 1-3 actions.
+_BOARD = "You stand on the start S.\nP F F\nF H F\nF F G"
+
+
+def tiny_policy(path: str, mode: str = "choose"):
+    """The tiny policy of the model folder ``path`` (built once by the test, the same on every rank)."""
+    from ptgpo_algos.policy import load_policy
+
+    return load_policy(path, mode=mode, max_new_tokens=8)
+
+
+def make_samples(policy, count: int = 7, seed: int = 0) -> list:
+    """``count`` training samples of ``policy``'s own decisions (sampled with ``seed``: the same on every
+    rank) among 2 or 3 actions, advantages of both signs, weights 1 to 3; two prompts recur (their samples share a mini-batch)."""
+    from ptgpo_algos.policy import Context
+    from ptgpo_algos.update import TrainingSample
+
+    contexts = [Context("Walk across the frozen lake to the goal G.", _BOARD + "\n" * k,
+                        ["go left", "go right", "go up"][: 2 + k % 2]) for k in range(5)]
+    decisions = policy.decide((contexts + contexts[:2])[:count], generator=torch.Generator().manual_seed(seed))
     rng = np.random.default_rng(seed)
-    vocab = ARCHITECTURES[kind]["vocab_size"]
-    samples = []
-    for _ in range(count):
-        prompt = tuple(int(t) for t in rng.integers(1, vocab, int(rng.integers(2, 8))))
-        response = tuple(int(t) for t in rng.integers(1, vocab, int(rng.integers(1, 5))))
-        old = tuple(float(v) for v in -np.log(vocab) + rng.normal(0.0, 0.3, len(response)))
-        samples.append(PgSample(prompt, response, old, float(rng.normal()), float(rng.integers(1, 3))))
-    return samples
+    return [TrainingSample(d, float(rng.normal()), float(rng.integers(1, 4))) for d in decisions]
 
 
-def one_step(kind: str, samples: list[PgSample], sharded: bool, micro_batch_size: int | None = None,
-             max_grad_norm: float = 0.05, lora: bool = False) -> dict:
-    """One SGD step of the policy-gradient loss; the weights after it and the step's figures.
+def update(policy, samples: list, info=None, micro_batch_size: int | None = None, max_grad_norm: float = 0.05,
+           optimizer=None, seed: int = 0) -> dict:
+    """The trainer's update (:class:`~ptgpo_algos.updater.Updater`, or across ranks the
+    :class:`~ptgpo_algos.distributed.updater.ShardedUpdater` on ``policy`` already sharded) on ``samples``
+    (this rank's block), one optimiser step (a mini-batch holds them all); its figures.
 
-    SGD, not AdamW: Adam's first step is about ``lr * sign(gradient)``, which would hide a gradient
-    scaled wrongly; SGD's moves each weight by ``lr`` times its gradient."""
-    scorer = TokenScorer(build_model(kind, lora=lora), chunk=3)
-    if sharded:
-        shard_model(scorer, FsdpConfig(), "cpu")
-    optimizer = torch.optim.SGD(scorer.parameters(), lr=0.5)
-    figures = policy_gradient_step(scorer, optimizer, samples, max_grad_norm=max_grad_norm,
-                                     micro_batch_size=micro_batch_size)
-    weights = _full_numpy(scorer)
-    return {"figures": figures, "weights": weights}
+    SGD by default, not AdamW: Adam's first step is about ``lr * sign(gradient)``, which would hide a
+    gradient scaled wrongly; SGD's moves each weight by ``lr`` times its gradient."""
+    from ptgpo_algos.config import AlgorithmConfig, OptimConfig
+    from ptgpo_algos.distributed.updater import ShardedUpdater
+    from ptgpo_algos.updater import Updater
+
+    optim = OptimConfig(lr=0.5, epochs=1, minibatch_size=64, micro_batch_size=micro_batch_size,
+                        max_grad_norm=max_grad_norm, kl_coef=0.0)
+    optimizer = optimizer or torch.optim.SGD(policy.parameters(), lr=0.5)
+    keywords = dict(rng=np.random.default_rng(seed), old_logprobs="rollout")
+    if info is None:
+        updater = Updater(policy, optimizer, optim, AlgorithmConfig(), **keywords)
+    else:
+        updater = ShardedUpdater(policy, optimizer, optim, AlgorithmConfig(), rank=info.rank, **keywords)
+    return updater.run(samples)
 
 
-def step_on_rank(info, kind: str, count: int, micro_batch_size: int | None, max_grad_norm: float = 0.05,
-                 lora: bool = False) -> dict:
-    """This rank's block of the batch, one sharded step; the gathered weights (rank 0) and figures."""
-    samples = make_samples(kind, count)
+def policy_weights(policy, root=None) -> dict[str, np.ndarray]:
+    """The policy's full weights by the model's names (gathered from the shards under ``root``)."""
+    if root is None:
+        return {name: t.detach().numpy().copy() for name, t in policy.model.state_dict().items()}
+    return _full_numpy(root)
+
+
+def step_on_rank(info, path: str, count: int, micro_batch_size: int | None, max_grad_norm: float = 0.05) -> dict:
+    """This rank's block of the batch, one update on the sharded tiny policy; the gathered weights
+    (rank 0) and the update's figures."""
+    from ptgpo_algos.distributed.policy import shard_policy
+
+    policy = tiny_policy(path)
+    samples = make_samples(policy, count)
     mine = [samples[i] for i in split_evenly(len(samples), info.world_size)[info.rank]]
-    out = one_step(kind, mine, sharded=True, micro_batch_size=micro_batch_size, max_grad_norm=max_grad_norm, lora=lora)
-    if not info.is_main:
-        out["weights"] = None
-    return out
+    root = shard_policy(policy, FsdpConfig(), "cpu")
+    figures = update(policy, mine, info, micro_batch_size=micro_batch_size, max_grad_norm=max_grad_norm)
+    weights = policy_weights(policy, root)
+    return {"figures": figures, "weights": weights if info.is_main else None}
 
 
 def _full_numpy(module: torch.nn.Module, prefix: str = "model.", **keywords) -> dict[str, np.ndarray]:
     return {name: tensor.numpy().copy() for name, tensor in gathered_weights(module, prefix=prefix, **keywords)}
 
 
-def resume_on_rank(info, folder: str) -> dict:
-    """AdamW on the tiny model: a step on batch A, a checkpoint, a step on batch B; then a fresh
-    model loads the checkpoint and takes the step on B again. Both weights (rank 0)."""
+def resume_on_rank(info, folder: str, path: str) -> dict:
+    """AdamW on the sharded tiny policy: an update on batch A, a checkpoint, an update on batch B; then a
+    fresh policy loads the checkpoint and takes the update on B again. Both weights (rank 0)."""
+    from ptgpo_algos.distributed.policy import shard_policy
     from ptgpo_algos.distributed.sharded_checkpoint import load_sharded, save_sharded
 
-    def sharded(seed: int):
-        scorer = shard_model(TokenScorer(build_model("tiny", seed), chunk=3), FsdpConfig(), "cpu")
-        return scorer, torch.optim.AdamW(scorer.parameters(), lr=1e-2)
+    def sharded(policy):
+        root = shard_policy(policy, FsdpConfig(), "cpu")
+        return policy, root, torch.optim.AdamW(policy.parameters(), lr=1e-2)
 
-    def mine(seed: int) -> list[PgSample]:
-        samples = make_samples("tiny", 4, seed)
+    def mine(policy, seed: int) -> list:
+        samples = make_samples(policy, 6, seed)  # decided by the unsharded policy, as a rollout copy decides
         return [samples[i] for i in split_evenly(len(samples), info.world_size)[info.rank]]
 
-    scorer, optimizer = sharded(0)
-    policy_gradient_step(scorer, optimizer, mine(1))
-    save_sharded(folder, scorer, optimizer, {"iteration": 1, "rank_rng": [info.rank]})
-    policy_gradient_step(scorer, optimizer, mine(2))
-    uninterrupted = _full_numpy(scorer)
-    scorer, optimizer = sharded(7)
-    extra = load_sharded(folder, scorer, optimizer)
-    policy_gradient_step(scorer, optimizer, mine(2))
-    resumed = _full_numpy(scorer)
+    policy = tiny_policy(path)
+    batch_a, batch_b = mine(policy, 1), mine(policy, 2)
+    policy, root, optimizer = sharded(policy)
+    update(policy, batch_a, info, optimizer=optimizer)
+    save_sharded(folder, root, optimizer, {"iteration": 1, "rank_rng": [info.rank]})
+    update(policy, batch_b, info, optimizer=optimizer)
+    uninterrupted = policy_weights(policy, root)
+    policy, root, optimizer = sharded(tiny_policy(path))
+    extra = load_sharded(folder, root, optimizer)
+    update(policy, batch_b, info, optimizer=optimizer)
+    resumed = policy_weights(policy, root)
     return {"uninterrupted": uninterrupted, "resumed": resumed, "extra": extra} if info.is_main else {}
 
 
@@ -138,7 +168,7 @@ def sync_on_rank(info, limit: int) -> dict:
     from ptgpo_algos.distributed.gather import gathered_messages
     from ptgpo_algos.policy.weight_stream import assemble
 
-    scorer = shard_model(TokenScorer(build_model("qwen2", lora=True)), FsdpConfig(), "cpu")
+    scorer = shard_model(RootRouted(build_model("qwen2", lora=True)), FsdpConfig(), "cpu")
     adapters = _full_numpy(scorer, adapters_only=True)
     messages = list(gathered_messages(scorer, limit, main=info.is_main, prefix="model."))
     sizes = [sum(piece.size for piece in pieces) for pieces, _ in messages]
@@ -146,15 +176,14 @@ def sync_on_rank(info, limit: int) -> dict:
     return {"adapters": adapters, "streamed": streamed, "sizes": sizes} if info.is_main else {"sizes": sizes}
 
 
-def all_on_rank(info, folder: str) -> dict:
+def all_on_rank(info, folder: str, path: str) -> dict:
     """Every multi-rank scenario in one launch (starting ranks is the slow part: torch and transformers
-    are imported by each)."""
+    are imported by each); ``path``: the tiny model's folder."""
     return {
-        "tiny": step_on_rank(info, "tiny", 5, 2),
-        "qwen2": step_on_rank(info, "qwen2", 5, 2, max_grad_norm=1e3),
-        "lonely": step_on_rank(info, "tiny", 1, None),
-        "lora": step_on_rank(info, "qwen2", 5, 2, max_grad_norm=1e3, lora=True),
-        "resume": resume_on_rank(info, folder),
+        "clipped": step_on_rank(info, path, 7, 2),
+        "unclipped": step_on_rank(info, path, 7, None, max_grad_norm=1e3),
+        "lonely": step_on_rank(info, path, 1, None),
+        "resume": resume_on_rank(info, folder, path),
         "collectives": collectives_on_rank(info),
         "sync": sync_on_rank(info, limit=20_000),
         "variables": {key: os.environ[key] for key in ENV_KEYS},
@@ -168,7 +197,7 @@ def save_tiny_checkpoint(folder) -> tuple:
     it was saved from (to load it into again)."""
     from ptgpo_algos.distributed.sharded_checkpoint import save_sharded
 
-    scorer = TokenScorer(build_model("tiny"))
+    scorer = RootRouted(build_model("tiny"))
     optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2)
     save_sharded(folder, scorer, optimizer, {"iteration": 4})
     return folder, scorer, optimizer
@@ -189,18 +218,19 @@ def training_config(out_dir: str, algo: str, **change) -> dict:
 
 
 def train_on_rank(info, runs: list[dict], copies: dict[int, str]) -> list[dict]:
-    """Each config of ``runs`` trained in turn on this rank (:class:`ShardedTrainer`); after the run
+    """Each config of ``runs`` trained in turn on this rank (the :class:`Trainer` placed on it); after the run
     whose index is a key of ``copies``, rank 0 copies its folder there (a checkpoint to resume
     elsewhere). Rank 0 returns each run's decisions and iterations."""
     import shutil
 
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.distributed.collectives import all_reduce
-    from ptgpo_algos.distributed.trainer import ShardedTrainer
+    from ptgpo_algos.distributed.placement import Ranks
+    from ptgpo_algos.trainer import Trainer
 
     out = []
     for index, run in enumerate(runs):
-        summary = ShardedTrainer(TrainConfig.from_dict(run), info, progress=False).train()
+        summary = Trainer(TrainConfig.from_dict(run), placement=Ranks(info), progress=False).train()
         out.append({"decisions": summary.decisions, "iterations": summary.iterations})
         if index in copies and info.is_main:
             shutil.copytree(run["out_dir"], copies[index])

@@ -272,7 +272,7 @@ def test_resume_refuses_a_damaged_or_deleted_checkpoint_and_keeps_the_run(finish
 
 @pytest.mark.distributed
 def test_a_rank_refuses_a_flipped_shard_at_resume(tmp_path, monkeypatch, capsys):
-    from ptgpo_algos.distributed.trainer import run_sharded
+    from ptgpo_algos.distributed.run import run_sharded
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     run = tmp_path / "run"

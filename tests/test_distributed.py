@@ -4,7 +4,8 @@
 One launch of 2 ranks runs every multi-rank scenario (tests/distributed_scenarios.py); the tests
 compare its results with single-process references computed here.
 
-Tolerance of the 2-rank against the 1-process step: the same float32 arithmetic, but sums taken
+Tolerance of the 2-rank against the 1-process update (the trainer's Updater and ShardedUpdater, one
+optimiser step on the tiny policy's own decisions): the same float32 arithmetic, but sums taken
 in another order (each rank sums its half of the batch, then the halves are added; the output
 layer's chunked backward adds positions in other groups), so gradients differ by a few units in
 the last place of float32 (relative ~1e-7). A weight moves by ``lr`` times its gradient (SGD, lr 0.5;
@@ -30,7 +31,7 @@ from ptgpo_algos.checkpoint import CheckpointError
 from ptgpo_algos.distributed.collectives import Metric, combine_metrics
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.distributed.launch import launch
-from ptgpo_algos.distributed.step import PgSample, TokenScorer, policy_gradient_step
+from ptgpo_algos.distributed.policy import RootRouted
 from ptgpo_algos.distributed.work_split import share_budget, split_evenly
 
 import distributed_scenarios as scenarios
@@ -110,11 +111,6 @@ def test_fsdp_config_is_validated_with_the_key_named():
         FsdpConfig(cpu_offload=True).policies("cpu")
 
 
-def test_samples_are_validated():
-    with pytest.raises(ValueError, match="old_logprobs has 1 values for 2 response tokens"):
-        PgSample((1,), (2, 3), (-1.0,), 1.0)
-
-
 def test_each_rank_s_engine_sees_its_own_gpu_alone():
     from ptgpo_algos.distributed.engine import engine_visible_devices
 
@@ -180,12 +176,21 @@ def test_launch_under_torchrun_keeps_torchrun_s_world(monkeypatch):
 
 # ----------------------------------------------------------------------------------------- 2 ranks
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
+def tiny_path(tmp_path_factory):
+    """The untrained tiny model's folder, built once (the ranks load it)."""
+    from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
+
+    return str(build_tiny_model(TinyModelSpec(seed=7, pretrain_steps=0), env_ids=["ptgpo/FrozenLake-v0"],
+                                cache_dir=tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory, tiny_path):
     """Every scenario's results on 2 gloo ranks (one launch), and the resume checkpoint's folder."""
     folder = tmp_path_factory.mktemp("sharded") / "checkpoint"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LOCAL_WORLD_SIZE", "1")  # as a vLLM engine built in this process leaves it
-        ranks = launch(scenarios.all_on_rank, 2, str(folder))
+        ranks = launch(scenarios.all_on_rank, 2, str(folder), tiny_path)
     return {"ranks": ranks, "folder": folder}
 
 
@@ -197,29 +202,25 @@ def test_each_launched_rank_has_torchrun_s_variables_of_its_own_world(two_ranks)
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("case, kind, count, micro, clip", [("tiny", "tiny", 5, 2, 0.05), ("qwen2", "qwen2", 5, 2, 1e3),
-                                                            ("lonely", "tiny", 1, None, 0.05),
-                                                            ("lora", "qwen2", 5, 2, 1e3)])
-def test_a_step_on_two_ranks_equals_the_single_process_step(two_ranks, case, kind, count, micro, clip):
+@pytest.mark.parametrize("case, count, micro, clip", [("clipped", 7, 2, 0.05), ("unclipped", 7, None, 1e3),
+                                                      ("lonely", 1, None, 0.05)])
+def test_the_update_on_two_ranks_equals_the_single_process_update(two_ranks, tiny_path, case, count, micro, clip):
     sharded = [rank[case] for rank in two_ranks["ranks"]]
-    lora = case == "lora"  # adapters trained on a frozen base, both sharded
-    single = scenarios.one_step(kind, scenarios.make_samples(kind, count), sharded=False, micro_batch_size=micro,
-                                max_grad_norm=clip, lora=lora)
-    before = {name: t.detach().numpy() for name, t in scenarios.build_model(kind, lora=lora).state_dict().items()
-              if name in single["weights"]}
-    assert _largest_difference(before, single["weights"]) > 1e-3  # the step moved the weights
-    if lora:
-        moved = {name for name in before if not np.array_equal(before[name], single["weights"][name])}
-        assert moved and all("lora_" in name for name in moved)
-    assert _largest_difference(sharded[0]["weights"], single["weights"]) < TOLERANCE
-    figures = [s["figures"] for s in sharded]
-    assert figures[0]["grad_norm"] == figures[1]["grad_norm"] == pytest.approx(single["figures"]["grad_norm"], rel=1e-5)
-    assert figures[0]["loss"] + figures[1]["loss"] == pytest.approx(single["figures"]["loss"], rel=1e-5, abs=1e-7)
-    assert figures[0]["units"] == single["figures"]["units"]
-    if case == "lonely":  # rank 1 had no sample and ran a placeholder micro-batch
-        assert figures[1]["loss"] == 0.0
-    if kind == "tiny":  # tied embeddings: the output layer is the embedding, sent once
-        assert "lm_head.weight" not in single["weights"] and "model.embed_tokens.weight" in single["weights"]
+    policy = scenarios.tiny_policy(tiny_path)
+    before = scenarios.policy_weights(policy)
+    figures = scenarios.update(policy, scenarios.make_samples(policy, count), micro_batch_size=micro,
+                               max_grad_norm=clip)
+    single = scenarios.policy_weights(policy)
+    assert _largest_difference(before, single) > 1e-3  # the step moved the weights
+    gathered = sharded[0]["weights"]
+    assert _largest_difference(gathered, {name: single[name] for name in gathered}) < TOLERANCE
+    both = [s["figures"] for s in sharded]
+    assert both[0]["grad_norm"] == both[1]["grad_norm"] == pytest.approx(figures["grad_norm"], rel=1e-5)
+    assert both[0]["loss"] == both[1]["loss"] == pytest.approx(figures["loss"], rel=1e-5,
+                                                                             abs=1e-7)
+    assert both[0]["updates"] == figures["updates"] == 1
+    # The tiny model ties its output layer to the embedding: gathered once, under the embedding's name.
+    assert "lm_head.weight" not in gathered and "model.embed_tokens.weight" in gathered
 
 
 @pytest.mark.distributed
@@ -232,18 +233,22 @@ def test_metrics_and_lists_are_combined_across_ranks(two_ranks):
 
 
 @pytest.mark.distributed
-def test_a_two_rank_checkpoint_resumes_on_two_ranks_and_on_one(two_ranks):
+def test_a_two_rank_checkpoint_resumes_on_two_ranks_and_on_one(two_ranks, tiny_path):
     resume = two_ranks["ranks"][0]["resume"]
     assert resume["extra"] == {"iteration": 1, "rank_rng": [0], "world_size": 2}
     assert _largest_difference(resume["resumed"], resume["uninterrupted"]) == 0.0  # same world size: bit for bit
-    scorer = TokenScorer(scenarios.build_model("tiny", seed=7), chunk=3)
-    optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-2)
-    fresh = {n: t.detach().numpy().copy() for n, t in scenarios.gathered_weights(scorer, prefix="model.")}
+    policy = scenarios.tiny_policy(tiny_path)
+    batch_b = scenarios.make_samples(policy, 6, seed=2)
+    root = RootRouted(policy.model)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
+    fresh = scenarios.policy_weights(policy)
     from ptgpo_algos.distributed.sharded_checkpoint import load_sharded
 
-    assert load_sharded(two_ranks["folder"], scorer, optimizer)["world_size"] == 2
-    policy_gradient_step(scorer, optimizer, scenarios.make_samples("tiny", 4, seed=2))
-    one_rank = {n: t.detach().numpy().copy() for n, t in scenarios.gathered_weights(scorer, prefix="model.")}
+    assert load_sharded(two_ranks["folder"], root, optimizer)["world_size"] == 2
+    scenarios.update(policy, batch_b, optimizer=optimizer)
+    one_rank = scenarios.policy_weights(policy)
+    one_rank = {name: one_rank[name] for name in resume["uninterrupted"]}
+    fresh = {name: fresh[name] for name in resume["uninterrupted"]}
     assert _largest_difference(one_rank, resume["uninterrupted"]) < ADAM_TOLERANCE
     assert _largest_difference(fresh, resume["uninterrupted"]) > 1e-2  # loading mattered
 

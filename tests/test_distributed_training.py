@@ -1,4 +1,4 @@
-"""Training across ranks (``ptgpo train --nproc N``, :mod:`ptgpo_algos.distributed.trainer`) on 2 gloo
+"""Training across ranks (``ptgpo train --nproc N``, :mod:`ptgpo_algos.distributed.placement`) on 2 gloo
 ranks on CPUs against the same trainer on 1, with the tiny model on FrozenLake 3x3.
 
 One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slow part):
@@ -34,13 +34,20 @@ import pytest
 
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.distributed.launch import launch
-from ptgpo_algos.distributed.trainer import check_sharded_config
+from ptgpo_algos.distributed.placement import check_sharded_config
 
 import distributed_scenarios as scenarios
 
 REL, ABS = 1e-5, 1e-6
 BUDGET = 200
 GIGPO = {"total_decisions": BUDGET, "iterations": 4, "kl_coef": 0.01, "entropy_coef": 0.001}
+#: PTGPO's runs train under a learning-rate schedule: the resumed runs must take it back where it was.
+PTGPO = {"lr_schedule": "cosine", "lr_warmup_steps": 1, "lr_decay_steps": 40}
+#: The strategies whose collections count more than the rollouts' common figures (PATR's, BPO's).
+STRATEGIES = [("patr", "grpo", {"rollout": "patr"}), ("bpo", "bpo", {})]
+#: BabyAI's GoToLocal, 2 tasks of 4 episodes of at most 8 steps an iteration, 2 iterations.
+BABYAI = {"env_id": "ptgpo/BabyAI-v0", "env_kwargs": {"level": "GoToLocal"}, "max_steps": 8, "tasks_per_iteration": 2,
+          "iterations": 2, "eval_every": 2}
 
 
 def _rows(folder, name="metrics"):
@@ -68,14 +75,20 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("sharded_runs")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PTGPO_CACHE", str(root / "cache"))
+        babyai = [scenarios.training_config(str(root / f"babyai-{algo}-{{ranks}}"), algo, **BABYAI)
+                  for algo in ("gigpo", "ptgpo")]
+        babyai += [scenarios.training_config(str(root / f"{name}-{{ranks}}"), algo, iterations=2, **change)
+                   for name, algo, change in STRATEGIES]
         two = [scenarios.training_config(str(root / "gigpo-2"), "gigpo", **GIGPO),
-               scenarios.training_config(str(root / "ptgpo-2"), "ptgpo"),
-               scenarios.training_config(str(root / "cut-2"), "ptgpo", iterations=2),
-               scenarios.training_config(str(root / "cut-2"), "ptgpo", resume=True)]
+               scenarios.training_config(str(root / "ptgpo-2"), "ptgpo", **PTGPO),
+               scenarios.training_config(str(root / "cut-2"), "ptgpo", iterations=2, **PTGPO),
+               scenarios.training_config(str(root / "cut-2"), "ptgpo", resume=True, **PTGPO),
+               *[{**run, "out_dir": run["out_dir"].format(ranks=2)} for run in babyai]]
         summaries_two = launch(scenarios.train_on_rank, 2, two, {2: str(root / "cut-1")})[0]
         one = [scenarios.training_config(str(root / "gigpo-1"), "gigpo", **GIGPO),
-               scenarios.training_config(str(root / "ptgpo-1"), "ptgpo"),
-               scenarios.training_config(str(root / "cut-1"), "ptgpo", resume=True)]
+               scenarios.training_config(str(root / "ptgpo-1"), "ptgpo", **PTGPO),
+               scenarios.training_config(str(root / "cut-1"), "ptgpo", resume=True, **PTGPO),
+               *[{**run, "out_dir": run["out_dir"].format(ranks=1)} for run in babyai]]
         summaries_one = launch(scenarios.train_on_rank, 1, one, {})[0]
     return {"root": root, "two": summaries_two, "one": summaries_one}
 
@@ -97,9 +110,30 @@ def test_two_ranks_give_the_single_process_metrics(runs, algo):
         assert runs["two"][0]["decisions"] == runs["one"][0]["decisions"] == BUDGET == two[-1]["total_decisions"]
     else:
         assert two[-1]["total_decisions_saved"] > 0  # prefix trees shared their steps
+    if algo == "ptgpo":  # the schedule moved the learning rate
+        assert len({row["lr"] for row in two if "lr" in row}) > 1
     assert (root / f"{algo}-2" / "final_model" / "config.json").is_file()
     assert sorted(p.name for p in (root / f"{algo}-2" / "checkpoint").iterdir()) == [
         "__0_0.distcp", "__1_0.distcp", "manifest.json", "state.pt"]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("algo", ["gigpo", "ptgpo"])
+def test_two_ranks_give_the_single_process_metrics_on_babyai(runs, algo):
+    root = runs["root"]
+    two, one = _rows(root / f"babyai-{algo}-2"), _rows(root / f"babyai-{algo}-1")
+    _assert_close(two, one)
+    assert _rows(root / f"babyai-{algo}-2", "curve") == _rows(root / f"babyai-{algo}-1", "curve")
+    assert [row["iteration"] for row in two] == [1, 2] and two[-1]["total_decisions"] > 0
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name, prefix", [("patr", "patr_"), ("bpo", "bpo_")])
+def test_a_strategy_s_own_counts_are_combined_across_ranks(runs, name, prefix):
+    # Each rank's counts were added up as the common RolloutStats: PATR's and BPO's own figures were lost.
+    two, one = _rows(runs["root"] / f"{name}-2"), _rows(runs["root"] / f"{name}-1")
+    _assert_close(two, one)
+    assert all(any(key.startswith(prefix) for key in row) for row in two)
 
 
 @pytest.mark.distributed
@@ -120,7 +154,7 @@ def test_a_single_process_run_refuses_a_checkpoint_written_across_ranks(runs, tm
 
     folder = tmp_path / "run"
     shutil.copytree(runs["root"] / "cut-2", folder)
-    config = TrainConfig.from_dict(scenarios.training_config(str(folder), "ptgpo", resume=True, iterations=4))
+    config = TrainConfig.from_dict(scenarios.training_config(str(folder), "ptgpo", resume=True, iterations=4, **PTGPO))
     with pytest.raises(ValueError, match=r"checkpoint written across ranks \(checkpoint/\): resume it with --nproc N"):
         run_training(config, progress=False)
 
@@ -233,7 +267,7 @@ def test_a_prefix_tree_scored_in_chunks_of_different_counts_on_each_rank_trains(
 
 def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():
     from ptgpo_algos.data import Task
-    from ptgpo_algos.distributed.trainer import most_decisions
+    from ptgpo_algos.distributed.placement import most_decisions
 
     task = Task("ptgpo/FrozenLake-v0", 3, {}, None)
     assert most_decisions(TrainConfig.from_dict({"algo": "gigpo", "group_size": 4}), task, 8) == 32
@@ -259,7 +293,7 @@ def test_the_same_config_under_torchrun_is_the_same_run(runs, tmp_path):
 
     root, out = runs["root"], tmp_path / "torchrun"
     config = tmp_path / "config.yaml"  # JSON is YAML
-    config.write_text(json.dumps(scenarios.training_config(str(out), "ptgpo")))
+    config.write_text(json.dumps(scenarios.training_config(str(out), "ptgpo", **PTGPO)))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1",
            "PTGPO_CACHE": str(root / "cache")}
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):

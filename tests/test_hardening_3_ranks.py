@@ -238,7 +238,7 @@ def test_a_full_disk_on_a_rank_is_one_line_naming_the_rank_and_the_file(tmp_path
 def test_a_rank_s_unexpected_error_is_one_line_and_its_traceback_goes_to_the_run_folder(tmp_path, capsys,
                                                                                       monkeypatch):
     from ptgpo_algos.distributed import launch as launching
-    from ptgpo_algos.distributed import trainer
+    from ptgpo_algos.distributed import run
 
     def failing(fn, nproc, *args, device):
         try:
@@ -246,7 +246,7 @@ def test_a_rank_s_unexpected_error_is_one_line_and_its_traceback_goes_to_the_run
         except RuntimeError as error:
             raise launching.RankFailed(1, launching.RankError.of(error)) from None
 
-    monkeypatch.setattr(trainer, "launch", failing)
+    monkeypatch.setattr(run, "launch", failing)
     out = tmp_path / "run"
     code, err = _cli("train", "--config", _config(tmp_path), "--nproc", 2, "--out", out, capsys=capsys)
     assert code == 2 and err == (f"ptgpo train: rank 1 failed: RuntimeError: the weights went ... astray (its traceback "

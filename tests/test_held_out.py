@@ -16,7 +16,8 @@ from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.evaluation import overlap
 from ptgpo_algos.files import read_jsonl
 from ptgpo_algos.provenance import PACKAGES
-from ptgpo_algos.trainer import Trainer, TrainState
+from ptgpo_algos.train_state import TrainState
+from ptgpo_algos.trainer import Trainer
 from ptgpo_envs import held_out
 
 DOORKEY = {"level": "DoorKey-5x5"}

@@ -19,7 +19,8 @@ from ptgpo_algos.objectives.hindsight import (
     relabel_trajectory,
 )
 from ptgpo_algos.policy.base import ScoredBatch
-from ptgpo_algos.trainer import check_environment, run_training
+from ptgpo_algos.preflight import check_environment
+from ptgpo_algos.trainer import run_training
 from test_trainer import _dies_on_call, _rows
 
 TASK = "put a bowl in sinkbasin."

@@ -186,16 +186,13 @@ def test_the_tiny_models_plan_comes_from_its_spec():
 
 def test_the_trainer_refuses_a_gpu_run_that_cannot_fit(monkeypatch):
     import ptgpo_algos.memory as memory
-    from ptgpo_algos.trainer import Trainer
+    from ptgpo_algos.placement import check_memory
 
     monkeypatch.setattr(memory, "total_device_memory", lambda device: 24 * GIB)  # 45 GiB planned, 17 with checkpointing
-    trainer = Trainer(_config(minibatch_size=16, gradient_checkpointing=False), progress=False)
-    trainer.device = "cuda"
     with pytest.raises(GpuDoesNotFit, match="policy.gradient_checkpointing: true"):
-        trainer.check_memory()
-    lenient = Trainer(_config(minibatch_size=16, gradient_checkpointing=False, memory_check=False), progress=False)
-    lenient.device = "cuda"
-    lenient.check_memory()  # planned, printed nowhere (progress off), not refused
+        check_memory(_config(minibatch_size=16, gradient_checkpointing=False), "cuda", 1, progress=False)
+    lenient = _config(minibatch_size=16, gradient_checkpointing=False, memory_check=False)
+    check_memory(lenient, "cuda", 1, progress=False)  # planned, printed nowhere (progress off), not refused
 
 
 # ----------------------------------------------------------------------------------------- ptgpo plan

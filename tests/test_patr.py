@@ -169,7 +169,7 @@ def test_training_over_patr_rollouts_logs_its_counts_and_spends_the_budget_exact
 
 
 def test_the_progress_scorer_needs_an_environment_that_reports_progress(tmp_path):
-    from ptgpo_algos.trainer import check_environment
+    from ptgpo_algos.preflight import check_environment
 
     config = _config(tmp_path, env_id="ptgpo/BabyAI-v0", env_kwargs={"level": "GoToLocal"}, max_steps=None,
                      patr={"scorer": "progress"})

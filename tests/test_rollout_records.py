@@ -127,7 +127,7 @@ def test_record_rollouts_is_a_positive_count():
 
 
 def test_a_sharded_run_refuses_to_record_a_part_of_its_groups():
-    from ptgpo_algos.distributed.trainer import check_sharded_config
+    from ptgpo_algos.distributed.placement import check_sharded_config
 
     with pytest.raises(ValueError, match=r"run.record_rollouts: each rank holds only its own groups"):
         check_sharded_config(_config("unused", record=1))

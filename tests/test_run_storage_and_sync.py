@@ -144,7 +144,7 @@ def test_the_sync_check_is_held_to_four_times_the_floor_measured_before_the_firs
 
 
 def test_a_run_without_its_final_model_plans_no_disk_for_it_and_says_why_evaluate_finds_nothing(tmp_path):
-    from ptgpo_algos.trainer import load_trained_policy
+    from ptgpo_algos.run_evaluation import load_trained_policy
 
     run_training(TrainConfig.from_dict(_spec(tmp_path, keep_checkpoint=False, keep_final_model=False)), progress=False)
     run = tmp_path / "run"

@@ -15,7 +15,8 @@ from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Step, Trajectory
 from ptgpo_algos.losses import low_var_kl, policy_loss, ppo_clip_loss, weighted_token_mean
 from ptgpo_algos.data import Decision
-from ptgpo_algos.trainer import Trainer, evaluation_agent, run_training
+from ptgpo_algos.run_evaluation import evaluation_agent
+from ptgpo_algos.trainer import Trainer, run_training
 from ptgpo_algos.update import flatten_batch
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
@@ -414,12 +415,12 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     assert main(["evaluate", str(tmp_path / "missing")]) == 2
     assert main(["evaluate", str(run_dir), "--history-length", "0", "--no-progress"]) == 2
     assert main(["evaluate", str(run_dir), "--history-length", "-1", "--no-progress"]) == 2
-    import ptgpo_algos.trainer as trainer
+    import ptgpo_algos.run_evaluation as run_evaluation
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a bad environment must fail before the model is loaded")
 
-    monkeypatch.setattr(trainer, "load_trained_policy", no_loading)
+    monkeypatch.setattr(run_evaluation, "load_trained_policy", no_loading)
     assert main(["evaluate", str(run_dir), "--env", "ptgpo/NoSuchEnv-v0", "--no-progress"]) == 2
     errors = capsys.readouterr().err
     assert "say which environment with --env" in errors and "is not a folder" in errors
@@ -532,23 +533,23 @@ def test_a_placebo_run_trains_on_permuted_advantages(tmp_path, monkeypatch):
 
 def test_curve_evaluations_play_the_first_seeds_and_the_last_plays_all(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    import ptgpo_algos.trainer as trainer
+    import ptgpo_algos.run_evaluation as run_evaluation
 
     played = []
-    real = trainer.evaluate
+    real = run_evaluation.evaluate
 
     def spy(agent, env_id, seeds, *args, **kwargs):
         played.append(len(seeds))
         return real(agent, env_id, seeds, *args, **kwargs)
 
-    monkeypatch.setattr(trainer, "evaluate", spy)
+    monkeypatch.setattr(run_evaluation, "evaluate", spy)
     summary = run_training(_small(tmp_path / "run", eval_seeds=6, eval_curve_episodes=2), progress=False)
     assert played == [2, 2, 6] and summary.final_eval["episodes"] == 6
 
 
 def test_callbacks_observe_a_read_only_view_of_the_run():
     from ptgpo_algos.callbacks import RunView
-    from ptgpo_algos.trainer import TrainState
+    from ptgpo_algos.train_state import TrainState
 
     config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0"})
     state = TrainState.seeded(0)

@@ -107,7 +107,7 @@ def check_train_configs(cells: Sequence[Cell]) -> None:
     every cell."""
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.preflight import check_machine
-    from ptgpo_algos.trainer import check_environment
+    from ptgpo_algos.preflight import check_environment
     from ptgpo_envs import check_env_kwargs
 
     environments = {cell.env.label: cell.env for cell in cells}

@@ -189,7 +189,7 @@ def load_target(target: str | Path, device: str, history_length: int | None = No
     the commands that evaluate a policy resolve it."""
     from ptgpo_algos.policy import load_policy
     from ptgpo_algos.run_folder import is_run_folder
-    from ptgpo_algos.trainer import load_trained_policy
+    from ptgpo_algos.run_evaluation import load_trained_policy
 
     if is_run_folder(target):
         policy, _, source = load_trained_policy(target, device)

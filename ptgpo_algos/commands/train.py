@@ -133,14 +133,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _train(config, args: argparse.Namespace):
     """The run in this process, or across ranks with ``--nproc N`` or under ``torchrun``
-    (:mod:`ptgpo_algos.distributed.trainer`); its summary (None on a rank other than 0)."""
+    (:mod:`ptgpo_algos.distributed.run`); its summary (None on a rank other than 0)."""
     from ptgpo_algos.distributed.launch import under_launcher
 
     if args.nproc is None and not under_launcher():
         from ptgpo_algos.trainer import Trainer
 
         return Trainer(config, progress=not args.no_progress).train()
-    from ptgpo_algos.distributed.trainer import run_sharded
+    from ptgpo_algos.distributed.run import run_sharded
 
     nproc = args.nproc if args.nproc is not None else int(os.environ["WORLD_SIZE"])
     return run_sharded(config, nproc, progress=not args.no_progress)

@@ -11,8 +11,6 @@ One module per concept, each importing only from below it:
   the config's ``optim.fsdp`` (no torch, so the config imports none);
 * :mod:`~ptgpo_algos.distributed.fsdp` -- the sharding of a Qwen2-architecture model, one unit per
   decoder layer;
-* :mod:`~ptgpo_algos.distributed.step` -- one optimisation step of the policy-gradient loss over a
-  batch split across ranks, equal to the single-process step over the whole batch;
 * :mod:`~ptgpo_algos.distributed.work_split` -- pure: which rank plays which task, each rank's share
   of the exact global decision budget, evaluation episodes by rank;
 * :mod:`~ptgpo_algos.distributed.collectives` -- metrics all-reduced, lists gathered in order;
@@ -24,7 +22,11 @@ One module per concept, each importing only from below it:
   FSDP root) and each rank's full copy that plays;
 * :mod:`~ptgpo_algos.distributed.engine` -- each rank's own vLLM engine instead (``rollouts.backend:
   vllm``): its placement on the rank's GPU or cores, the gathered weights streamed into it;
-* :mod:`~ptgpo_algos.distributed.updater` -- the update across ranks (the Updater's seams replaced);
-* :mod:`~ptgpo_algos.distributed.trainer` -- the trainer across ranks (``ptgpo train --nproc N``, or
-  under ``torchrun``).
+* :mod:`~ptgpo_algos.distributed.updater` -- the update across ranks (the Updater's seams replaced):
+  each rank's samples' gradients summed by FSDP, equal to the single-process step over the whole batch;
+* :mod:`~ptgpo_algos.distributed.placement` -- :class:`~ptgpo_algos.distributed.placement.Ranks`, the
+  trainer's :class:`~ptgpo_algos.placement.Placement` on one rank: who plays which tasks, the sharded
+  model, the gathered figures, the sharded checkpoint;
+* :mod:`~ptgpo_algos.distributed.run` -- a run across ranks (``ptgpo train --nproc N``, or under
+  ``torchrun``): the one :class:`~ptgpo_algos.trainer.Trainer` on each rank with its ``Ranks`` placement.
 """

@@ -44,7 +44,7 @@ def shard_model(root: nn.Module, config: FsdpConfig, device: str, mesh: Any = No
     decoder layer, then ``root`` for what is left; returns ``root``.
 
     Gradients are summed across ranks, not averaged: the step's loss is already divided by the
-    global unit count (:mod:`ptgpo_algos.distributed.step`), so that a batch split across ranks gives
+    global unit count (:class:`~ptgpo_algos.distributed.updater.ShardedUpdater`), so that a batch split across ranks gives
     the single-process gradient whatever the split.
     """
     root.to(device)

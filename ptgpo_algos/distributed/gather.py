@@ -46,7 +46,7 @@ def tied_aliases(module: nn.Module, *, prefix: str = "") -> dict[str, str]:
 def gathered_weights(module: nn.Module, *, prefix: str = "", adapters_only: bool = False
                      ) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, full tensor)`` of ``module``'s state, names without ``prefix`` (a wrapper's, such as
-    :class:`~ptgpo_algos.distributed.step.TokenScorer`'s ``model.``). A tensor tied to one already
+    :class:`~ptgpo_algos.distributed.policy.RootRouted`'s ``model.``). A tensor tied to one already
     yielded (a tied-embedding model's output layer) is left out, as the sync's aliases expect."""
     aliases = set(tied_aliases(module))
     for name, tensor in module.state_dict().items():

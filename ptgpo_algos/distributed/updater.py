@@ -1,4 +1,4 @@
-"""The policy update across ranks: :class:`~ptgpo_algos.updater.Updater` with its four seams replaced.
+"""The policy update across ranks: :class:`~ptgpo_algos.updater.Updater` with three of its seams replaced.
 
 Each rank holds the training samples of its own tasks. The update's loop runs on every rank over the
 *whole* batch's layout (:meth:`ShardedUpdater.layout`: every rank's prompts, unit counts and trained
@@ -23,7 +23,6 @@ from typing import Sequence
 
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_objects, reduce_metrics
 from ptgpo_algos.distributed.policy import idle_pass
-from ptgpo_algos.distributed.step import grad_norm
 from ptgpo_algos.update import (COUNTS, TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs,
                                 scoring_parts, units)
 from ptgpo_algos.updater import BatchLayout, Updater
@@ -99,12 +98,6 @@ class ShardedUpdater(Updater):
         count = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
         return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") or k in COUNTS
                                else Metric(v, count=count) for k, v in stats.items()})
-
-    def optimizer_step(self) -> float:
-        """Clip the gradient over all shards to ``optim.max_grad_norm``, take the step; the global norm."""
-        norm = grad_norm(list(self.policy.parameters()), self.optim.max_grad_norm)
-        self.optimizer.step()
-        return norm
 
 
 def _idle(policy, count: int, backward: bool = False) -> None:
