@@ -160,12 +160,7 @@ class BenchConfig:
             data["name"] = quick_section.get("name", f"{data.get('name', 'bench')}-quick")
 
         name = _folder_name(check_string("name", data.get("name")))
-        unit = check_choice("budget_unit", data.get("budget_unit", "decisions"), BUDGET_UNITS)
-        budget = _budget("budget", data.get("budget"), unit)
-        stop = check_choice("budget_stop", data.get("budget_stop", "reached"), STOP_RULES)
-        if stop != "reached" and unit == "decisions":
-            raise BenchError("budget_stop: a budget of decisions is spent exactly; budget_stop applies to a "
-                             "budget_unit of cost (train_cpu_s...)")
+        unit, budget, stop = _budget_settings(data)
         seeds = _seeds(data.get("seeds"), "seeds")
         workers = data.get("workers")
         if workers is not None:
@@ -237,6 +232,16 @@ def _iterations_once(policy: dict[str, Any], methods: list[MethodEntry]) -> None
         if "run.iterations" in paths:
             raise BenchError(f"{where} sets iterations, and so does the bench's iteration budget (iterations); "
                              "keep the top-level iterations, which every RL cell runs")
+
+
+def _budget_settings(data: dict[str, Any]) -> tuple[str, float, str]:
+    """The config's ``budget_unit``, ``budget`` and ``budget_stop``."""
+    unit = check_choice("budget_unit", data.get("budget_unit", "decisions"), BUDGET_UNITS)
+    stop = check_choice("budget_stop", data.get("budget_stop", "reached"), STOP_RULES)
+    if stop != "reached" and unit == "decisions":
+        raise BenchError("budget_stop: a budget of decisions is spent exactly; budget_stop applies to a "
+                         "budget_unit of cost (train_cpu_s...)")
+    return unit, _budget("budget", data.get("budget"), unit), stop
 
 
 def _budget(where: str, value: Any, unit: str) -> float:
