@@ -87,7 +87,7 @@ from ptgpo_algos.rollout import RolloutStats, Spend
 from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, load_run_config, prepare_run_folder
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES, new_memory
 from ptgpo_envs import check_env_kwargs, held_out, make_env
-from ptgpo_algos.policy.precision import precision_for
+from ptgpo_algos.policy.precision import float32_rollouts, precision_for
 from ptgpo_algos.update import flatten_batch
 from ptgpo_algos.updater import Updater, old_logprobs_mode
 
@@ -312,10 +312,11 @@ class Trainer:
     def build_updater(self) -> Updater:
         """The update, with pi_old decided once (``optim.old_logprobs``, :func:`old_logprobs_mode`): the
         rollouts come from elsewhere when a separate engine or a lagged collector plays them, and the
-        trainer's own scores are float32 when its precision has no autocast."""
+        trainer's own scores are float32 when neither its precision nor the rollouts'
+        (``policy.rollout_dtype``) has autocast."""
         config = self.config
         elsewhere = self.rollout_policy is not self.policy or config.rollouts.asynchronous
-        float32_scores = precision_for(self.device, config.policy.dtype).autocast is None
+        float32_scores = float32_rollouts(precision_for(self.device, config.policy.dtype), config.policy.rollout_dtype)
         mode = old_logprobs_mode(config.optim.old_logprobs, elsewhere=elsewhere, float32_scores=float32_scores)
         return Updater(self.policy, self.optimizer, config.optim, config.algorithm, rng=self.state.rng,
                        reference=self.reference, old_logprobs=mode, report_drift=elsewhere)
