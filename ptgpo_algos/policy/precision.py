@@ -16,9 +16,10 @@ train, which the trainer does not do, so training configs take bfloat16 or float
 
 Rollouts and evaluations may compute at another dtype (``policy.rollout_dtype``,
 :func:`rollout_autocast`): on a CPU with bf16 units (AMX or avx512_bf16) bf16 autocast plays them
-several times as fast (SmolLM2-135M, 32 episodes side by side on 2 Sapphire Rapids cores: 3.5x in
-``choose`` mode, 2x in ``generate`` mode, ``scripts/bench_smollm2.py``), while the update keeps its
-own precision and recomputes pi_old there, so the importance ratios stay at the update's precision.
+several times as fast (SmolLM2-135M, 32 episodes side by side on 2 Sapphire Rapids cores: 1.4-3.5x
+in ``choose`` mode and 2-2.4x in ``generate`` mode, as other jobs loaded the machine more or less;
+docs/training/pretrained.md), while the update keeps its own precision and recomputes pi_old there,
+so the importance ratios stay at the update's precision.
 """
 
 from __future__ import annotations
