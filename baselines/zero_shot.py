@@ -14,8 +14,8 @@ __all__ = ["run"]
 
 
 def run(job: BaselineRun) -> BaselineOutcome:
-    """The ``zero_shot`` baseline: the benchmark's policy, untrained, evaluated with the trainer's own
-    protocol."""
+    """The ``zero_shot`` baseline: the benchmark's policy (its options override policy settings), untrained,
+    evaluated with the trainer's own protocol."""
     from ptgpo_algos.config import TrainConfig
 
     # The trainer's own builder and evaluation protocol, so the zero-shot policy cannot drift from the
@@ -24,11 +24,13 @@ def run(job: BaselineRun) -> BaselineOutcome:
     from ptgpo_algos.policy.backends import build_policy
     from ptgpo_algos.run_evaluation import evaluation_agent
 
-    if job.options:
-        raise ValueError(f"baseline 'zero_shot' takes no options (it uses the policy section), got {sorted(job.options)}")
+    from ptgpo_algos.config import merge_overrides
+
+    # Its options are policy settings over the policy section's (eval_temperature: 1.0, mode: generate),
+    # so that one benchmark evaluates the same model under several protocols (labelled entries).
     config = TrainConfig.from_dict(
         {
-            **job.policy,
+            **merge_overrides(job.policy, job.options),
             "env_id": job.env_id,
             "env_kwargs": job.env_kwargs,
             "max_steps": job.max_steps,

@@ -271,6 +271,10 @@ class PolicyConfig:
     dtype: str = _field("auto", "compute dtype: auto (bf16 on GPUs, fp32 on CPUs), float32 or bfloat16; trainable "
                         "weights and the optimiser are float32 always, frozen weights (a LoRA base, the KL "
                         "reference) at this dtype on GPUs, and CPUs compute in float32")
+    rollout_dtype: str | None = _field(None, "the dtype rollouts and evaluations compute at (transformers backend): "
+                                       "bfloat16 runs them under bf16 autocast, 1.4-3.5x as fast on CPUs with bf16 "
+                                       "units (AMX, avx512_bf16), while the update stays at dtype and recomputes "
+                                       "pi_old there; null: dtype's compute", flat=False)
     gradient_checkpointing: bool | None = _field(None, "None: on for pretrained models on GPUs")
     lora: dict[str, Any] | None = _field(None, "LoRA adapters (r, alpha, dropout, target_modules); None: full "
                                          "fine-tuning")
@@ -309,6 +313,8 @@ class PolicyConfig:
             raise ValueError(f"{label('policy.dtype')}: float16 trains only under loss scaling, which the trainer does "
                              "not do; use bfloat16 (GPUs since Ampere) or float32")
         check_choice(label("policy.dtype"), self.dtype, ("auto", "float32", "bfloat16"))
+        if self.rollout_dtype is not None:
+            check_choice(label("policy.rollout_dtype"), self.rollout_dtype, ("float32", "bfloat16"))
         check_int(label("policy.min_new_tokens"), self.min_new_tokens, 0, self.max_new_tokens,
                   hint="at most max_new_tokens")
         check_int(label("policy.logprob_chunk"), self.logprob_chunk, 1)

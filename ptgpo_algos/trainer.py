@@ -68,7 +68,7 @@ from ptgpo_algos.objectives import ObjectiveInputs, Objectives
 from ptgpo_algos.optimizer import build_optimizer, build_schedule
 from ptgpo_algos.placement import OneProcess, Placement
 from ptgpo_algos.policy.backends import SYNC_TOKENS, sync_prompts, sync_tolerance, sync_weights
-from ptgpo_algos.policy.precision import precision_for
+from ptgpo_algos.policy.precision import float32_rollouts, precision_for
 from ptgpo_algos.preflight import check_environment, check_machine
 from ptgpo_algos.rollout import RolloutStats
 from ptgpo_algos.run_folder import trim_logs
@@ -216,12 +216,12 @@ class Trainer:
     def build_updater(self) -> Updater:
         """The placement's update, with pi_old decided once (``optim.old_logprobs``,
         :func:`old_logprobs_mode`): the rollouts come from elsewhere when a separate engine or a lagged
-        collector plays them, and the trainer's own scores are float32 when its precision has no
-        autocast. The drift is reported when the rollouts came from elsewhere, or from a rank's copy
-        whose scores are not float32."""
+        collector plays them, and the trainer's own scores are float32 when neither its precision nor
+        the rollouts' (``policy.rollout_dtype``) has autocast. The drift is reported when the rollouts
+        came from elsewhere, or from a rank's copy whose scores are not float32."""
         config = self.config
         elsewhere = self.placement.plays_elsewhere(self)
-        float32_scores = precision_for(self.device, config.policy.dtype).autocast is None
+        float32_scores = float32_rollouts(precision_for(self.device, config.policy.dtype), config.policy.rollout_dtype)
         mode = old_logprobs_mode(config.optim.old_logprobs, elsewhere=elsewhere, float32_scores=float32_scores)
         return self.placement.updater(self, rng=self.state.rng, reference=self.reference, old_logprobs=mode,
                                       report_drift=elsewhere or (self.rollout_policy is not self.policy and not float32_scores),

@@ -1,13 +1,17 @@
 """Decisions/s and trained tokens/s of SmolLM2-135M-Instruct beside the tiny model's, on this machine's CPU.
 
-For each model (``tiny``, ``smollm2``) and action mode (``choose``, ``generate``): linear rollouts of
-``--tasks`` tasks x ``--group-size`` episodes of ``ptgpo/FrozenLake-v0`` capped at ``--max-steps``
-steps (decisions per second of the rollout's wall time), then one PPO pass over those steps (prompt
-and response tokens trained per second). ``--threads`` sets torch's threads (2 by default: the
+For each model (``tiny``, ``smollm2``), action mode (``choose``, ``generate``) and rollout dtype
+(``--rollout-dtypes``: ``policy.rollout_dtype``, float32 by default): linear rollouts of ``--tasks``
+tasks x ``--group-size`` episodes of ``ptgpo/FrozenLake-v0`` side by side, capped at ``--max-steps``
+steps (decisions per second of the rollout's wall time), then pi_old recomputed at the update's
+float32 (``drift``: its mean absolute difference from the rollout's log-probabilities, per choice in
+``choose`` mode and per token in ``generate`` mode) and one PPO pass over those steps (prompt and
+response tokens trained per second). ``--threads`` sets torch's threads (2 by default: the
 project's CPU machines). Loading and converting the model is not timed; the tiny model is built without
 pretraining (the same shape and speed as the trainer's pretrained one).
 
-Usage: ``python scripts/bench_smollm2.py [--threads 2] [--out runs/bench_smollm2.json]``. The machine's
+Usage: ``python scripts/bench_smollm2.py [--threads 2] [--tasks 8 --group-size 4] [--rollout-dtypes float32
+bfloat16] [--out runs/bench_smollm2.json]``. The machine's
 load average is written beside the figures: timings on a shared machine depend on what else runs.
 """
 
@@ -29,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = "ptgpo/FrozenLake-v0"
 
 
-def measure(model: str, mode: str, args: argparse.Namespace) -> dict:
-    """One model in one mode: rollout decisions/s, then trained tokens/s of one PPO pass over them."""
+def measure(model: str, mode: str, rollout_dtype: str, args: argparse.Namespace) -> dict:
+    """One model in one mode, its rollouts at ``rollout_dtype``: rollout decisions/s, pi_old's drift,
+    then trained tokens/s of one PPO pass over them."""
     import numpy as np
     import torch
 
@@ -39,13 +44,14 @@ def measure(model: str, mode: str, args: argparse.Namespace) -> dict:
     from ptgpo_algos.data import Task
     from ptgpo_algos.policy.backends import build_policy
     from ptgpo_algos.rollout import collect_rollouts
-    from ptgpo_algos.update import flatten_batch
+    from ptgpo_algos.update import flatten_batch, recompute_old_logprobs
     from ptgpo_algos.updater import ppo_update
 
     # The tiny model untrained: its speed is its pretrained twin's, without minutes of pretraining first.
     tiny = {"tiny": {"pretrain_steps": 0}} if model == "tiny" else {}
     config = TrainConfig.from_dict({"env_id": ENV, "model": model, "mode": mode, "max_steps": args.max_steps,
-                                    "max_new_tokens": args.max_new_tokens, "seed": 0, **tiny})
+                                    "max_new_tokens": args.max_new_tokens, "seed": 0, **tiny,
+                                    "policy": {"rollout_dtype": rollout_dtype}})
     started = time.perf_counter()
     policy = build_policy(config, "cpu")
     load_s = time.perf_counter() - started
@@ -58,6 +64,7 @@ def measure(model: str, mode: str, args: argparse.Namespace) -> dict:
     samples = flatten_batch(batch, compute_advantages("grpo", batch))
     for sample in samples:  # every step contributes to the timed update
         sample.advantage = sample.advantage or 0.1
+    drift = recompute_old_logprobs(policy, samples, None)["old_logprob_drift"]
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=1e-6)
     optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=1.0, epochs=1,
                         minibatch_size=len(samples), clip_ratio_c=None)
@@ -66,7 +73,7 @@ def measure(model: str, mode: str, args: argparse.Namespace) -> dict:
     train_s = time.perf_counter() - started
     parsed = [d for d in decisions if d.action is not None and d.format_error is None]
     return {
-        "model": model, "mode": mode, "load_s": load_s, "decisions": stats.decisions,
+        "model": model, "mode": mode, "rollout_dtype": rollout_dtype, "load_s": load_s, "drift": drift, "decisions": stats.decisions,
         "rollout_s": stats.wall_time_s, "decisions_per_s": stats.decisions_per_s,
         "mean_prompt_tokens": prompt_tokens / max(1, len(decisions)),
         "valid_decisions": len(parsed) / max(1, len(decisions)),
@@ -84,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--models", nargs="+", default=["tiny", "smollm2"])
     parser.add_argument("--modes", nargs="+", default=["choose", "generate"])
+    parser.add_argument("--rollout-dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     parser.add_argument("--out", default="runs/bench_smollm2.json")
     args = parser.parse_args(argv)
 
@@ -95,15 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     report = {"threads": args.threads, "env": ENV, "tasks": args.tasks, "group_size": args.group_size,
               "max_steps": args.max_steps, "max_new_tokens": args.max_new_tokens,
               "load_average_at_start": os.getloadavg(), "rows": []}
-    print("| model | mode | decisions | decisions/s | mean prompt tokens | valid | trained tokens/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | mode | rollout dtype | decisions | decisions/s | x first dtype | drift | mean prompt tokens | "
+          "valid | trained tokens/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for model in args.models:
         for mode in args.modes:
-            row = measure(model, mode, args)
-            report["rows"].append(row)
-            print(f"| {model} | {mode} | {row['decisions']} | {row['decisions_per_s']:.2f} | "
-                  f"{row['mean_prompt_tokens']:.0f} | {row['valid_decisions']:.0%} | {row['train_tokens_per_s']:.0f} |",
-                  flush=True)
+            first = None
+            for dtype in args.rollout_dtypes:
+                row = measure(model, mode, dtype, args)
+                first = first or row["decisions_per_s"]
+                row["speedup"] = row["decisions_per_s"] / first
+                report["rows"].append(row)
+                print(f"| {model} | {mode} | {dtype} | {row['decisions']} | {row['decisions_per_s']:.2f} | "
+                      f"{row['speedup']:.2f} | {row['drift']:.4f} | {row['mean_prompt_tokens']:.0f} | "
+                      f"{row['valid_decisions']:.0%} | {row['train_tokens_per_s']:.0f} |", flush=True)
     report["load_average_at_end"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(report, indent=1))

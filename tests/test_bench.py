@@ -388,3 +388,31 @@ def test_a_model_this_machine_lacks_is_refused_before_the_first_cell():
     config = BenchConfig.from_dict(_config(methods=[{"algo": "grpo"}], policy={"model": "/no/such/model"}))
     with pytest.raises(BenchError, match=r"method 'grpo' on 'easy': policy.model \(model\): no model folder"):
         check_train_configs(plan_cells(config))
+
+
+def test_a_labelled_baseline_runs_twice_and_zero_shot_takes_policy_settings_as_options(tmp_path):
+    # The zero-shot table's protocol: the same untrained policy evaluated greedily and sampled at 1.
+    tiny = {"model": "tiny", "tiny": {"hidden_size": 32, "pretrain_steps": 0}}
+    baselines = ["zero_shot", {"name": "zero_shot", "label": "zero_shot_t1", "options": {"eval_temperature": 1.0}}]
+    environments = [{"label": "easy", "id": HOUSEHOLD, "kwargs": {"difficulty": "easy"}, "max_steps": 3,
+                     "train_seeds": {"start": 0, "count": 10}, "eval_seeds": [100, 101]}]
+    config = BenchConfig.from_dict(_config(policy=tiny, baselines=baselines, environments=environments))
+    assert [(cell.name, cell.method) for cell in plan_cells(config)] == [
+        ("easy__zero_shot__seed0", "zero_shot"), ("easy__zero_shot_t1__seed0", "zero_shot_t1")]
+    report = run_bench(config, tmp_path, workers=1, progress=False, build_leaderboard=False)
+    assert sorted(report.ran) == ["easy__zero_shot__seed0", "easy__zero_shot_t1__seed0"]
+    records = {r.method: r for r in read_records(tmp_path)[0]}
+    assert all(r.status == "ok" and r.method_kind == "baseline" for r in records.values())
+    assert records["zero_shot_t1"].config["options"] == {"eval_temperature": 1.0}
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert [b.get("label") for b in saved["baselines"]] == [None, "zero_shot_t1"]
+    # The folder resumes by label; labels are names, so two entries may not share one.
+    assert run_bench(config, tmp_path, workers=1, progress=False, build_leaderboard=False).ran == []
+    with pytest.raises(BenchError, match="'zero_shot' appears twice"):
+        BenchConfig.from_dict(_config(baselines=["zero_shot", {"name": "zero_shot", "options": {"eval_temperature": 1}}]))
+    # The options reach the policy's config: a wrong one fails the cell, naming the field.
+    (cell,) = plan_cells(BenchConfig.from_dict(_config(
+        policy=tiny, environments=environments,
+        baselines=[{"name": "zero_shot", "options": {"eval_temperature": -1.0}}])))
+    record = run_cell(cell, tmp_path / "wrong")
+    assert record.status == "failed" and "eval_temperature" in record.error

@@ -344,3 +344,58 @@ def test_the_decode_cache_is_a_checked_setting_that_the_built_policy_uses(tiny_p
         TrainConfig.from_dict({"policy": {"decode_cache": "paged"}})
     config = TrainConfig.from_dict({"policy": {"model": str(tiny_path), "mode": "generate", "decode_cache": "static"}})
     assert build_policy(config, "cpu").decode_cache == "static"
+
+
+# ----------------------------------------------------------------------------- the rollouts' own dtype
+def _linear_output_dtypes(policy, call):
+    """The dtypes the model's linear layers compute at during ``call()``."""
+    seen = set()
+    hooks = [m.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+             for m in policy.model.modules() if isinstance(m, torch.nn.Linear)]
+    try:
+        call()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["choose", "generate"])
+def test_a_bf16_rollout_dtype_plays_in_bf16_and_scores_the_update_in_float32(tiny_path, mode):
+    fp32 = load_policy(tiny_path, mode=mode, max_new_tokens=6, min_new_tokens=6)
+    bf16 = load_policy(tiny_path, mode=mode, max_new_tokens=6, min_new_tokens=6, rollout_dtype="bfloat16")
+    contexts = [_context(), _context(("go up",))]
+    assert _linear_output_dtypes(bf16, lambda: bf16.decide(contexts, greedy=True)) == {torch.bfloat16}
+    assert _linear_output_dtypes(fp32, lambda: fp32.decide(contexts, greedy=True)) == {torch.float32}
+    played = bf16.decide(contexts, greedy=True)
+    scored = {}
+    for name, policy in (("bf16", bf16), ("fp32", fp32)):
+        assert _linear_output_dtypes(policy, lambda: scored.__setitem__(name, policy.score(played))) == {torch.float32}
+    # The update's scores (pi_old recomputed, the ratio's terms) are float32 whatever the rollouts ran at.
+    assert scored["bf16"].logprobs.dtype == torch.float32
+    assert torch.equal(scored["bf16"].logprobs, scored["fp32"].logprobs)
+    recorded = torch.tensor([[d.choice_logprob] for d in played] if mode == "choose"
+                            else [d.logprobs for d in played])
+    drift = (recorded - scored["bf16"].logprobs.detach()).abs().max()
+    assert 0 < drift < 0.1  # bf16's rounding, not another policy
+    if mode == "choose":
+        assert _linear_output_dtypes(bf16, lambda: bf16.action_distribution(contexts)) == {torch.bfloat16}
+    float32_rollouts = load_policy(tiny_path, mode=mode, rollout_dtype="float32",
+                                   precision=precision_for("cuda", "bfloat16"))
+    assert float32_rollouts.autocast_dtype == torch.bfloat16 and float32_rollouts.rollout_autocast_dtype is None
+
+
+def test_a_bf16_rollout_dtype_makes_the_trainer_recompute_pi_old():
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.policy.precision import float32_rollouts
+    from ptgpo_algos.updater import old_logprobs_mode
+
+    def pi_old(device, dtype, rollout_dtype):
+        float32_scores = float32_rollouts(precision_for(device, dtype), rollout_dtype)  # as Trainer.build_updater
+        return old_logprobs_mode("auto", elsewhere=False, float32_scores=float32_scores)
+
+    # Rollouts in float32 are the trainer's own scores; in bf16 they are not, so pi_old is recomputed.
+    assert [pi_old("cpu", "auto", r) for r in (None, "float32", "bfloat16")] == ["rollout", "rollout", "recompute"]
+    assert [pi_old("cuda", "bfloat16", r) for r in (None, "float32")] == ["recompute", "recompute"]
+    with pytest.raises(ValueError, match="policy.rollout_dtype: 'float16' is not valid"):
+        TrainConfig.from_dict({"policy": {"rollout_dtype": "float16"}})

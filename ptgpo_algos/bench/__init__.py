@@ -59,6 +59,9 @@ Config schema (YAML; unknown keys are errors)::
       - name: random
       - name: sb3_ppo
         options: {max_slots: 48} # the baseline's own settings
+      - name: zero_shot          # a baseline twice: a label names each one's cells and records
+        label: zero_shot_t1
+        options: {eval_temperature: 1.0}   # zero_shot's options: policy settings of its own
     quick:                       # optional: overrides applied by `ptgpo bench --quick`
       budget: 300                # any of: name, budget (replaces every environment's), iterations
       seeds: [0]                 # (likewise; a quick budget without it ends the RL cells too), seeds,

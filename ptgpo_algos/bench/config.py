@@ -91,12 +91,19 @@ class MethodEntry:
 
 @dataclass(frozen=True)
 class BaselineEntry:
-    """A baseline of a benchmark: its registered name and options."""
+    """A baseline of a benchmark: its registered name and options, and the ``label`` its records carry
+    (None: the name), so that one baseline may run twice with different options."""
 
     name: str
     options: dict[str, Any]
     resources: dict[str, float] | None = None
     seeds: list[int] | None = None
+    label: str | None = None
+
+    @property
+    def method(self) -> str:
+        """The name of the baseline's cells and records."""
+        return self.label or self.name
 
 
 @dataclass(frozen=True)
@@ -196,8 +203,8 @@ class BenchConfig:
         if not methods and not baselines:
             raise BenchError("methods, baselines: expected at least one method or baseline between them, got none")
         _unique([e.label for e in environments], "environments[].label")
-        _unique([m.name for m in methods] + [b.name for b in baselines], "method and baseline names")
-        _distinct_files([e.label for e in environments], [m.name for m in methods] + [b.name for b in baselines])
+        _unique([m.name for m in methods] + [b.method for b in baselines], "method and baseline names (or labels)")
+        _distinct_files([e.label for e in environments], [m.name for m in methods] + [b.method for b in baselines])
         if iterations is not None or any(env.iterations is not None for env in environments):
             _iterations_once(policy, methods)
         return cls(name, budget, seeds, policy, environments, methods, baselines, workers, resources, iterations, quick,
@@ -222,6 +229,9 @@ class BenchConfig:
         for entry in data["methods"] + data["baselines"]:
             if entry["seeds"] is None:
                 del entry["seeds"]
+        for entry in data["baselines"]:
+            if entry["label"] is None:
+                del entry["label"]
         return data
 
 
@@ -490,13 +500,14 @@ def _baseline(entry: Any, where: str) -> BaselineEntry:
     if isinstance(entry, str):
         entry = {"name": entry}
     entry = check_mapping(where, entry)
-    unknown_keys(where, entry, ("name", "options", "resources", "seeds"))
+    unknown_keys(where, entry, ("name", "label", "options", "resources", "seeds"))
     name = check_string(f"{where}.name", entry.get("name"))
     if name not in BASELINES:
         raise BenchError(f"{where}.name: unknown baseline {name!r}; available: {', '.join(BASELINES)}")
+    label = check_string(f"{where}.label", entry["label"]) if "label" in entry else None
     resources = _resources(entry["resources"], f"{where}.resources") if "resources" in entry else None
     return BaselineEntry(name, dict(check_mapping(f"{where}.options", entry.get("options", {}) or {})), resources,
-                         _own_seeds(entry, where))
+                         _own_seeds(entry, where), label)
 
 
 def default_config_text() -> str:

@@ -84,7 +84,7 @@ def plan_cells(config: BenchConfig) -> list[Cell]:
                                  "decisions")
             budget = env_budget if kind.trains else None
             for seed in config.cell_seeds(baseline):
-                cells.append(Cell(cell_name(env.label, baseline.name, seed), "baseline", baseline.name, env, seed,
+                cells.append(Cell(cell_name(env.label, baseline.method, seed), "baseline", baseline.method, env, seed,
                                   budget, spec, config.cell_resources(baseline), recipe=recipe))
     return cells
 
@@ -169,7 +169,8 @@ def check_out_dir(out_dir: str | os.PathLike, config: BenchConfig) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-#: The lists a results folder grows by (by name, or label for environments), and the seeds.
+#: The lists a results folder grows by (by name, or label for environments and labelled baselines), and
+#: the seeds.
 _GROWING = {"environments": "label", "methods": "name", "baselines": "name"}
 #: Settings that say where cells run, not what they do.
 _WHERE = ("workers", "resources")
@@ -185,18 +186,23 @@ def _grown(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], 
     held_seeds = list(saved.get("seeds") or [])
     grown["seeds"] = held_seeds + [seed for seed in new.get("seeds") or [] if seed not in held_seeds]
     for key, name in _GROWING.items():
-        held = {entry.get(name): entry for entry in saved.get(key) or [] if isinstance(entry, dict)}
+        held = {_entry_key(entry, name): entry for entry in saved.get(key) or [] if isinstance(entry, dict)}
         merged = list(saved.get(key) or [])
         for entry in new.get(key) or []:
-            old = held.get(entry[name])
+            old = held.get(_entry_key(entry, name))
             if old is None:
                 merged.append(entry)
                 continue
-            differences += [f"{key}[{entry[name]}].{field}: saved {old.get(field)!r}, now {entry.get(field)!r}"
+            differences += [f"{key}[{_entry_key(entry, name)}].{field}: saved {old.get(field)!r}, now {entry.get(field)!r}"
                             for field in dict.fromkeys([*old, *entry])
                             if field != "resources" and old.get(field) != entry.get(field)]
         grown[key] = merged
     return grown, differences
+
+
+def _entry_key(entry: dict[str, Any], name: str) -> Any:
+    """What names a saved list's entry: its ``name`` field, or a baseline's label where it has one."""
+    return entry.get("label") or entry.get(name)
 
 
 def _compact_seeds(seeds: list[int]) -> list[int] | dict[str, int]:

@@ -58,6 +58,7 @@ def build_policy(config: TrainConfig, device: str):
         require_think=spec.require_think,
         device=device,
         dtype=spec.dtype,
+        rollout_dtype=spec.rollout_dtype,
         lora=spec.lora,
         gradient_checkpointing=gradient_checkpointing,
         min_new_tokens=spec.min_new_tokens,

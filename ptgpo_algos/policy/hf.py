@@ -21,7 +21,7 @@ tensor is ever formed. The cached candidate path (rollouts; training without gra
 the tiny model's) forms the logits of the candidate tokens only and takes their float32 log-softmax a
 few prompts at a time. Precision follows
 :mod:`ptgpo_algos.policy.precision`: trainable weights in float32, frozen ones and the forward passes
-at the configured dtype on GPUs (autocast).
+at the configured dtype on GPUs (autocast), and rollouts at ``rollout_dtype`` where it is given.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from ptgpo_algos.policy.batching import (DECODE_CACHES, device_generator, forwar
 from ptgpo_algos.policy.hf_scoring import PolicyScoring
 from ptgpo_algos.policy.hf_weights import POLICY_SETTINGS_FILE, PolicyWeights, saved_policy_settings
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
-from ptgpo_algos.policy.precision import Precision, precision_for
+from ptgpo_algos.policy.precision import Precision, precision_for, rollout_autocast
 from ptgpo_algos.policy.prompts import PromptBuilder
 from ptgpo_algos.policy.templates import PromptTemplate
 
@@ -167,6 +167,7 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         frozen_dtype: str = "float32",
         logprob_chunk: int = 512,
         decode_cache: str = "dynamic",
+        rollout_dtype: str | None = None,
     ):
         check_sampling_settings(mode, score, temperature)
         if decode_cache not in DECODE_CACHES:
@@ -183,6 +184,9 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self.share_prefixes = bool(share_prefixes)
         #: Forward passes run under torch.autocast at this dtype (None: at the weights' own).
         self.autocast_dtype = getattr(torch, autocast_dtype) if autocast_dtype else None
+        #: Rollouts' forward passes (``decide``) run under autocast at this dtype instead (None: none).
+        rollout = rollout_autocast(Precision("float32", frozen_dtype, autocast_dtype), rollout_dtype)
+        self.rollout_autocast_dtype = getattr(torch, rollout) if rollout else None
         #: Weights that never train (the KL reference's copy) are stored at this dtype.
         self.frozen_dtype = getattr(torch, frozen_dtype)
         #: Response positions sent through the output layer at a time (memory: ~4 x chunk x vocabulary floats).
@@ -239,12 +243,13 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         return self.model.get_base_model() if self.has_adapters else self.model
 
     @contextlib.contextmanager
-    def computing(self) -> Iterator[None]:
-        """The context every forward pass runs in: autocast at the compute dtype (GPUs), and the
-        adapters switched off on a LoRA policy's reference."""
+    def computing(self, rollout: bool = False) -> Iterator[None]:
+        """The context every forward pass runs in: autocast at the compute dtype (GPUs), or at the
+        rollouts' for a ``rollout``, and the adapters switched off on a LoRA policy's reference."""
+        dtype = self.rollout_autocast_dtype if rollout else self.autocast_dtype
         with contextlib.ExitStack() as stack:
-            if self.autocast_dtype is not None:
-                stack.enter_context(torch.autocast(self.device.type, dtype=self.autocast_dtype))
+            if dtype is not None:
+                stack.enter_context(torch.autocast(self.device.type, dtype=dtype))
             if self.adapters_disabled:
                 stack.enter_context(self.model.disable_adapter())
             yield
@@ -272,7 +277,7 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self.model.eval()
         # no_grad, not inference_mode: autocast keeps no cast cache in inference mode, so every
         # float32 weight would be cast to the compute dtype again at every decoded token.
-        with torch.no_grad(), self.computing():
+        with torch.no_grad(), self.computing(rollout=True):
             if self.mode == "choose":
                 return self._decide_choose(contexts, prompts, greedy, generator, temperature)
             return self._decide_generate(prompts, greedy, generator, temperature)
@@ -282,7 +287,7 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         samples from)."""
         prompts = [self.prompts.prompt_ids(c) for c in contexts]
         self.model.eval()
-        with torch.no_grad(), self.computing():  # no_grad: autocast's cast cache (see decide)
+        with torch.no_grad(), self.computing(rollout=True):  # no_grad: autocast's cast cache (see decide)
             _, scores = self._candidate_logprobs(prompts, self._candidates(contexts), cached=True)
         return [F.softmax(s.float() / self.temperature, dim=-1) for s in scores]
 
