@@ -375,8 +375,9 @@ class RolloutsConfig:
     seeding: str = _field("per_task", "one process, synchronous: per_task plays each task with its own generators, "
                           "seeded from a seed per task that the run's generator draws, as every rank of --nproc "
                           "does (the same run on any placement); shared plays all tasks in one batched pass "
-                          "drawing from the run's generators (how runs recorded before per_task played; a run "
-                          "folder whose config.json lacks the field resumes with it)", flat=False)
+                          "drawing from the run's generators (faster on many tasks; how runs recorded before "
+                          "per_task played). A resume plays as its run began: a run folder whose config.json "
+                          "lacks the field resumes with shared", flat=False)
 
     def __post_init__(self) -> None:
         check_string(label("rollouts.backend"), self.backend)
