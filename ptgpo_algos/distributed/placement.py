@@ -11,9 +11,11 @@ and which samples they train on:
   stays on one rank) with a full transformers copy of the weights (:mod:`ptgpo_algos.distributed.policy`)
   or, with ``rollouts.backend: vllm``, its own vLLM engine on its own GPU
   (:mod:`ptgpo_algos.distributed.engine`), one task at a time, each with generators seeded by its own
-  seed. A group therefore depends on its task's seed and the weights alone, not on the number of
-  ranks: the run is the same on any world size, up to the order of float sums in the gradients, and
-  resumes on any world size. The decision budget (``run.total_decisions``) is shared out per task
+  seed (:func:`~ptgpo_algos.collectors.draw_per_task`, :func:`~ptgpo_algos.collectors.play_per_task`).
+  A group therefore depends on its task's seed and the weights alone, not on the number of ranks:
+  the run is the same on any world size, and in one process (which plays its tasks so by default,
+  ``rollouts.seeding: per_task``), up to the order of float sums in the gradients, and resumes on
+  any world size. The decision budget (``run.total_decisions``) is shared out per task
   (:func:`~ptgpo_algos.distributed.work_split.share_budget`), so the ranks together spend it exactly.
 * **Advantages** are estimated where the groups are; the metrics row's figures are gathered.
 * **The update** is :class:`~ptgpo_algos.distributed.updater.ShardedUpdater` on the FSDP2-sharded
