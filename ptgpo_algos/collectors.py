@@ -24,18 +24,21 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
 
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Batch, Task
+from ptgpo_algos.distributed.work_split import share_budget
 from ptgpo_algos.objectives import needs_expert
 from ptgpo_algos.rollout import RolloutStats
 from ptgpo_algos.strategies import collect_with
+from ptgpo_envs import make_env
 
-__all__ = ["AsyncCollector", "CollectingRun", "RolloutRequest", "RolloutWorker", "SyncCollector", "collect_iteration",
+__all__ = ["AsyncCollector", "CollectingRun", "RolloutRequest", "RolloutWorker", "SyncCollector", "TaskDraws",
+           "added_stats", "collect_iteration", "draw_per_task", "env_horizon", "most_decisions", "play_per_task",
            "restore_weights", "snapshot_weights", "split_threads"]
 
 
@@ -74,11 +77,79 @@ def remaining_budget(config: TrainConfig, spent: int) -> int | None:
     return None if total is None else max(0, total - spent)
 
 
+def most_decisions(config: TrainConfig, task: Task, horizon: int) -> int:
+    """The most decisions ``task``'s group can spend: its leaves times the episode horizon."""
+    rollouts = config.rollouts
+    leaves = rollouts.patr.max_leaves if rollouts.strategy == "patr" else rollouts.group_size
+    return leaves * (task.max_steps or horizon)
+
+
+def env_horizon(config: TrainConfig) -> int:
+    """The episodes' step limit: ``env.max_steps``, else the environment's own."""
+    if config.env.max_steps is not None:
+        return config.env.max_steps
+    made = make_env(config.env.id, config.env.kwargs, None)
+    try:
+        return int(made.unwrapped.max_steps)
+    finally:
+        made.close()
+
+
+@dataclass(frozen=True)
+class TaskDraws:
+    """An iteration's tasks, each with its own seed (for its generators) and its cap of the decision
+    budget (None: no budget): what a task's group depends on besides the weights."""
+
+    tasks: list[Task]
+    seeds: list[int]
+    caps: tuple[int | None, ...]
+
+
+def draw_per_task(run: CollectingRun, horizon: int) -> TaskDraws:
+    """The iteration's tasks, a seed per task from the run's generator, and the budget left shared out
+    per task in proportion to the most each can spend (:func:`~ptgpo_algos.distributed.work_split.share_budget`):
+    the same on every rank and in one process."""
+    config, state = run.config, run.state
+    tasks = run.next_tasks()
+    seeds = [int(s) for s in state.rng.integers(2**62, size=len(tasks))]
+    planned = [most_decisions(config, task, horizon) for task in tasks]
+    caps = share_budget(planned, len(tasks), remaining_budget(config, state.decisions)).caps
+    return TaskDraws(tasks, seeds, caps)
+
+
+def play_per_task(config: TrainConfig, policy, draws: TaskDraws, indices: Sequence[int],
+                  memory: Any = None) -> tuple[Batch, RolloutStats | None]:
+    """The tasks ``indices`` of ``draws`` played one after another, each with generators seeded by its
+    own seed and within its own cap; their groups and counts added up (None: no task)."""
+    batch: Batch = []
+    stats: RolloutStats | None = None
+    for index in indices:
+        seed = draws.seeds[index]
+        groups, more = collect_iteration(config, policy, [draws.tasks[index]], rng=np.random.default_rng(seed),
+                                         generator=torch.Generator().manual_seed(seed),
+                                         max_decisions=draws.caps[index], memory=memory)
+        batch += groups
+        stats = added_stats(stats, more)
+    return batch, stats
+
+
+def added_stats(total: RolloutStats | None, more: RolloutStats) -> RolloutStats:
+    """Two collections' counts together, in the strategy's own class (PATR's and BPO's count more; every
+    count is a sum, and the wall times add up: the tasks are played one after another)."""
+    if total is None:
+        return more
+    return type(more)(**{k: getattr(total, k) + getattr(more, k) for k in vars(more)})
+
+
 class SyncCollector:
-    """Rollouts collected in the trainer's process, with the current weights (no policy lag)."""
+    """Rollouts collected in the trainer's process, with the current weights (no policy lag): task by
+    task with generators of their own (``rollouts.seeding: per_task``, as the ranks play them), or all
+    tasks in one batched pass drawing from the run's generators (``shared``)."""
 
     def __init__(self, trainer: CollectingRun):
         self.trainer = trainer
+        per_task = trainer.config.rollouts.seeding == "per_task"
+        self.horizon = env_horizon(trainer.config) if per_task else None
 
     def start(self) -> None:
         """Nothing to start: collection happens in :meth:`collect`."""
@@ -86,10 +157,16 @@ class SyncCollector:
     def collect(self) -> tuple[Batch, RolloutStats, int]:
         """Play this iteration's tasks now; the batch, its statistics and a policy lag of 0."""
         trainer = self.trainer
-        batch, stats = collect_iteration(trainer.config, trainer.rollout_policy, trainer.next_tasks(),
-                                         rng=trainer.state.rng, generator=trainer.state.sampler,
-                                         max_decisions=remaining_budget(trainer.config, trainer.state.decisions),
-                                         memory=trainer.state.rollout_memory)
+        config, state = trainer.config, trainer.state
+        if self.horizon is not None:
+            draws = draw_per_task(trainer, self.horizon)
+            batch, stats = play_per_task(config, trainer.rollout_policy, draws, range(len(draws.tasks)),
+                                         memory=state.rollout_memory)
+            return batch, stats if stats is not None else RolloutStats(), 0
+        batch, stats = collect_iteration(config, trainer.rollout_policy, trainer.next_tasks(),
+                                         rng=state.rng, generator=state.sampler,
+                                         max_decisions=remaining_budget(config, state.decisions),
+                                         memory=state.rollout_memory)
         return batch, stats, 0
 
     def state_dict(self) -> None:

@@ -84,12 +84,16 @@ from ptgpo_envs import check_env_id
 __all__ = [
     "EVAL_SEED_BASE", "FLAT_KEYS", "MAX_SEED", "RESUMABLE_FIELDS", "SECTIONS", "AlgorithmConfig", "CliField",
     "EnvConfig", "EnvWorkersConfig", "EvaluationConfig", "OptimConfig", "PolicyConfig",
-    "RolloutsConfig", "RunConfig", "TrainConfig", "WandbSettings", "check_spellings", "cli_fields",
+    "RolloutsConfig", "RunConfig", "SEEDINGS", "TrainConfig", "WandbSettings", "check_spellings", "cli_fields",
     "default_evaluation_temperature", "flat_name", "key_paths", "label", "merge_overrides",
 ]
 
 #: Evaluation seeds start here by default; training seeds are drawn below it, so they never overlap.
 EVAL_SEED_BASE = 1_000_000
+#: How one process draws an iteration's rollouts (``rollouts.seeding``): from one generator per task
+#: seeded from a seed per task, as the ranks of ``--nproc`` do, or from the run's generators, shared.
+SEEDINGS = ("per_task", "shared")
+
 #: The largest run seed (numpy's and torch's seeding accept 32-bit seeds everywhere the run uses one).
 MAX_SEED = 2**32 - 1
 #: The end of the training seed range: seeds are drawn with numpy's 64-bit integers.
@@ -374,6 +378,12 @@ class RolloutsConfig:
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
                                 flag="async-rollouts")
+    seeding: str = _field("per_task", "one process, synchronous: per_task plays each task with its own generators, "
+                          "seeded from a seed per task that the run's generator draws, as every rank of --nproc "
+                          "does (the same run on any placement); shared plays all tasks in one batched pass "
+                          "drawing from the run's generators (faster on many tasks; how runs recorded before "
+                          "per_task played). A resume plays as its run began: a run folder whose config.json "
+                          "lacks the field resumes with shared", flat=False)
 
     def __post_init__(self) -> None:
         check_string(label("rollouts.backend"), self.backend)
@@ -400,6 +410,7 @@ class RolloutsConfig:
                   hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
                        "iteration")
         check_bool(label("rollouts.asynchronous"), self.asynchronous)
+        check_choice(label("rollouts.seeding"), self.seeding, SEEDINGS)
         if self.asynchronous and self.backend != "transformers":
             raise ValueError(f"{label('rollouts.asynchronous')}: the rollout worker runs a transformers copy of "
                              f"the policy; with backend {self.backend!r} set it to false")

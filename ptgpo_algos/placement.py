@@ -33,7 +33,7 @@ from ptgpo_algos.device import resolve_device
 from ptgpo_algos.evaluation import EvalResult
 from ptgpo_algos.files import atomic_folder, folder_lock
 from ptgpo_algos.policy.backends import build_policy, build_rollout_policy, push_weights
-from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, prepare_run_folder
+from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, continued_config, prepare_run_folder
 from ptgpo_algos.updater import Updater
 
 __all__ = ["CHECKPOINT_FILE", "OneProcess", "Placement", "check_disk", "check_memory", "claim_folder",
@@ -145,13 +145,16 @@ class OneProcess(Placement):
 
     def claim(self, trainer: Any, stack: contextlib.ExitStack) -> bool:
         """The memory plan (GPUs) and the disk checked, the lock taken, the folder checked: one writer at
-        a time, a resume only of a single process's checkpoint."""
+        a time, a resume only of a single process's checkpoint, which plays its rollouts as the run
+        began (:func:`~ptgpo_algos.run_folder.continued_config`)."""
         config = trainer.config
         resumed = claim_folder(trainer, stack)
         if resumed and not (config.run_dir / CHECKPOINT_FILE).is_file():
             raise ValueError(f"{str(config.run_dir)!r} holds a checkpoint written across ranks "
                              f"({SHARDED_CHECKPOINT}/): resume it with --nproc N (any number of processes, 1 "
                              "included)")
+        if resumed:
+            trainer.config = continued_config(config)
         return resumed
 
     def rollout_policy(self, trainer: Any) -> Any:

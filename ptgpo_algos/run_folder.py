@@ -6,8 +6,9 @@ first, and under ``machine`` the processor and kernel settings it ran with), ``m
 One process writes into it at a time (:func:`ptgpo_algos.files.folder_lock`).
 
 A resume continues *the same run*: a folder is resumed only with a config equal to the one it was
-started with, except the fields that say when to stop (:data:`~ptgpo_algos.config.RESUMABLE_FIELDS`),
-and a folder that is not a run folder (a saved model's folder, which also has a ``config.json``) is
+started with, except the fields that say when to stop (:data:`~ptgpo_algos.config.RESUMABLE_FIELDS`)
+and those a resume takes from the run itself (:data:`RUN_OWN_FIELDS`: how one process draws its
+rollouts, ``shared`` for a folder older than the field), and a folder that is not a run folder (a saved model's folder, which also has a ``config.json``) is
 never written into.
 
 A resume never silently starts over: once a checkpoint was due (``metrics.jsonl`` records
@@ -31,13 +32,17 @@ from typing import Sequence
 from ptgpo_algos.config import RESUMABLE_FIELDS, TrainConfig
 from ptgpo_algos.files import LOCK_FILE, FileFormatError, atomic_write_text, read_jsonl
 
-__all__ = ["RANKS_LOG", "RUN_ARTEFACTS", "SHARDED_CHECKPOINT", "is_run_folder", "load_run_config", "prepare_run_folder",
-           "trim_logs"]
+__all__ = ["RANKS_LOG", "RUN_ARTEFACTS", "RUN_OWN_FIELDS", "SHARDED_CHECKPOINT", "continued_config", "is_run_folder",
+           "load_run_config", "prepare_run_folder", "trim_logs"]
 
 #: The folder of a checkpoint written shard by shard across ranks (``ptgpo train --nproc N``).
 SHARDED_CHECKPOINT = "checkpoint"
 #: The tracebacks of ranks that failed (``--nproc N``); a log of failures, not part of a run.
 RANKS_LOG = "ranks.log"
+#: The fields a resume takes from the run folder's config.json, whatever the config given says, and the
+#: value of each that a config.json written before the field implies (how such a run played): a resumed
+#: run continues as it began.
+RUN_OWN_FIELDS = {"rollouts.seeding": "shared"}
 #: Files only a training run writes; their presence makes a folder a run folder.
 RUN_ARTEFACTS = ("metrics.jsonl", "curve.jsonl", "checkpoint.pt", SHARDED_CHECKPOINT, "final_model")
 
@@ -72,9 +77,14 @@ def is_run_folder(path: str | Path) -> bool:
 
 
 def load_run_config(run_dir: str | Path) -> TrainConfig:
-    """The config a training run recorded in its ``config.json``; ``ValueError`` naming the file if bad."""
+    """The config a training run recorded in its ``config.json``, a field it predates at the value the run
+    played with (:data:`RUN_OWN_FIELDS`); ``ValueError`` naming the file if bad."""
     run_dir = Path(run_dir)
     data = _read_config_json(run_dir)
+    for path, value in RUN_OWN_FIELDS.items():
+        section, name = path.split(".")
+        if isinstance(data.get(section), dict) and name not in data[section]:
+            data[section] = {**data[section], name: value}
     try:
         return TrainConfig.from_dict(data)
     except ValueError as error:
@@ -105,7 +115,8 @@ def prepare_run_folder(config: TrainConfig) -> bool:
     if not has_config:
         return False  # a folder that only holds unrelated files (a benchmark cell's log): a new run
     now, before = dict(config.flat_items()), dict(saved.flat_items())
-    changed = [name for name in now if name not in RESUMABLE_FIELDS and now[name] != before.get(name)]
+    changed = [name for name in now if name not in RESUMABLE_FIELDS | RUN_OWN_FIELDS.keys()
+               and now[name] != before.get(name)]
     if changed:
         details = "; ".join(f"{name}: {before.get(name)!r} in the run, {now[name]!r} now" for name in changed)
         raise ValueError(
@@ -115,6 +126,14 @@ def prepare_run_folder(config: TrainConfig) -> bool:
             "settings, or train into another out_dir"
         )
     return _holds_checkpoint(config, saved.run.keep_checkpoint)
+
+
+def continued_config(config: TrainConfig) -> TrainConfig:
+    """``config`` with the fields a resume takes from the run (:data:`RUN_OWN_FIELDS`) as its
+    ``config.json`` records them: the run continues as it began."""
+    saved = dict(load_run_config(config.run_dir).flat_items())
+    own = {path: saved[path] for path in RUN_OWN_FIELDS if saved[path] != dict(config.flat_items())[path]}
+    return config.replace(**own) if own else config
 
 
 def _holds_checkpoint(config: TrainConfig, kept: bool) -> bool:

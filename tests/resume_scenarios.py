@@ -36,23 +36,24 @@ def metric_rows(path: Path) -> list[dict]:
 
 
 def killed_and_resumed(monkeypatch, make_config: Callable[..., object], collector: str) -> tuple[list, list]:
-    """Run 4 iterations (checkpoints every 2) whole; run them again killed in the 4th call of
-    ``ptgpo_algos.strategies.<collector>`` and resume; the two runs' metric rows."""
+    """Run 4 iterations (checkpoints every 2) whole; run them again killed in the 4th iteration's first
+    call of ``ptgpo_algos.strategies.<collector>`` (one call per task) and resume; the two runs' metric rows."""
     from ptgpo_algos import strategies
     from ptgpo_algos.trainer import run_training
 
     small = dict(total_decisions=None, iterations=4, checkpoint_every=2)
-    whole = run_training(make_config(**small, out_dir="whole"), progress=False)
+    config = make_config(**small, out_dir="whole")
+    whole = run_training(config, progress=False)
     real = getattr(strategies, collector)
     calls = []
 
-    def dies_on_the_fourth(*args, **kwargs):
+    def dies_in_the_fourth_iteration(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 4:
+        if len(calls) == 3 * config.rollouts.tasks_per_iteration + 1:
             raise KeyboardInterrupt("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(strategies, collector, dies_on_the_fourth)
+    monkeypatch.setattr(strategies, collector, dies_in_the_fourth_iteration)
     with pytest.raises(KeyboardInterrupt):
         run_training(make_config(**small, out_dir="cut"), progress=False)
     monkeypatch.setattr(strategies, collector, real)

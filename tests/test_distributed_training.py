@@ -18,6 +18,10 @@ One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slo
   for bit (the same world size: the same sums in the same order); its 2-iteration checkpoint
   resumed on 1 rank gives the uninterrupted 2-rank run's metrics within the same tolerance.
 
+* The single-process trainer (no ``--nproc``) on the GiGPO, PTGPO and BabyAI configs gives the 1- and
+  2-rank runs' metrics within the same tolerance: it plays each task with generators of its own,
+  seeded as the ranks seed them (``rollouts.seeding: per_task``).
+
 * The PTGPO config started by ``torchrun`` (``ptgpo train --config``, no ``--nproc``) is the 2-rank
   run bit for bit.
 
@@ -35,6 +39,7 @@ import pytest
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.distributed.launch import launch
 from ptgpo_algos.distributed.placement import check_sharded_config
+from ptgpo_algos.trainer import run_training
 
 import distributed_scenarios as scenarios
 
@@ -90,6 +95,10 @@ def runs(tmp_path_factory):
                scenarios.training_config(str(root / "cut-1"), "ptgpo", resume=True, **PTGPO),
                *[{**run, "out_dir": run["out_dir"].format(ranks=1)} for run in babyai]]
         summaries_one = launch(scenarios.train_on_rank, 1, one, {})[0]
+        for run in [scenarios.training_config(str(root / "gigpo-0"), "gigpo", **GIGPO),
+                    scenarios.training_config(str(root / "ptgpo-0"), "ptgpo", **PTGPO),
+                    *[{**run, "out_dir": run["out_dir"].format(ranks=0)} for run in babyai[:2]]]:
+            run_training(TrainConfig.from_dict(run), progress=False)  # one process: no --nproc
     return {"root": root, "two": summaries_two, "one": summaries_one}
 
 
@@ -115,6 +124,18 @@ def test_two_ranks_give_the_single_process_metrics(runs, algo):
     assert (root / f"{algo}-2" / "final_model" / "config.json").is_file()
     assert sorted(p.name for p in (root / f"{algo}-2" / "checkpoint").iterdir()) == [
         "__0_0.distcp", "__1_0.distcp", "manifest.json", "state.pt"]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", ["gigpo", "ptgpo", "babyai-gigpo", "babyai-ptgpo"])
+def test_one_process_gives_the_metrics_of_one_and_two_ranks(runs, name):
+    # One process played all of an iteration's tasks in one pass from the run's generators, so each
+    # task's draws depended on the others': its metrics differed from --nproc's from the first iteration.
+    root = runs["root"]
+    alone = _rows(root / f"{name}-0")
+    for ranks in (1, 2):
+        _assert_close(alone, _rows(root / f"{name}-{ranks}"))
+        assert _rows(root / f"{name}-0", "curve") == _rows(root / f"{name}-{ranks}", "curve")
 
 
 @pytest.mark.distributed
@@ -150,8 +171,6 @@ def test_a_stopped_two_rank_run_resumes_exactly_on_two_ranks_and_within_toleranc
 def test_a_single_process_run_refuses_a_checkpoint_written_across_ranks(runs, tmp_path):
     import shutil
 
-    from ptgpo_algos.trainer import run_training
-
     folder = tmp_path / "run"
     shutil.copytree(runs["root"] / "cut-2", folder)
     config = TrainConfig.from_dict(scenarios.training_config(str(folder), "ptgpo", resume=True, iterations=4, **PTGPO))
@@ -163,6 +182,7 @@ def test_a_single_process_run_refuses_a_checkpoint_written_across_ranks(runs, tm
     ({"async_rollouts": True}, r"rollouts.asynchronous \(async_rollouts\): not with --nproc"),
     ({"objectives": [{"name": "hindsight"}]}, r"algorithm.objectives \(objectives\): hindsight do not run across"),
     ({"rollout": "3spo"}, r"rollouts.strategy \(rollout\): 3spo keeps what it learnt of the states across iterations"),
+    ({"rollouts": {"seeding": "shared"}}, r"rollouts.seeding: shared draws every task's rollouts from one generator"),
 ])
 def test_what_does_not_run_across_ranks_is_refused_with_the_setting_named(change, message):
     config = TrainConfig.from_dict(scenarios.training_config("unused", "gigpo", **change))
@@ -267,7 +287,7 @@ def test_a_prefix_tree_scored_in_chunks_of_different_counts_on_each_rank_trains(
 
 def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():
     from ptgpo_algos.data import Task
-    from ptgpo_algos.distributed.placement import most_decisions
+    from ptgpo_algos.collectors import most_decisions
 
     task = Task("ptgpo/FrozenLake-v0", 3, {}, None)
     assert most_decisions(TrainConfig.from_dict({"algo": "gigpo", "group_size": 4}), task, 8) == 32

@@ -6,14 +6,17 @@ numbers regenerates the fixtures, and says why in its commit::
 
     python tests/test_golden.py          # rewrites tests/fixtures/golden/*.jsonl
 
-Three runs: GiGPO with linear rollouts on FrozenLake, PTGPO with prefix-tree rollouts on Household
-easy, and GRPO with hindsight relabelling on Household easy (the buffer and its extra updates).
+Four runs: GiGPO with linear rollouts on FrozenLake, PTGPO with prefix-tree rollouts on Household
+easy, GRPO with hindsight relabelling on Household easy (the buffer and its extra updates), and the
+GiGPO run with ``rollouts.seeding: shared`` (every task's draws from the run's generators in one
+pass, as one process played before ``per_task``), which keeps the rows recorded before then.
 
 Each run plays in a process of its own with the CPU kernels pinned to
 :data:`ptgpo_algos.device.REPRODUCIBLE_ENV` (the fixtures were recorded so), because PyTorch, MKL and
 oneDNN otherwise pick kernels by processor, and an AVX-512 machine's rows differ from an AVX2
-machine's in the fifth digit. The pinned kernels give the fixtures' bits on the AMD EPYC machines they
-were recorded on, but not on an Intel Xeon with AMX (Sapphire Rapids): there MKL's compatible path
+machine's in the fifth digit. The pinned kernels give the same bits on AMD EPYC machines (where the
+``shared`` run's rows were recorded), but not on an Intel Xeon with AMX (Sapphire Rapids, where the
+other three runs' rows were recorded when one process began to seed each task): there MKL's compatible path
 (``MKL_CBWR=COMPATIBLE``, the same bits as ``SSE2``) moved the floats by up to 1.8e-5 relative, or
 1.2e-8 absolute near zero (``MKL_CBWR=AUTO`` moves them by 3.2e-5). So the floats are held to the
 spread across kernel paths measured by ``scripts/kernel_spread.py`` on every machine, pinned or not;
@@ -66,6 +69,9 @@ RUNS = {
         tiny=_TINY, seed=2,
     ),
 }
+#: The GiGPO run as one process played before each task had generators of its own: one batched pass
+#: drawing every task's tokens from the run's generators (the fixtures recorded before then).
+RUNS["frozenlake-gigpo-shared"] = {**RUNS["frozenlake-gigpo"], "rollouts": {"seeding": "shared"}}
 
 
 def _run(name: str, out_dir: Path) -> tuple[list[dict], list[dict]]:

@@ -174,7 +174,8 @@ def test_run_relabels_trains_on_relabels_and_resumes_exactly(tmp_path, monkeypat
     from ptgpo_algos import strategies
 
     real = strategies.collect_rollouts
-    monkeypatch.setattr(strategies, "collect_rollouts", _dies_on_call(real, 4))
+    # A collection per task: the 13th is iteration 4's first (4 tasks an iteration).
+    monkeypatch.setattr(strategies, "collect_rollouts", _dies_on_call(real, 13))
     with pytest.raises(KeyboardInterrupt):
         run_training(_household(tmp_path / "cut"), progress=False)
     monkeypatch.setattr(strategies, "collect_rollouts", real)

@@ -294,6 +294,22 @@ def _dies_on_call(real, n):
     return wrapper
 
 
+def test_a_run_folder_older_than_per_task_seeding_resumes_with_the_shared_draws(tmp_path, monkeypatch):
+    # Its config.json has no rollouts.seeding: the run drew every task's rollouts from the run's
+    # generators in one pass, and a resume with the default config must go on doing so.
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    shared = {"rollouts": {"seeding": "shared"}}
+    whole = run_training(_small(tmp_path / "whole", **shared), progress=False)
+    run_training(_small(tmp_path / "cut", iterations=2, **shared), progress=False)
+    path = tmp_path / "cut" / "config.json"
+    saved = json.loads(path.read_text())
+    del saved["rollouts"]["seeding"]
+    path.write_text(json.dumps(saved))
+    resumed = run_training(_small(tmp_path / "cut", resume=True), progress=False)
+    assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
+    assert json.loads(path.read_text())["rollouts"]["seeding"] == "shared"
+
+
 def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     whole = run_training(_small(tmp_path / "whole"), progress=False)
@@ -301,7 +317,8 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch)
     from ptgpo_algos import strategies
 
     real = strategies.collect_rollouts
-    monkeypatch.setattr(strategies, "collect_rollouts", _dies_on_call(real, 4))
+    # A collection per task: the 7th is iteration 4's first (2 tasks an iteration).
+    monkeypatch.setattr(strategies, "collect_rollouts", _dies_on_call(real, 7))
     with pytest.raises(KeyboardInterrupt):
         run_training(_small(tmp_path / "cut", checkpoint_every=2), progress=False)
     # Iteration 3 was logged but not checkpointed: the resumed run must redo it identically.
@@ -348,7 +365,7 @@ def test_coverage_credit_reaches_all_succeeded_groups_only_when_asked(tmp_path, 
             env_id="ptgpo/FrozenLake-v0", env_kwargs={"desc": ["SFG"]}, max_steps=12, algo="ptgpo",
             algo_config={"coverage_when": when}, rollout="tree", group_size=4, tasks_per_iteration=2,
             iterations=3, eval_every=3, eval_seeds=4, ppo_epochs=1, minibatch_size=32,
-            tiny={"hidden_size": 32, "pretrain_steps": 0}, seed=0, out_dir=str(tmp_path / when),
+            tiny={"hidden_size": 32, "pretrain_steps": 0}, seed=3, out_dir=str(tmp_path / when),
         ))
         summary = run_training(config, progress=False)
         rows[when] = [json.loads(line) for line in open(summary.metrics_path)]

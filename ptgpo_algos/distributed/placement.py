@@ -11,9 +11,11 @@ and which samples they train on:
   stays on one rank) with a full transformers copy of the weights (:mod:`ptgpo_algos.distributed.policy`)
   or, with ``rollouts.backend: vllm``, its own vLLM engine on its own GPU
   (:mod:`ptgpo_algos.distributed.engine`), one task at a time, each with generators seeded by its own
-  seed. A group therefore depends on its task's seed and the weights alone, not on the number of
-  ranks: the run is the same on any world size, up to the order of float sums in the gradients, and
-  resumes on any world size. The decision budget (``run.total_decisions``) is shared out per task
+  seed (:func:`~ptgpo_algos.collectors.draw_per_task`, :func:`~ptgpo_algos.collectors.play_per_task`).
+  A group therefore depends on its task's seed and the weights alone, not on the number of ranks:
+  the run is the same on any world size, and in one process (which plays its tasks so by default,
+  ``rollouts.seeding: per_task``), up to the order of float sums in the gradients, and resumes on
+  any world size. The decision budget (``run.total_decisions``) is shared out per task
   (:func:`~ptgpo_algos.distributed.work_split.share_budget`), so the ranks together spend it exactly.
 * **Advantages** are estimated where the groups are; the metrics row's figures are gathered.
 * **The update** is :class:`~ptgpo_algos.distributed.updater.ShardedUpdater` on the FSDP2-sharded
@@ -26,7 +28,8 @@ and which samples they train on:
 
 Not across ranks (refused before anything is built, the setting and the operation named, by
 :func:`check_sharded_config`): asynchronous rollouts, rollout strategies that remember states across
-iterations, auxiliary objectives, rollout records, and rollout backends other than transformers and vLLM.
+iterations, auxiliary objectives, rollout records, ``rollouts.seeding: shared`` and rollout backends
+other than transformers and vLLM.
 """
 
 from __future__ import annotations
@@ -35,28 +38,26 @@ import contextlib
 import shutil
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
-from ptgpo_algos.collectors import collect_iteration, remaining_budget
+from ptgpo_algos.collectors import draw_per_task, env_horizon, play_per_task
 from ptgpo_algos.config import TrainConfig, label
-from ptgpo_algos.data import Batch, Task
+from ptgpo_algos.data import Batch
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, combine_metrics, gather_in_order, gather_objects
 from ptgpo_algos.distributed.engine import build_rank_engine, push_gathered
 from ptgpo_algos.distributed.policy import copy_weights, gathered_state, rollout_copy, shard_policy
 from ptgpo_algos.distributed.process_group import RankInfo
 from ptgpo_algos.distributed.sharded_checkpoint import load_sharded, save_sharded
 from ptgpo_algos.distributed.updater import ShardedUpdater
-from ptgpo_algos.distributed.work_split import share_budget, split_evenly
+from ptgpo_algos.distributed.work_split import split_evenly
 from ptgpo_algos.evaluation import EvalResult
 from ptgpo_algos.files import atomic_folder
 from ptgpo_algos.placement import CHECKPOINT_FILE, Placement, claim_folder
 from ptgpo_algos.rollout import RolloutStats
 from ptgpo_algos.run_folder import SHARDED_CHECKPOINT
 from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
-from ptgpo_envs import make_env
 
-__all__ = ["SHARDED_BACKENDS", "RankCollector", "Ranks", "check_sharded_config", "most_decisions"]
+__all__ = ["SHARDED_BACKENDS", "RankCollector", "Ranks", "check_sharded_config"]
 
 #: How each rollout count combines across ranks (the rest add up).
 _STATS_KINDS = {"wall_time_s": "max"}
@@ -85,16 +86,12 @@ def check_sharded_config(config: TrainConfig) -> None:
         raise ValueError(f"{label('algorithm.objectives')}: {names} do not run across ranks (their items are drawn "
                          "from the whole batch, which no rank holds); leave them out with --nproc, or train in one "
                          "process")
+    if config.rollouts.seeding != "per_task":
+        raise ValueError(f"{label('rollouts.seeding')}: {config.rollouts.seeding} draws every task's rollouts from one "
+                         "generator in one pass, which ranks playing their own tasks do not share; set it to per_task")
     if config.run.record_rollouts is not None:
         raise ValueError(f"{label('run.record_rollouts')}: each rank holds only its own groups, and the run folder "
                          "is the first rank's; leave it out with --nproc, or train in one process")
-
-
-def most_decisions(config: TrainConfig, task: Task, horizon: int) -> int:
-    """The most decisions ``task``'s group can spend: its leaves times the episode horizon."""
-    rollouts = config.rollouts
-    leaves = rollouts.patr.max_leaves if rollouts.strategy == "patr" else rollouts.group_size
-    return leaves * (task.max_steps or horizon)
 
 
 class Ranks(Placement):
@@ -251,20 +248,9 @@ class RankCollector:
     def collect(self) -> tuple[Batch, RolloutStats, int]:
         """Play this rank's block of the iteration's tasks; the batch, all ranks' counts and a lag of 0."""
         trainer = self.trainer
-        config, state = trainer.config, trainer.state
-        tasks = trainer.next_tasks()
-        seeds = [int(s) for s in state.rng.integers(2**62, size=len(tasks))]
-        planned = [most_decisions(config, task, self.horizon) for task in tasks]
-        caps = share_budget(planned, len(tasks), remaining_budget(config, state.decisions)).caps
-        batch: Batch = []
-        local: RolloutStats | None = None
-        for index in split_evenly(len(tasks), self.ranks.world_size)[self.ranks.rank]:
-            groups, stats = collect_iteration(config, trainer.rollout_policy, [tasks[index]],
-                                              rng=np.random.default_rng(seeds[index]),
-                                              generator=torch.Generator().manual_seed(seeds[index]),
-                                              max_decisions=caps[index])
-            batch += groups
-            local = _added(local, stats)
+        draws = draw_per_task(trainer, self.horizon)
+        mine = split_evenly(len(draws.tasks), self.ranks.world_size)[self.ranks.rank]
+        batch, local = play_per_task(trainer.config, trainer.rollout_policy, draws, mine)
         return batch, _combined(local), 0
 
     def state_dict(self) -> None:
@@ -276,25 +262,6 @@ class RankCollector:
 
     def close(self) -> None:
         """Nothing to close."""
-
-
-def env_horizon(config: TrainConfig) -> int:
-    """The episodes' step limit: ``env.max_steps``, else the environment's own."""
-    if config.env.max_steps is not None:
-        return config.env.max_steps
-    made = make_env(config.env.id, config.env.kwargs, None)
-    try:
-        return int(made.unwrapped.max_steps)
-    finally:
-        made.close()
-
-
-def _added(total: RolloutStats | None, more: RolloutStats) -> RolloutStats:
-    """Two collections' counts together, in the strategy's own class (PATR's and BPO's count more; every
-    count is a sum, and the wall times add up: the tasks are played one after another)."""
-    if total is None:
-        return more
-    return type(more)(**{k: getattr(total, k) + getattr(more, k) for k in vars(more)})
 
 
 def _combined(local: RolloutStats | None) -> RolloutStats:
