@@ -466,13 +466,13 @@ def test_cli_flags_and_files_fail_with_a_message_and_exit_code_2(finished_run, t
 
 
 def test_bad_env_kwargs_fail_before_anything_is_built_or_written(tmp_path, cache, capsys, monkeypatch):
-    import ptgpo_algos.trainer as trainer
+    import ptgpo_algos.placement as placement
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model must not be built for a config that cannot run")
 
     with monkeypatch.context() as patch:
-        patch.setattr(trainer, "build_policy", no_model)
+        patch.setattr(placement, "build_policy", no_model)
         for bad in ("{sise: 4}", "{desc: [SSS]}"):
             code, err = _cli("train", "--env", "ptgpo/FrozenLake-v0", "--set", f"env_kwargs={bad}",
                              "--out", tmp_path / "run", "--no-progress", capsys=capsys)

@@ -213,9 +213,9 @@ def test_every_yaml_entry_point_refuses_duplicates_and_depth_with_a_message(tmp_
     ("--eval-episodes", "evaluation.seeds (eval_seeds): expected an integer in [1, 1048576]"),
 ])
 def test_sizes_beyond_any_run_are_refused_before_a_model_is_built(tmp_path, capsys, monkeypatch, flag, message):
-    import ptgpo_algos.trainer as trainer
+    import ptgpo_algos.placement as placement
 
-    monkeypatch.setattr(trainer, "build_policy", lambda *a, **k: pytest.fail("a model was built"))
+    monkeypatch.setattr(placement, "build_policy", lambda *a, **k: pytest.fail("a model was built"))
     code, err = _cli("train", "--env", "ptgpo/FrozenLake-v0", flag, "1000000000000", "--out", tmp_path / "run",
                      capsys=capsys)
     assert code == 2 and message in err and not (tmp_path / "run").exists()

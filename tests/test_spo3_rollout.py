@@ -193,14 +193,14 @@ class _NoSnapshot:
 
 
 def test_3spo_refuses_an_environment_without_snapshot(tmp_path, monkeypatch):
-    import ptgpo_algos.trainer as trainer
+    import ptgpo_algos.preflight as preflight
 
     config = _config(tmp_path)
-    trainer.check_environment(config)
-    monkeypatch.setattr(trainer, "make_env", lambda *args: _NoSnapshot())
+    preflight.check_environment(config)
+    monkeypatch.setattr(preflight, "make_env", lambda *args: _NoSnapshot())
     with pytest.raises(ValueError, match=r"rollouts.strategy \(rollout\): 3spo rollouts needs snapshot\(\)/restore\(\) "
                                          r"to fork an episode, which ptgpo/FrozenLake-v0 does not have"):
-        trainer.check_environment(config)
+        preflight.check_environment(config)
 
 
 # ----------------------------------------------------------------------------- training
