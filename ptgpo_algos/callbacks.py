@@ -142,7 +142,9 @@ class TensorBoardLogger(Callback):
 class WandbLogger(Callback):
     """The run in Weights & Biases (``run.wandb``): the config, the metrics rows (``train/...``) and the
     curve rows (``eval/...``) at their iteration, files under the run folder's ``wandb/``. A resumed run
-    continues the same wandb run: its id is kept in the checkpoint."""
+    continues the same wandb run: its id is kept in the checkpoint. A run that recorded rollouts
+    (``run.record_rollouts``) ends by drawing them (:mod:`ptgpo_algos.viewer`, into the run folder's
+    ``show/``, as ``ptgpo show`` does) and logging the pages as an artifact of type ``rollout-viewer``."""
 
     state_key = "wandb"
 
@@ -176,9 +178,28 @@ class WandbLogger(Callback):
         self.wandb_run.log(numbers, step=row["iteration"])
 
     def on_train_end(self, run: RunView) -> None:
-        """Finish the wandb run (an offline one is then complete on disk, for ``wandb sync``)."""
-        if self.wandb_run is not None:
-            self.wandb_run.finish()
+        """Log the viewer's pages of the recorded rollouts, if any, and finish the wandb run (an offline
+        one is then complete on disk, for ``wandb sync``)."""
+        if self.wandb_run is None:
+            return
+        if run.config.run.record_rollouts:
+            self._log_viewer()
+        self.wandb_run.finish()
+
+    def _log_viewer(self) -> None:
+        import wandb
+
+        from ptgpo_algos.rollout_records import recording_paths
+        from ptgpo_algos.viewer import write_pages
+
+        if not recording_paths(self.out_dir / "rollouts"):
+            return  # the run ended before its first recorded iteration
+        folder = self.out_dir / "show"
+        pages = write_pages(self.out_dir, folder)
+        artifact = wandb.Artifact(f"rollouts-{self.wandb_run.id}", type="rollout-viewer",
+                                  description=f"ptgpo show: {len(pages)} recorded iteration(s) as HTML pages")
+        artifact.add_dir(str(folder))
+        self.wandb_run.log_artifact(artifact)
 
     def state_dict(self) -> Any:
         """The wandb run's id, so that a resume logs on to the same run."""

@@ -70,6 +70,17 @@ class _FakeRun:
     def finish(self):
         self.calls.append(("finish",))
 
+    def log_artifact(self, artifact):
+        self.calls.append(("artifact", artifact))
+
+
+class _FakeArtifact:
+    def __init__(self, name, type, description=""):
+        self.name, self.type, self.description, self.folders = name, type, description, []
+
+    def add_dir(self, path):
+        self.folders.append(path)
+
 
 def _fake_wandb(monkeypatch, calls):
     """A stand-in ``wandb`` module that records what the logger asks of it."""
@@ -80,6 +91,7 @@ def _fake_wandb(monkeypatch, calls):
     module = types.ModuleType("wandb")
     module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
     module.init = init
+    module.Artifact = _FakeArtifact
     monkeypatch.setitem(sys.modules, "wandb", module)
 
 
@@ -121,8 +133,25 @@ def test_an_offline_wandb_run_is_written_in_the_run_folder(offline, monkeypatch,
     # Offline sends nothing; an address nothing listens on makes sure of it.
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     out = tmp_path / "run"
-    run_training(_config(out, **{"run.wandb": {"project": "ptgpo-test"}}), progress=False)
+    run_training(_config(out, **{"run.wandb": {"project": "ptgpo-test"}, "run.record_rollouts": 2}), progress=False)
     (log,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
     data = log.read_bytes()
-    for key in (b"train/rollout_success", b"eval/success", b"ptgpo/FrozenLake-v0", b"ptgpo-test"):
+    for key in (b"train/rollout_success", b"eval/success", b"ptgpo/FrozenLake-v0", b"ptgpo-test", b"rollout-viewer"):
         assert key in data
+
+
+def test_a_run_that_records_rollouts_logs_the_viewer_s_pages_as_an_artifact(monkeypatch, tmp_path):
+    calls = []
+    _fake_wandb(monkeypatch, calls)
+    out = tmp_path / "run"
+    run_training(_config(out, algo="ptgpo", rollout="tree", **{"run.wandb": {}, "run.record_rollouts": 1}),
+                 progress=False)
+    [(_, artifact)] = [call for call in calls if call[0] == "artifact"]
+    assert (artifact.name, artifact.type, artifact.folders) == ("rollouts-run-1", "rollout-viewer", [str(out / "show")])
+    assert sorted(p.name for p in (out / "show").iterdir()) == ["index.html", "iteration-000001.html",
+                                                               "iteration-000002.html"]
+    assert calls[-1] == ("finish",)
+    # Without recordings there is nothing to draw, and no artifact.
+    calls.clear()
+    run_training(_config(tmp_path / "plain", **{"run.wandb": {}}), progress=False)
+    assert not [call for call in calls if call[0] == "artifact"] and not (tmp_path / "plain" / "show").exists()
