@@ -70,7 +70,7 @@ import hashlib
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -383,14 +383,8 @@ def _iterations_message(env_label: str, items: list[tuple[Path, ResultRecord]]) 
     """The refusal for RL runs of an iteration budget that trained another number of iterations
     (stopped early), or None. Their spent decisions differ by design: the matched unit is iterations."""
     short = [(p, r) for p, r in items if r.iterations is not None and r.iterations != r.budget]
-    if not short:
-        return None
-    lines = [f"  {r.iterations} of {r.budget} iterations: {p.name}" for p, r in sorted(short, key=lambda item: item[0])]
-    return (
-        f"RL records for {env_label!r} did not train their budget's iterations, so the column would compare "
-        "unequal amounts of training (re-run the cells, or move them to their own results directory):\n"
-        + "\n".join(lines)
-    )
+    return _unequal_training(env_label, "did not train their budget's iterations", short,
+                             lambda r: f"{r.iterations} of {r.budget} iterations")
 
 
 def _cost_budget_message(env_label: str, items: list[tuple[Path, ResultRecord]]) -> str | None:
@@ -399,13 +393,19 @@ def _cost_budget_message(env_label: str, items: list[tuple[Path, ResultRecord]])
     matched unit is the cost, spent to an iteration boundary at or near the budget."""
     unit = items[0][1].budget_unit
     short = [(p, r) for p, r in items if r.budget_overshoot is None or getattr(r, unit) is None]
+    return _unequal_training(env_label, f"stopped before their budget of {unit} stopped them", short,
+                             lambda r: f"{getattr(r, unit)} of {r.budget} {unit}")
+
+
+def _unequal_training(env_label: str, what: str, short: list[tuple[Path, ResultRecord]],
+                      spent: Callable[[ResultRecord], str]) -> str | None:
+    """The refusal naming each of the ``short`` records with what it ``spent``, or None when there is none."""
     if not short:
         return None
-    lines = [f"  {getattr(r, unit)} of {r.budget} {unit}: {p.name}" for p, r in sorted(short, key=lambda item: item[0])]
+    lines = [f"  {spent(r)}: {p.name}" for p, r in sorted(short, key=lambda item: item[0])]
     return (
-        f"RL records for {env_label!r} stopped before their budget of {unit} stopped them, so the column would "
-        "compare unequal amounts of training (re-run the cells, or move them to their own results directory):\n"
-        + "\n".join(lines)
+        f"RL records for {env_label!r} {what}, so the column would compare unequal amounts of training (re-run "
+        "the cells, or move them to their own results directory):\n" + "\n".join(lines)
     )
 
 

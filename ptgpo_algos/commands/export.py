@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 from pathlib import Path
 
 HELP = "write a run's recorded rollouts (run.record_rollouts) as JSONL and a Hugging Face datasets folder"
@@ -29,28 +28,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "installed)")
 
 
-def _fail(message: str) -> int:
-    print(f"ptgpo export: {message}", file=sys.stderr)
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
     """Export the run's recordings; the exit status."""
+    from ptgpo_algos.commands import run_folder_command
     from ptgpo_algos.export import export_run
-    from ptgpo_algos.files import check_writable
 
-    run_dir = Path(args.run)
-    if not run_dir.is_dir():
-        return _fail(f"{args.run!r} is not a folder: pass a training run folder")
-    out_dir = Path(args.out) if args.out else run_dir / "export"
-    try:
-        check_writable(out_dir, "--out", folder=True)
+    def write(run_dir: Path, out_dir: Path) -> int:
         summary = export_run(run_dir, out_dir, with_dataset=False if args.no_datasets else None)
-    except ValueError as error:
-        return _fail(str(error))
-    print(f"wrote {summary.rows} decisions of {summary.iterations} iterations to {summary.jsonl}")
-    if summary.dataset is not None:
-        print(f"wrote {summary.dataset} (datasets.load_from_disk)")
-    elif not args.no_datasets and importlib.util.find_spec("datasets") is None:
-        print("no datasets folder: pip install 'ptgpo[datasets]' to write one")
-    return 0
+        print(f"wrote {summary.rows} decisions of {summary.iterations} iterations to {summary.jsonl}")
+        if summary.dataset is not None:
+            print(f"wrote {summary.dataset} (datasets.load_from_disk)")
+        elif not args.no_datasets and importlib.util.find_spec("datasets") is None:
+            print("no datasets folder: pip install 'ptgpo[datasets]' to write one")
+        return 0
+
+    return run_folder_command("export", args.run, args.out, "export", write)

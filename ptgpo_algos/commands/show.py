@@ -14,7 +14,6 @@ other registered one (:mod:`ptgpo_algos.viewer`). A benchmark cell's folder is a
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 HELP = "draw a run's recorded rollouts (run.record_rollouts) as HTML pages: trees, observations, every estimator's credit"
@@ -28,24 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="output folder [RUN/show]")
 
 
-def _fail(message: str) -> int:
-    print(f"ptgpo show: {message}", file=sys.stderr)
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
     """Write the pages; the exit status."""
-    from ptgpo_algos.files import check_writable
+    from ptgpo_algos.commands import run_folder_command
     from ptgpo_algos.viewer import write_pages
 
-    run_dir = Path(args.run)
-    if not run_dir.is_dir():
-        return _fail(f"{args.run!r} is not a folder: pass a training run folder")
-    out_dir = Path(args.out) if args.out else run_dir / "show"
-    try:
-        check_writable(out_dir, "--out", folder=True)
+    def write(run_dir: Path, out_dir: Path) -> int:
         pages = write_pages(run_dir, out_dir, args.iteration)
-    except ValueError as error:
-        return _fail(str(error))
-    print(f"wrote {len(pages)} page{'s' * (len(pages) != 1)} to {out_dir} (open {out_dir / 'index.html'})")
-    return 0
+        print(f"wrote {len(pages)} page{'s' * (len(pages) != 1)} to {out_dir} (open {out_dir / 'index.html'})")
+        return 0
+
+    return run_folder_command("show", args.run, args.out, "show", write)
