@@ -7,14 +7,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 versions=${VERL_VERSIONS:-"0.9.1 0.9.0"}
+stage=${PTGPO_CI_STAGE:-all}  # install, test or all: CI installs while the main suite runs
 export OMP_WAIT_POLICY=PASSIVE
 for version in $versions; do
     venv=${VERL_VENV_PREFIX:-.venv-verl}-$version
     echo "== verl $version in $venv"
     python3 -m venv "$venv"
-    # The CPU build of torch first: verl's requirements would otherwise pull a CUDA build.
-    "$venv/bin/pip" install -q torch==2.13.0
-    "$venv/bin/pip" install -q -e ".[verl]" "verl==$version" "pytest>=8"
+    if [ "$stage" != test ]; then
+        # The CPU build of torch first: verl's requirements would otherwise pull a CUDA build.
+        "$venv/bin/pip" install -q torch==2.13.0
+        "$venv/bin/pip" install -q -e ".[verl]" "verl==$version" "pytest>=8"
+    fi
+    [ "$stage" = install ] && continue
     # Fail here, not as skipped tests, if verl or its default trainer does not import.
     "$venv/bin/python" -c "import verl, verl.trainer.ppo.ray_trainer; assert verl.__version__ == '$version', verl.__version__"
     "$venv/bin/python" -m pytest tests/test_verl_integration.py tests/test_verl_steps.py tests/test_verl_tree.py \
