@@ -1,4 +1,4 @@
-r"""HiPER's hierarchical advantage estimation (HAE): credit for the executor within each subgoal
+"""HiPER's hierarchical advantage estimation (HAE): credit for the executor within each subgoal
 segment and for the planner across segments, from two value series.
 
 Arrays are padded batches: one row per episode, one column per decision (turn), ``lengths[b]`` the
@@ -6,26 +6,23 @@ decisions episode ``b`` made; columns at or past a row's length are ignored and 
 ``starts`` marks segment starts (:func:`ptgpo_algos.hiper.segments.segment_starts`); ``terminated[b]``
 says the environment ended episode ``b`` (False: it was cut at the step limit).
 
-With :math:`V^L_t` the low value of turn :math:`t` (read after the subgoal is written, so it values the
-state under the subgoal) and :math:`V^H_s` the high value at a segment start :math:`s` (read before
-the response, so it values the state alone), for a segment :math:`k` = turns :math:`s_k .. e_k` of
-length :math:`d_k`:
+``V_L[t]`` is the low value of turn t (read once the subgoal is written: the state under the
+subgoal), ``V_H[s]`` the high value at a segment start s (read before the response: the state alone).
+For segment k, turns ``s_k .. e_k``, ``d_k`` of them:
 
-* **Segment-to-go return** :math:`G_t = r_t + \gamma G_{t+1}` inside the segment and
-  :math:`G_{e_k} = r_{e_k} + \gamma B_k`, with :math:`B_k = V^H_{s_{k+1}}` when a segment follows, 0 after
-  a terminal step, and after a cut either :math:`V^H_{s_k}` (``bootstrap_truncated``) or 0.
-* **Low level** (ordinary GAE restarted in every segment, :func:`turn_gae`):
-  :math:`\delta_t = r_t + \gamma \hat V_{t+1} - V^L_t` with :math:`\hat V_{t+1} = V^L_{t+1}` inside the
-  segment and :math:`B_k` at its end (after a cut with ``bootstrap_truncated``: :math:`V^L_{e_k}` itself,
-  as HiPER's code does); :math:`A^L_t = \delta_t + \gamma\lambda_L A^L_{t+1}` inside the segment,
-  :math:`A^L_{e_k} = \delta_{e_k}`. Its value target is :math:`A^L_t + V^L_t`.
-* **High level** (GAE over the semi-Markov chain of segments):
-  :math:`\Delta_k = G_{s_k} - V^H_{s_k}` and
-  :math:`A^H_k = \Delta_k + \gamma^{d_k}\lambda_H A^H_{k+1}`, written at :math:`s_k`; its value target is
-  :math:`A^H_k + V^H_{s_k}`.
-* **Switch** (the released scripts' third head, optional): :math:`A^S_t = G_t - V^S_t` at every turn.
+* segment-to-go return ``G[t] = r[t] + gamma * G[t+1]`` inside the segment and
+  ``G[e_k] = r[e_k] + gamma * B_k``, where ``B_k`` is ``V_H[s_{k+1}]`` when a segment follows, 0 after a
+  terminal step, and after a cut ``V_H[s_k]`` (``bootstrap_truncated``) or 0;
+* low level, GAE restarted in every segment (:func:`turn_gae`): ``delta[t] = r[t] + gamma * next[t] -
+  V_L[t]`` with ``next[t] = V_L[t+1]`` inside the segment, ``B_k`` at its end (after a cut with
+  ``bootstrap_truncated``: ``V_L[e_k]`` itself, as HiPER's code does);
+  ``A_L[t] = delta[t] + gamma * lam_turn * A_L[t+1]`` inside, ``A_L[e_k] = delta[e_k]``; value target
+  ``A_L + V_L``;
+* high level, GAE over the semi-Markov chain of segments: ``A_H[k] = G[s_k] - V_H[s_k] +
+  gamma**d_k * lam_seg * A_H[k+1]``, written at ``s_k``; value target ``A_H + V_H`` there;
+* switch (the released scripts' third head, optional): ``A_S[t] = G[t] - V_S[t]`` at every turn.
 
-Every function is pure; none reads a model.
+docs/algorithms/hiper.md writes these out. Every function is pure; none reads a model.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ WHITEN_EPSILON = 1e-8
 class HaeCredit:
     """The two levels' advantages and value targets, each ``[episodes, decisions]``.
 
-    ``high_*`` are non-zero at segment starts only; ``segment_returns`` is :math:`G_t`, the target of
+    ``high_*`` are non-zero at segment starts only; ``segment_returns`` is ``G``, the target of
     a switch head when one is trained.
     """
 
@@ -98,8 +95,8 @@ def _tail_bootstrap(value_at_end, terminated, bootstrap_truncated: bool):
 
 def turn_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, chained: np.ndarray,
              gamma: float, lam: float) -> np.ndarray:
-    r"""GAE over turns with explicit successors: :math:`\delta_t = r_t + \gamma\,\mathrm{next}_t - v_t`,
-    :math:`A_t = \delta_t + \gamma\lambda\,A_{t+1}` where ``chained[t]``, else :math:`\delta_t`.
+    """GAE over turns with explicit successors: ``delta[t] = r[t] + gamma * next_values[t] - values[t]``,
+    ``A[t] = delta[t] + gamma * lam * A[t+1]`` where ``chained[t]``, else ``delta[t]``.
 
     ``next_values`` holds the value each turn bootstraps from (0 after a terminal step), so one
     function serves flat GAE (``chained`` everywhere but the last turn) and HiPER's low level
@@ -116,7 +113,7 @@ def turn_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, c
 
 def segment_to_go(rewards, v_high, starts, lengths, terminated, *, gamma: float,
                   bootstrap_truncated: bool) -> np.ndarray:
-    """:math:`G_t`, each turn's discounted reward to the end of its segment plus the bootstrap there
+    """``G``, each turn's discounted reward to the end of its segment plus the bootstrap there
     (the module docstring); 0 past each episode's length."""
     r, inside, starts, last, segment_end, start_column, terminated = _layout(rewards, starts, lengths,
                                                                              terminated)

@@ -11,11 +11,12 @@ action. The planner therefore decides itself when a new plan starts (no fixed pe
 test): a SWITCH, or the episode's first turn, opens a segment (:mod:`ptgpo_algos.hiper.segments`).
 Generation still stops at ``</action>``, the last block.
 
-Parsing (:func:`parse_plan_response`) keeps the action rules of :func:`~ptgpo_algos.policy.parsing.
-parse_response` and adds: each plan tag at most once, ``<switch>`` closed before ``<subgoal>`` opens and
-that closed before ``<action>`` opens, a switch of KEEP or SWITCH (any case), a non-empty subgoal. A
-response that breaks a plan rule but names an action keeps the action, which is played, and the
-error, which makes the step invalid (HiPER plays it and penalises it the same way).
+Parsing (:func:`parse_plan_response`) keeps the action rules of
+:func:`~ptgpo_algos.policy.parsing.parse_response` and adds: each plan tag at most once,
+``<switch>`` closed before ``<subgoal>`` opens and that closed before ``<action>`` opens, a switch of
+KEEP or SWITCH (any case), a non-empty subgoal. A response that breaks a plan rule but names an
+action keeps the action, which is played, and the error, which makes the step invalid (HiPER plays
+it and penalises it the same way).
 
 The prompt (:class:`PlanPromptBuilder`) is PTGPO's own prompt with the plan instructions as system
 text and one more line, the subgoal in force ("none yet" before the first plan).
@@ -68,8 +69,9 @@ _BLOCKS = ("switch", "subgoal", "action")
 @dataclass(frozen=True)
 class PlanResponse:
     """A plan/execute response, parsed. ``switch`` is the switch block's content upper-cased (KEEP or
-    SWITCH in a valid response; None: missing or empty); ``subgoal`` the stated subgoal (None: none parsable); ``action`` what to play (None: nothing
-    parsable); ``error`` why the response breaks the rules (None: it keeps them)."""
+    SWITCH in a valid response; None: missing or empty); ``subgoal`` the stated subgoal (None: none
+    parsable); ``action`` what to play (None: nothing parsable); ``error`` why the response breaks
+    the rules (None: it keeps them)."""
 
     switch: str | None
     subgoal: str | None
@@ -188,7 +190,7 @@ class PlanTracker:
 
 @dataclass
 class PlanContext(Context):
-    """A :class:`Context` with the subgoal in force (None before the first plan)."""
+    """A :class:`~ptgpo_algos.data.Context` with the subgoal in force (None before the first plan)."""
 
     subgoal: str | None = None
 
@@ -211,6 +213,7 @@ class PlanPromptBuilder(PromptBuilder):
         super().__post_init__()
 
     def system_text(self) -> str:
+        """The plan instructions (:data:`PLAN_SYSTEM_TEXT`)."""
         return PLAN_SYSTEM_TEXT
 
     def _user_text(self, context: Context, history: list[tuple[str, str]], actions: bool) -> str:

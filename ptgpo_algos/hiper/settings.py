@@ -37,16 +37,20 @@ class HiperSettings:
     consistency_penalty: float = setting(0.3, "subtracted when a KEEP turn rewrites the subgoal")
     normalize: bool = setting(True, "whiten each level's advantages over the batch")
     high_value_coef: float = setting(1.0, "weight of the high value head's loss against the low one's")
+    switch_head: bool = setting(True, "a third value head for the switch decision, whose advantage goes to the "
+                                      "<switch> tokens (HiPER's released scripts; the paper describes two heads)")
+    switch_value_coef: float = setting(1.0, "weight of the switch head's loss")
 
     def __post_init__(self) -> None:
         check_bool("hiper.enabled", self.enabled)
         check_bool("hiper.bootstrap_truncated", self.bootstrap_truncated)
         check_bool("hiper.normalize", self.normalize)
+        check_bool("hiper.switch_head", self.switch_head)
         check_number("hiper.gamma", self.gamma, 0.0, 1.0, exclusive_low=True)
         check_number("hiper.lam_turn", self.lam_turn, 0.0, 1.0)
         check_number("hiper.lam_seg", self.lam_seg, 0.0, 1.0)
         check_number("hiper.reward_scale", self.reward_scale, 0.0, math.inf, exclusive_low=True)
-        for name in ("invalid_penalty", "keep_penalty", "consistency_penalty", "high_value_coef"):
+        for name in ("invalid_penalty", "keep_penalty", "consistency_penalty", "high_value_coef", "switch_value_coef"):
             check_number(f"hiper.{name}", getattr(self, name), 0.0)
         check_choice("hiper.keep_penalty_mode", self.keep_penalty_mode, KEEP_PENALTY_MODES)
 
