@@ -10,6 +10,7 @@ import pytest
 from leaderboard.reported import DEFAULT_REPORTED, load_reported
 from ptgpo_algos.data import Context
 from ptgpo_algos.hiper.credit import hae, segment_to_go, shaped_rewards, turn_gae, whiten
+from ptgpo_algos.hiper.estimate import EpisodeTurns, hiper_credit
 from ptgpo_algos.hiper.plan_format import (NO_SUBGOAL, PlanContext, PlanPromptBuilder, PlanTracker, block_spans,
                                            format_plan_response, parse_plan_response, token_span)
 from ptgpo_algos.hiper.segments import Segment, segment_index, segment_starts, segments
@@ -322,3 +323,52 @@ def test_the_reported_table_has_hipers_readme_figures():
     source = loaded.sources["hiper"]
     assert source.quality == "official code" and "2602.16165" in source.citation
     assert source.protocol and source.protocol != "verl-agent"
+
+
+# ---------------------------------------------------------------- the batch entry point
+
+def _two_episodes():
+    switch = parse_plan_response(format_plan_response("go to fridge 1", "find apple", "SWITCH"))
+    keep = parse_plan_response(format_plan_response("open fridge 1", "find apple"))
+    won = EpisodeTurns([0.0, 1.0], [switch, keep], [True, True], terminated=True)
+    cut = EpisodeTurns([0.0, 0.0, 0.0], [parse_plan_response(format_plan_response("look", "a")),
+                                         parse_plan_response(format_plan_response("look", "b", "SWITCH")),
+                                         parse_plan_response("<action>look</action>")],
+                       [True, True, False], terminated=False)
+    return [won, cut]
+
+
+def test_hiper_credit_composes_rewards_penalties_and_both_levels():
+    settings = HiperSettings(normalize=False, switch_head=False)
+    zeros = np.zeros((2, 3))
+    credit = hiper_credit(_two_episodes(), zeros, zeros, settings)
+    # Won: rewards x10 = [0, 10], the KEEP turn loses .3 / 2 -> [0, 9.85]; gamma = lambda = 1, zero values.
+    # Cut: KEEP turn 0 loses .3 / 3; turn 1 switches; turn 2 (no plan: counts as KEEP) loses .1 and .1
+    # (invalid) -> [-.1, 0, -.2]; segments [0] and [1, 2]; A_H(0) = -.1 + .95 * -.2.
+    np.testing.assert_allclose(credit.low_advantages, [[9.85, 9.85, 0.0], [-0.1, -0.2, -0.2]])
+    np.testing.assert_allclose(credit.high_advantages, [[9.85, 0.0, 0.0], [-0.29, -0.2, 0.0]])
+    assert credit.starts.tolist() == [[True, False, False], [True, True, False]]
+    assert credit.high_turns.tolist() == [[True, False, False], [True, True, False]]
+    assert credit.switch_turns.tolist() == [[True, True, False], [True, True, False]]
+    assert credit.switch_advantages is None and credit.switch_returns is None
+
+
+def test_hiper_credit_whitens_each_level_over_its_turns_and_fits_a_switch_head():
+    v_switch = np.ones((2, 3))
+    zeros = np.zeros((2, 3))
+    credit = hiper_credit(_two_episodes(), zeros, zeros, HiperSettings(), v_switch=v_switch)
+    inside = np.array([[True, True, False], [True, True, True]])
+    low = credit.low_advantages[inside]
+    assert abs(low.mean()) < 1e-9 and abs(low.std() - 1) < 1e-6
+    assert abs(credit.high_advantages[credit.high_turns].mean()) < 1e-9 and not credit.high_advantages[0, 1:].any()
+    # Before whitening the switch advantage is G - V_S, on the turns with a switch block only.
+    raw = credit.switch_returns - v_switch * inside
+    expected = whiten(raw, credit.switch_turns)
+    np.testing.assert_allclose(credit.switch_advantages, expected)
+    with pytest.raises(ValueError, match="v_switch"):
+        hiper_credit(_two_episodes(), np.zeros((2, 3)), np.zeros((2, 3)), HiperSettings())
+
+
+def test_an_episode_needs_one_entry_per_turn():
+    with pytest.raises(ValueError, match="one reward, response and validity per turn"):
+        EpisodeTurns([0.0], [], [True], terminated=True)
