@@ -12,7 +12,8 @@ from ptgpo_algos.data import Context
 from ptgpo_algos.hiper.credit import hae, segment_to_go, shaped_rewards, turn_gae, whiten
 from ptgpo_algos.hiper.estimate import EpisodeTurns, hiper_credit
 from ptgpo_algos.hiper.plan_format import (NO_SUBGOAL, PlanContext, PlanPromptBuilder, PlanTracker, block_spans,
-                                           format_plan_response, parse_plan_response, token_span)
+                                           format_plan_response, low_value_index, parse_plan_response,
+                                           token_span)
 from ptgpo_algos.hiper.segments import Segment, segment_index, segment_starts, segments
 from ptgpo_algos.hiper.settings import HiperSettings
 from ptgpo_algos.policy.prompts import SYSTEM_TEXT, PromptBuilder
@@ -233,6 +234,16 @@ def test_block_spans_and_token_spans_locate_each_level():
     assert token_span(pieces, spans["action"]) == (7, 10)
     assert token_span(pieces, (100, 120)) == (0, 0)
     assert block_spans("<action>look") == {}
+
+
+def test_the_low_value_is_read_where_the_subgoal_closes():
+    pieces = ["<switch>", "KEEP", "</switch>", "<subgoal>", "x", "</sub", "goal>", "<action>", "look", "</action>"]
+    assert low_value_index(pieces) == 6
+    no_subgoal = ["<switch>", "KEEP", "</switch>", "<action>", "look", "</action>"]
+    assert low_value_index(no_subgoal) == 2
+    assert low_value_index(["<action>", "look", "</action>"]) == -1
+    # A block that closes the response has no token after it to act under: the prompt's last token.
+    assert low_value_index(["<switch>", "KEEP", "</switch>"]) == -1
 
 
 def test_the_tracker_carries_the_last_stated_subgoal():

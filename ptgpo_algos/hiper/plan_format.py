@@ -44,6 +44,7 @@ __all__ = [
     "PlanTracker",
     "block_spans",
     "format_plan_response",
+    "low_value_index",
     "parse_plan_response",
     "token_span",
 ]
@@ -156,6 +157,21 @@ def token_span(pieces: list[str], span: tuple[int, int]) -> tuple[int, int]:
             first = index if first is None else first
             stop = index + 1
     return (0, 0) if first is None else (first, stop)
+
+
+def low_value_index(pieces: list[str]) -> int:
+    """Which hidden state the low value head reads for a response of these token pieces: the index of
+    the response token that closes the subgoal block (the value of the state under the subgoal);
+    failing that, the one that closes the switch block; failing that (or when no token follows it),
+    ``-1``, the prompt's last token, where the high and switch heads read. This is HiPER's choice."""
+    text = "".join(pieces)
+    spans = block_spans(text)
+    for block in ("subgoal", "switch"):
+        if block in spans:
+            last = token_span(pieces, spans[block])[1] - 1
+            if 0 <= last < len(pieces) - 1:
+                return last
+    return -1
 
 
 @dataclass
