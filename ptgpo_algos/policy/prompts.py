@@ -49,6 +49,10 @@ class PromptBuilder:
         self._candidate_cache: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ rendering
+    def system_text(self) -> str:
+        """The system text of PTGPO's own prompt (a subclass with another response format replaces it)."""
+        return SYSTEM_TEXT[self.mode]
+
     def _user_text(self, context: Context, history: list[tuple[str, str]], actions: bool) -> str:
         lines = [f"Task: {context.task}"]
         for observation, action in history:
@@ -75,7 +79,7 @@ class PromptBuilder:
         history = list(context.history[-self.history_length :]) if self.history_length > 0 else []
         if self.template is not None:
             return self._template_ids(context, history)
-        system = SYSTEM_TEXT[self.mode]
+        system = self.system_text()
         actions = True
         ids = self._render(system, self._user_text(context, history, actions))
         while len(ids) > self.max_tokens and history:
