@@ -294,7 +294,7 @@ def test_bad_bpo_settings_fail_naming_the_key(data, message):
 
 
 def test_algos_lists_bpo_with_its_paper_and_strategy(capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     assert main(["algos"]) == 0
     estimators, strategies = capsys.readouterr().out.split("rollout strategies", 1)

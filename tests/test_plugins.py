@@ -80,7 +80,7 @@ def test_a_pinned_plugin_list_ignores_what_is_installed_meanwhile(tmp_path, monk
     with pinned_plugins() as pinned:
         _fake_distribution(site, "late-plugin", '[ptgpo.estimators]\nlate = late_plugin:register\n')
         assert "late-plugin" not in pinned and installed_plugins() == json.loads(pinned)
-        from ptgpo_algos.bench.pool import child_env
+        from ptgpo_harness.bench.pool import child_env
 
         assert child_env()[PINNED_PLUGINS_ENV] == pinned  # what the cells' processes read
     assert PINNED_PLUGINS_ENV not in os.environ
@@ -107,7 +107,7 @@ def test_entry_point_environments_are_visible_to_gymnasium_after_import(plugin_s
                    "print(env.reset(seed=0)[0])\n", plugin_site, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "You are at cell 0 of a corridor of 3 cells."
-    listed = _python("from ptgpo_algos.cli import main\nmain(['algos'])\nmain(['envs'])\n", plugin_site, tmp_path)
+    listed = _python("from ptgpo_harness.cli import main\nmain(['algos'])\nmain(['envs'])\n", plugin_site, tmp_path)
     lines = {line.split()[0]: line for line in listed.stdout.splitlines() if line.strip()}
     assert "[plugin: ptgpo-example-plugin]" in lines["plugin_median"] and "scale=1.0" in lines["plugin_median"]
     assert "[plugin: ptgpo-example-plugin]" in lines["plugin/Corridor-v0"]
@@ -116,7 +116,7 @@ def test_entry_point_environments_are_visible_to_gymnasium_after_import(plugin_s
 
 @pytest.mark.slow
 def test_the_example_plugin_trains_and_benchmarks(plugin_site, tmp_path):
-    cli = [sys.executable, "-m", "ptgpo_algos.cli"]
+    cli = [sys.executable, "-m", "ptgpo_harness.cli"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_site), str(ROOT)])}
     env.pop(PINNED_PLUGINS_ENV, None)
     tiny = ["--set", "tiny.pretrain_steps=0", "--set", "group_size=2", "--set", "tasks_per_iteration=2",
