@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,22 @@ def test_no_module_imports_another_modules_private_name():
                 found += [f"{module}: {node.module}.{alias.name}" for alias in node.names
                           if alias.name.startswith("_") and not alias.name.startswith("__")]
     assert found == []
+
+
+def test_the_verl_bridges_older_paths_are_the_moved_modules():
+    # verl configs name the bridge's modules by their flat paths (integrations.verl_leaves.register...):
+    # each is the moved module itself, with one DeprecationWarning naming the new path.
+    old = sorted(p.stem for p in (ROOT / "ptgpo_algos" / "integrations").glob("verl_*.py"))
+    assert old == [f"verl_{name}" for name in ("agent_loop", "dataset", "hub", "leaves", "steps", "trainer", "tree")]
+    code = ("import warnings\n"
+            "warnings.simplefilter('always')\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    import ptgpo_algos.integrations.verl_hub as old\n"
+            "    from ptgpo_algos.integrations.verl_hub import GroupHub\n"
+            "import ptgpo_algos.integrations.verl.hub as new\n"
+            "print(old is new, GroupHub is new.GroupHub, [str(w.message) for w in caught if w.category is DeprecationWarning])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("True True ['ptgpo_algos.integrations.verl_hub moved to "
+                                   "ptgpo_algos.integrations.verl.hub; import it from there']")
