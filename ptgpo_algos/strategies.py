@@ -9,7 +9,9 @@ plain data; the trainer holds it, checkpoints it and hands it to every ``collect
 A strategy with settings of its own declares their dataclass (``settings``): the config reads them
 from ``rollouts.<name>`` (or the ``section`` it names), refuses a key the dataclass lacks, and hands
 them to ``collect`` within the ``rollouts`` section, as ``rollouts.<name>``; ``ptgpo algos`` lists
-their defaults.
+their defaults. The built-in strategies' settings live apart from their collections
+(:mod:`ptgpo_algos.patr_settings`...), which are imported when a run first collects: checking a config
+imports none of them.
 The built-in ones: ``linear`` (independent episodes), ``tree`` (a prefix tree branched from earlier
 steps; :mod:`ptgpo_algos.rollout`), ``patr`` (PATR's process-scored tree; :mod:`ptgpo_algos.patr`)
 ``3spo`` (3SPO's ranked backtracking over states scored across iterations;
@@ -26,12 +28,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ptgpo_algos.bpo_rollout import BpoConfig, collect_bpo_rollouts
+from ptgpo_algos.bpo_settings import BpoConfig
 from ptgpo_algos.data import Batch, Task
-from ptgpo_algos.patr import PatrConfig, collect_patr_rollouts
+from ptgpo_algos.patr_settings import PatrConfig
 from ptgpo_algos.rollout import RolloutStats, collect_rollouts
 from ptgpo_algos.spo3 import StateStats
-from ptgpo_algos.spo3_rollout import Spo3Config, collect_spo3_rollouts
+from ptgpo_algos.spo3_settings import Spo3Config
 from ptgpo_envs.plugins import Registry
 
 __all__ = ["ROLLOUT_STRATEGIES", "RolloutStrategy", "collect_with", "new_memory", "settings_sections"]
@@ -125,17 +127,25 @@ def _groups(mode: str) -> Collect:
     return collect
 
 
+# PATR's, 3SPO's and BPO's collections are imported when a run collects, not when a config naming them
+# is checked: their settings live apart (patr_settings, spo3_settings, bpo_settings).
 def _patr(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
+    from ptgpo_algos.patr import collect_patr_rollouts
+
     return collect_patr_rollouts(policy, tasks, rollouts.patr, **common)
 
 
 def _spo3(policy: Any, tasks: Sequence[Task], rollouts: Any, *, memory: StateStats, rng: Any = None,
           **common: Any) -> tuple[Batch, RolloutStats]:
+    from ptgpo_algos.spo3_rollout import collect_spo3_rollouts
+
     # The search draws nothing of its own (ties keep the sampled order): rng is not needed.
     return collect_spo3_rollouts(policy, tasks, rollouts.spo3, memory, **common)
 
 
 def _bpo(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
+    from ptgpo_algos.bpo_rollout import collect_bpo_rollouts
+
     return collect_bpo_rollouts(policy, tasks, rollouts.bpo, **common)
 
 

@@ -210,6 +210,6 @@ def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
     def config(out_dir, **change):
         return _config(tmp_path, out_dir=str(tmp_path / out_dir), **change)
 
-    resumed, whole = killed_and_resumed(monkeypatch, config, "collect_patr_rollouts")
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.patr.collect_patr_rollouts")
     assert resumed == whole
     assert sum(row["patr_expansions"] for row in whole) > 0

@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
     from ptgpo_algos.losses import LOSSES, get_loss
     from ptgpo_algos.objectives import OBJECTIVES
-    from ptgpo_algos.patr import SCORERS
+    from ptgpo_algos.patr_settings import SCORERS
     from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
     from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 
