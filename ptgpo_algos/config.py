@@ -55,17 +55,14 @@ import yaml
 
 from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
 from ptgpo_algos.advantages.config import validate_config
-from ptgpo_algos.bpo_rollout import BpoConfig
 from ptgpo_algos.cost import Budget
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
-from ptgpo_algos.patr import PatrConfig
 from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
 from ptgpo_algos.policy.recipes import load_recipe, recipe_names
 from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
 from ptgpo_algos.policy.tiny import TinyModelSpec
 from ptgpo_algos.rollout import BRANCH_STRATEGIES
-from ptgpo_algos.spo3_rollout import Spo3Config
-from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
+from ptgpo_algos.strategies import ROLLOUT_STRATEGIES, settings_sections
 from ptgpo_algos.validation import (
     check_bool,
     check_choice,
@@ -135,12 +132,12 @@ def _rollout_strategy(estimator: str, given: str | None) -> str:
 
 
 def _check_slots(strategy: str, rollouts: RolloutsConfig) -> None:
-    """PATR's, 3SPO's and BPO's groups size their environments per task by their own settings, not by
-    ``group_size``: the same bound on an iteration's episodes, checked before anything is built."""
-    per_task = {"patr": [("patr.max_leaves", rollouts.patr.max_leaves)],
-                "3spo": [("spo3.g_max", rollouts.spo3.g_max), ("spo3.trajectories", rollouts.spo3.trajectories)],
-                "bpo": [("bpo leaves (trunks x (1 + branch_points x forks))", rollouts.bpo.leaves)]}
-    for name, count in per_task.get(strategy, []):
+    """A strategy whose groups its own settings size (PATR's, 3SPO's, BPO's), not ``group_size``, declares
+    their episodes per task (``slots``): the same bound on an iteration's episodes, checked before
+    anything is built."""
+    declared = ROLLOUT_STRATEGIES.get(strategy)
+    per_task = {} if declared.slots is None else declared.slots(rollouts.settings[declared.settings_key])
+    for name, count in per_task.items():
         if count * rollouts.tasks_per_iteration > MAX_EPISODES_PER_ITERATION:
             raise ValueError(f"rollouts.{name}: {count} x tasks_per_iteration {rollouts.tasks_per_iteration} is more "
                              f"than {MAX_EPISODES_PER_ITERATION} episodes an iteration; lower one of them")
@@ -363,17 +360,10 @@ class RolloutsConfig:
     initial_rollouts: int | None = _field(None, "tree: independent rollouts before branching (default: half "
                                           "the group)")
     branch: str = _field("uniform", "tree: where to branch (uniform, entropy, novel)")
-    patr: PatrConfig = _field(help="patr: PATR's settings (ptgpo_algos.patr.PatrConfig: initial_branches, "
-                                  "children, top_k, every, alpha, repeat_limit, max_leaves, pruned_reward, scorer, "
-                                  "judge, lam); its groups are its leaves, so group_size and initial_rollouts do "
-                                  "not apply", factory=PatrConfig)
-    spo3: Spo3Config = _field(help="3spo: 3SPO's settings (ptgpo_algos.spo3_rollout.Spo3Config: alpha, xi, zeta, "
-                                   "omega_k, g_max, epsilon, trajectories, explored, min_start); its groups are its "
-                                   "search's trajectories, so group_size and initial_rollouts do not apply",
-                              factory=Spo3Config)
-    bpo: BpoConfig = _field(help="bpo: BPO's settings (ptgpo_algos.bpo_rollout.BpoConfig: trunks, branch_points, "
-                                 "forks); its groups are its trunks and their forks, so group_size and "
-                                 "initial_rollouts do not apply", factory=BpoConfig)
+    settings: dict[str, Any] = _field(help="each rollout strategy's own settings, by the dataclass it declares, "
+                                      "written and saved as rollouts.<its section> (rollouts.patr, rollouts.spo3, "
+                                      "rollouts.bpo, a plugin's) and read back as attributes of the section; "
+                                      "`ptgpo algos` lists them", flat=False, factory=dict)
     tasks_per_iteration: int = _field(8, "tasks (groups) per iteration", flag="tasks")
     asynchronous: bool = _field(False, "collect the next iteration's rollouts in a second process while this one "
                                 "trains (one update of policy lag; for CPUs)", flat="async_rollouts",
@@ -399,12 +389,7 @@ class RolloutsConfig:
         if self.initial_rollouts is not None:
             check_int(label("rollouts.initial_rollouts"), self.initial_rollouts, 1, self.group_size)
         check_choice(label("rollouts.branch"), self.branch, BRANCH_STRATEGIES)
-        if not isinstance(self.patr, PatrConfig):
-            object.__setattr__(self, "patr", PatrConfig.from_mapping(self.patr))
-        if not isinstance(self.spo3, Spo3Config):
-            object.__setattr__(self, "spo3", Spo3Config.from_mapping(self.spo3))
-        if not isinstance(self.bpo, BpoConfig):
-            object.__setattr__(self, "bpo", BpoConfig.from_mapping(self.bpo))
+        object.__setattr__(self, "settings", _strategy_settings(self.settings))
         check_int(label("rollouts.tasks_per_iteration"), self.tasks_per_iteration, 1,
                   MAX_EPISODES_PER_ITERATION // self.group_size,
                   hint=f"group_size x tasks_per_iteration is at most {MAX_EPISODES_PER_ITERATION} episodes an "
@@ -418,6 +403,44 @@ class RolloutsConfig:
             raise ValueError(f"{label('rollouts.asynchronous')}: the {self.strategy} strategy learns from each "
                              "collection before the next one starts, which a collection running ahead cannot; set it "
                              "to false")
+
+
+    def __getattr__(self, name: str) -> Any:
+        # A strategy's settings read as a field of the section: rollouts.patr, rollouts.spo3, a plugin's.
+        settings = self.__dict__.get("settings", {})
+        if name in settings:
+            return settings[name]
+        raise AttributeError(f"{type(self).__name__} has no field or strategy settings {name!r}")
+
+
+def _strategy_settings(given: Any) -> dict[str, Any]:
+    """Every registered strategy's settings (its section's defaults where none are given), each built and
+    checked by its declared dataclass; a section no strategy declares is refused."""
+    given = check_mapping("rollouts", given)
+    sections = settings_sections()
+    unknown_keys("rollouts", [key for key in given if key not in sections], list(sections))
+    built = {}
+    for key, strategy in sections.items():
+        value = given.get(key, {})
+        where = f"rollouts.{key} ({key})" if strategy.flat else f"rollouts.{key}"
+        built[key] = value if isinstance(value, strategy.settings) else settings_from_mapping(strategy.settings,
+                                                                                                value, where)
+    return built
+
+
+def _gather_strategy_settings(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The rollouts section's keys with each strategy's settings (``rollouts.patr``...) gathered under the
+    ``settings`` field, which a config spells by the sections themselves."""
+    fields = [f.name for f in dataclasses.fields(RolloutsConfig) if f.name != "settings"]
+    sections = settings_sections()
+    clash = sorted(set(fields) & set(sections))
+    if clash:
+        raise ValueError(f"the rollout strategy {sections[clash[0]].name} names its settings rollouts.{clash[0]}, "
+                         "a field of the section; give it another section")
+    unknown_keys("rollouts", given, [*fields, *sections])
+    gathered = {key: value for key, value in given.items() if key not in sections}
+    gathered["settings"] = {key: value for key, value in given.items() if key in sections}
+    return gathered
 
 
 @dataclass(frozen=True)
@@ -690,10 +713,16 @@ _FLAG_ALIASES: dict[str, str] = {
 
 
 def label(path: str) -> str:
-    """How messages name the field at ``path`` (``section.field``): the path, and the flat name files
-    spell it by, e.g. ``optim.lr (learning_rate)``."""
-    flat = flat_name(_FIELDS[path])
+    """How messages name the field at ``path`` (``section.field``, or a strategy's settings
+    ``rollouts.patr``): the path, and the flat name files spell it by, e.g. ``optim.lr (learning_rate)``."""
+    flat_sections = {place: key for key, place in _flat_strategy_sections().items()}
+    flat = flat_sections[path] if path in flat_sections and path not in _FIELDS else flat_name(_FIELDS[path])
     return f"{path} ({flat})" if flat else path
+
+
+def _flat_strategy_sections() -> dict[str, str]:
+    """The strategies' settings that older flat config files spell at the top level (``patr``) -> their place."""
+    return {key: f"rollouts.{key}" for key, strategy in settings_sections().items() if strategy.flat}
 
 
 # ----------------------------------------------------------------------------------------- the config
@@ -719,9 +748,12 @@ class TrainConfig:
         strategy = _rollout_strategy(self.algorithm.name, self.rollouts.strategy)
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
         _check_slots(strategy, self.rollouts)
-        patr = self.rollouts.patr.resolved(self.env.id) if strategy == "patr" else self.rollouts.patr
+        settings = dict(self.rollouts.settings)
+        declared = ROLLOUT_STRATEGIES.get(strategy)
+        if declared.resolve is not None:
+            settings[declared.settings_key] = declared.resolve(settings[declared.settings_key], self.env.id)
         object.__setattr__(self, "rollouts", dataclasses.replace(self.rollouts, strategy=strategy,
-                                                                 initial_rollouts=initial, patr=patr))
+                                                                 initial_rollouts=initial, settings=settings))
         object.__setattr__(self, "optim", self.optim.resolved(tiny))
         if self.evaluation.temperature is None:
             object.__setattr__(self, "evaluation", dataclasses.replace(
@@ -777,6 +809,8 @@ class TrainConfig:
         sections = {}
         for section, given in values.items():
             section_class = SECTIONS[section]
+            if section_class is RolloutsConfig:
+                given = _gather_strategy_settings(given)
             unknown_keys(section, given, [f.name for f in dataclasses.fields(section_class)])
             sections[section] = section_class(**numbers_as_floats(section_class, given))
         return cls(**sections)
@@ -806,6 +840,9 @@ class TrainConfig:
         """The sections as nested plain data (what ``config.json`` holds); ``from_dict`` reads it back."""
         data = dataclasses.asdict(self)
         data["env"]["train_seeds"] = list(self.env.train_seeds)
+        # Each strategy's settings in its own key of the section, where the settings field stands.
+        data["rollouts"] = {key: value for name, field_value in data["rollouts"].items()
+                            for key, value in (field_value.items() if name == "settings" else [(name, field_value)])}
         return data
 
     def flat_items(self) -> Iterator[tuple[str, Any]]:
@@ -840,14 +877,15 @@ def key_paths(key: str, value: Any) -> list[tuple[str, Any]]:
             return [(LEGACY_HINDSIGHT, None)]
         section = check_mapping(key, value)
         return [(key, {})] + [(f"{key}.{name}", item) for name, item in section.items()]
-    if key in FLAT_KEYS:
-        return [(FLAT_KEYS[key], value)]
+    flat_keys = {**FLAT_KEYS, **_flat_strategy_sections()}
+    if key in flat_keys:
+        return [(flat_keys[key], value)]
     head, _, rest = key.partition(".")
     if rest and (head in SECTIONS or head == LEGACY_HINDSIGHT):
         return [(key, value)]
-    if rest and head in FLAT_KEYS:
-        return [(f"{FLAT_KEYS[head]}.{rest}", value)]
-    unknown_keys("the training config", [key], [*SECTIONS, *FLAT_KEYS], _FLAG_ALIASES)
+    if rest and head in flat_keys:
+        return [(f"{flat_keys[head]}.{rest}", value)]
+    unknown_keys("the training config", [key], [*SECTIONS, *flat_keys], _FLAG_ALIASES)
     return []
 
 
@@ -891,7 +929,7 @@ def _place(key: str, path: str, place: str | None) -> str:
 def _refuse_twice(first: str, second: str, path: str) -> None:
     if first == second:
         raise ValueError(f"{first} is given twice; keep one")
-    name = label(path) if path in _FIELDS else path
+    name = label(path) if path in _FIELDS or path in _flat_strategy_sections().values() else path
     raise ValueError(f"{first} and {second} both set {name}; keep one")
 
 

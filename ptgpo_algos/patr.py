@@ -40,27 +40,18 @@ reads each branch's task, steps and observation, and is named by ``scorer`` or `
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ptgpo_algos.data import Batch, Step, Task
 from ptgpo_algos.episodes import Episode, Transition
+from ptgpo_algos.patr_settings import DEFAULT_EVERY, EVERY, SCORERS, PatrConfig
 from ptgpo_algos.rollout import Collection, Leaf, RolloutStats, play, sent_action, task_vectors
-from ptgpo_algos.validation import check_int, check_number, check_registered, setting, settings_from_mapping
-from ptgpo_envs.plugins import Registry
 
-__all__ = ["DEFAULT_EVERY", "SCORERS", "Branch", "PatrConfig", "PatrStats", "collect_patr_rollouts",
-           "expansions", "process_scores", "repeats", "score_prunes", "value_scores"]
-
-#: K, the turns between checkpoints, by environment where it is not the paper's FrozenLake value, 5.
-#: 5 also suits Household, ALFWorld, Sokoban and BabyAI (solutions of 5-20 turns, horizons of 30-100:
-#: the expansions the 10-leaf cap allows fall within the solving window); WebShop's episodes end
-#: within 15 turns (a purchase takes 4-6), so its checkpoints come every 3.
-DEFAULT_EVERY: dict[str, int] = {"ptgpo/WebShop-v0": 3}
-_EVERY = 5
+__all__ = ["DEFAULT_EVERY", "SCORERS", "Branch", "PatrConfig", "PatrStats", "auto_scorer", "collect_patr_rollouts",
+           "expansions", "process_scores", "progress_scorer", "repeats", "score_prunes", "value_scorer", "value_scores"]
 
 
 # ----------------------------------------------------------------------------------------- the math
@@ -112,12 +103,6 @@ class Branch:
     progress: float | None
 
 
-Scorer = Callable[[Sequence[Branch], Sequence[Sequence[Step]]], Sequence[float]]
-#: Process scorers by name: ``scorer(branches, finished) -> one score per branch`` (see the module docstring).
-SCORERS: Registry[Scorer] = Registry("process scorer", "ptgpo.scorers")
-
-
-@SCORERS.decorator("progress")
 def progress_scorer(branches: Sequence[Branch], finished: Sequence[Sequence[Step]]) -> list[float]:
     """The environment's ``progress()`` of each branch's state."""
     if any(branch.progress is None for branch in branches):
@@ -126,13 +111,11 @@ def progress_scorer(branches: Sequence[Branch], finished: Sequence[Sequence[Step
     return [float(branch.progress) for branch in branches]
 
 
-@SCORERS.decorator("value")
 def value_scorer(branches: Sequence[Branch], finished: Sequence[Sequence[Step]]) -> list[float]:
     """:func:`value_scores` of each branch's state."""
     return value_scores([branch.state_key for branch in branches], finished)
 
 
-@SCORERS.decorator("auto")
 def auto_scorer(branches: Sequence[Branch], finished: Sequence[Sequence[Step]]) -> list[float]:
     """``progress`` where the environment reports it for every branch, else ``value``."""
     if all(branch.progress is not None for branch in branches):
@@ -155,58 +138,6 @@ def _scores(name: str, branches: Sequence[Branch], finished: Sequence[Sequence[S
         raise ValueError(f"process scorer {name!r} must return one finite score per branch ({len(branches)}), "
                          f"got {scores.tolist()!r:.200}")
     return scores
-
-
-# ----------------------------------------------------------------------------------------- settings
-@dataclass(frozen=True)
-class PatrConfig:
-    """PATR's settings (``rollouts.patr``); the defaults are the paper's Table 3 where it gives them."""
-
-    initial_branches: int = setting(4, "B0: branches started from reset")
-    children: int = setting(2, "M: branches that replace an expanded one (it goes on as the first)")
-    top_k: int = setting(2, "branches expanded at a checkpoint (0: prune only)")
-    every: int | None = setting(None, "K: turns between checkpoints [5, the paper's FrozenLake value; WebShop 3]")
-    alpha: float = setting(0.5, "a checkpoint prunes the branches scoring below median - alpha")
-    repeat_limit: int | None = setting(6, "Θ: prune a branch whose last repeat_limit actions were the same (None: "
-                                       "never)")
-    max_leaves: int = setting(10, "no expansion beyond this many leaves in a group (the paper's <= 10 under a "
-                              "50-turn cap)")
-    pruned_reward: float = setting(0.0, "added to a pruned leaf's last reward (0: a negative like a failure)")
-    scorer: str = setting("auto", "process scorer: progress, value, auto (progress where the environment reports "
-                          "it, else value) or a registered one")
-    judge: str | None = setting(None, "a second scorer blended in: s = lam * judge + (1 - lam) * scorer")
-    lam: float = setting(0.5, "the judge's weight in the blend")
-
-    def __post_init__(self) -> None:
-        where = "rollouts.patr."
-        check_int(where + "initial_branches", self.initial_branches, 1)
-        check_int(where + "children", self.children, 2, hint="an expanded branch is replaced by >= 2")
-        check_int(where + "top_k", self.top_k, 0)
-        if self.every is not None:
-            check_int(where + "every", self.every, 1)
-        check_number(where + "alpha", self.alpha, 0.0)
-        if self.repeat_limit is not None:
-            check_int(where + "repeat_limit", self.repeat_limit, 2)
-        check_int(where + "max_leaves", self.max_leaves, self.initial_branches,
-                  hint="at least initial_branches")
-        check_number(where + "pruned_reward", self.pruned_reward, -math.inf)
-        check_registered(where + "scorer", self.scorer, SCORERS)
-        if self.judge is not None:
-            check_registered(where + "judge", self.judge, SCORERS)
-        check_number(where + "lam", self.lam, 0.0, 1.0)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> PatrConfig:
-        """The settings from ``rollouts.patr`` (unknown keys refused, naming the valid ones)."""
-        return settings_from_mapping(cls, values, "rollouts.patr (patr)")
-
-    def resolved(self, env_id: str) -> PatrConfig:
-        """With ``every`` set: the environment's default where none was given (:data:`DEFAULT_EVERY`)."""
-        return self if self.every is not None else dataclasses.replace(self, every=DEFAULT_EVERY.get(env_id, _EVERY))
-
-    def as_dict(self) -> dict[str, Any]:
-        """The settings as a plain mapping."""
-        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -246,7 +177,7 @@ def collect_patr_rollouts(
 ) -> tuple[Batch, PatrStats]:
     """PATR's groups for ``tasks`` (the module docstring), the arguments as
     :func:`~ptgpo_algos.rollout.collect_rollouts` takes them; ``settings.every`` None means 5."""
-    settings = settings if settings.every is not None else dataclasses.replace(settings, every=_EVERY)
+    settings = settings if settings.every is not None else dataclasses.replace(settings, every=EVERY)
     collection = PatrCollection(policy, tasks, settings, rng if rng is not None else np.random.default_rng(0),
                                 generator, expert=expert)
     return play(collection, task_vectors(tasks, settings.max_leaves, env_backend, env_workers, env_options),

@@ -6,6 +6,12 @@ environment (:data:`ptgpo_envs.FEATURES`: ``snapshot`` to fork episodes, ``progr
 once before the run. A strategy that learns across iterations declares its ``memory``: a factory of
 the state it keeps (given the ``rollouts`` section), with ``state_dict()``/``load_state_dict()`` of
 plain data; the trainer holds it, checkpoints it and hands it to every ``collect`` as ``memory=``.
+A strategy with settings of its own declares their dataclass (``settings``): the config reads them
+from ``rollouts.<name>`` (or the ``section`` it names), refuses a key the dataclass lacks, and hands
+them to ``collect`` within the ``rollouts`` section, as ``rollouts.<name>``; ``ptgpo algos`` lists
+their defaults. The built-in strategies' settings live apart from their collections
+(:mod:`ptgpo_algos.patr_settings`...), which are imported when a run first collects: checking a config
+imports none of them.
 The built-in ones: ``linear`` (independent episodes), ``tree`` (a prefix tree branched from earlier
 steps; :mod:`ptgpo_algos.rollout`), ``patr`` (PATR's process-scored tree; :mod:`ptgpo_algos.patr`)
 ``3spo`` (3SPO's ranked backtracking over states scored across iterations;
@@ -13,23 +19,24 @@ steps; :mod:`ptgpo_algos.rollout`), ``patr`` (PATR's process-scored tree; :mod:`
 :mod:`ptgpo_algos.bpo_rollout`). Another package adds one with one line, through the
 ``ptgpo.rollout_strategies`` entry points::
 
-    ROLLOUT_STRATEGIES.register("mine", RolloutStrategy("mine", collect, needs))
+    ROLLOUT_STRATEGIES.register("mine", RolloutStrategy("mine", collect, needs, settings=MySettings))
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ptgpo_algos.bpo_rollout import collect_bpo_rollouts
+from ptgpo_algos.bpo_settings import BpoConfig
 from ptgpo_algos.data import Batch, Task
-from ptgpo_algos.patr import collect_patr_rollouts
+from ptgpo_algos.patr_settings import PatrConfig
 from ptgpo_algos.rollout import RolloutStats, collect_rollouts
 from ptgpo_algos.spo3 import StateStats
-from ptgpo_algos.spo3_rollout import collect_spo3_rollouts
+from ptgpo_algos.spo3_settings import Spo3Config
 from ptgpo_envs.plugins import Registry
 
-__all__ = ["ROLLOUT_STRATEGIES", "RolloutStrategy", "collect_with", "new_memory"]
+__all__ = ["ROLLOUT_STRATEGIES", "RolloutStrategy", "collect_with", "new_memory", "settings_sections"]
 
 #: ``collect(policy, tasks, rollouts, **common)``: ``rollouts`` is the config's section and ``common``
 #: the keywords every strategy takes (``rng``, ``generator``, ``env_backend``, ``env_workers``,
@@ -44,18 +51,55 @@ def _no_needs(rollouts: Any) -> dict[str, str]:
 @dataclass(frozen=True)
 class RolloutStrategy:
     """A registered rollout strategy: its collection, what it needs of the environment under a given
-    ``rollouts`` section (feature -> who needs it, for messages) and, for one that keeps state across
-    iterations, the factory of that state (None: it keeps none)."""
+    ``rollouts`` section (feature -> who needs it, for messages), for one that keeps state across
+    iterations the factory of that state (None: it keeps none), and for one with settings of its own:
+
+    - ``settings``: their frozen dataclass, built from the config's mapping at ``rollouts.<section>``
+      (every field with a default; its ``__post_init__`` checks the values);
+    - ``section``: that key (None: the strategy's name; 3SPO's is ``spo3``);
+    - ``flat``: older flat config files spell the section at the top level (``patr: {...}``);
+    - ``slots``: the episodes one task's group plays, by the setting that sizes them (checked against
+      the bound on an iteration's episodes), for a strategy whose groups ``group_size`` does not size;
+    - ``resolve``: the settings with what depends on the environment's id filled in, when a config is built.
+    """
 
     name: str
     collect: Collect
     needs: Callable[[Any], Mapping[str, str]] = _no_needs
     summary: str = ""
     memory: Callable[[Any], Any] | None = None
+    settings: type | None = None
+    section: str | None = None
+    flat: bool = False
+    slots: Callable[[Any], Mapping[str, int]] | None = None
+    resolve: Callable[[Any, str], Any] | None = None
+
+    @property
+    def settings_key(self) -> str:
+        """The key of its settings under ``rollouts``."""
+        return self.section or self.name
+
+    def default_settings(self) -> dict[str, Any]:
+        """Its settings' defaults as plain data (empty: it has none)."""
+        return {} if self.settings is None else dataclasses.asdict(self.settings())
 
 
 #: Rollout strategies by name; other packages add theirs through the ``ptgpo.rollout_strategies`` entry points.
 ROLLOUT_STRATEGIES: Registry[RolloutStrategy] = Registry("rollout strategy", "ptgpo.rollout_strategies")
+
+
+def settings_sections() -> dict[str, RolloutStrategy]:
+    """The strategies with settings, by the key of their settings under ``rollouts``, in registration order."""
+    sections: dict[str, RolloutStrategy] = {}
+    for name, strategy in ROLLOUT_STRATEGIES.items():
+        if strategy.settings is None:
+            continue
+        key = strategy.settings_key
+        if key in sections:
+            raise ValueError(f"the rollout strategies {sections[key].name} and {name} both read rollouts.{key}; "
+                             f"give {name} a section of its own")
+        sections[key] = strategy
+    return sections
 
 
 def new_memory(name: str, rollouts: Any) -> Any:
@@ -83,17 +127,25 @@ def _groups(mode: str) -> Collect:
     return collect
 
 
+# PATR's, 3SPO's and BPO's collections are imported when a run collects, not when a config naming them
+# is checked: their settings live apart (patr_settings, spo3_settings, bpo_settings).
 def _patr(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
+    from ptgpo_algos.patr import collect_patr_rollouts
+
     return collect_patr_rollouts(policy, tasks, rollouts.patr, **common)
 
 
 def _spo3(policy: Any, tasks: Sequence[Task], rollouts: Any, *, memory: StateStats, rng: Any = None,
           **common: Any) -> tuple[Batch, RolloutStats]:
+    from ptgpo_algos.spo3_rollout import collect_spo3_rollouts
+
     # The search draws nothing of its own (ties keep the sampled order): rng is not needed.
     return collect_spo3_rollouts(policy, tasks, rollouts.spo3, memory, **common)
 
 
 def _bpo(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
+    from ptgpo_algos.bpo_rollout import collect_bpo_rollouts
+
     return collect_bpo_rollouts(policy, tasks, rollouts.bpo, **common)
 
 
@@ -111,10 +163,14 @@ def _patr_needs(rollouts: Any) -> dict[str, str]:
 ROLLOUT_STRATEGIES.register("linear", RolloutStrategy("linear", _groups("linear"), summary="independent episodes"))
 ROLLOUT_STRATEGIES.register("tree", RolloutStrategy("tree", _groups("tree"), _forks("tree"),
                                                     "a prefix tree branched from earlier steps"))
-ROLLOUT_STRATEGIES.register("patr", RolloutStrategy("patr", _patr, _patr_needs,
-                                                    "PATR's process-scored tree of up to max_leaves leaves"))
-ROLLOUT_STRATEGIES.register("3spo", RolloutStrategy("3spo", _spo3, _forks("3spo"),
-                                                    "3SPO's ranked backtracking over states scored across iterations",
-                                                    memory=lambda rollouts: StateStats()))
-ROLLOUT_STRATEGIES.register("bpo", RolloutStrategy("bpo", _bpo, _forks("bpo"),
-                                                   "BPO's K forks at each trunk's highest-entropy decisions"))
+ROLLOUT_STRATEGIES.register("patr", RolloutStrategy(
+    "patr", _patr, _patr_needs, "PATR's process-scored tree of up to max_leaves leaves", settings=PatrConfig,
+    flat=True, slots=lambda patr: {"patr.max_leaves": patr.max_leaves},
+    resolve=lambda patr, env_id: patr.resolved(env_id)))
+ROLLOUT_STRATEGIES.register("3spo", RolloutStrategy(
+    "3spo", _spo3, _forks("3spo"), "3SPO's ranked backtracking over states scored across iterations",
+    memory=lambda rollouts: StateStats(), settings=Spo3Config, section="spo3", flat=True,
+    slots=lambda spo3: {"spo3.g_max": spo3.g_max, "spo3.trajectories": spo3.trajectories}))
+ROLLOUT_STRATEGIES.register("bpo", RolloutStrategy(
+    "bpo", _bpo, _forks("bpo"), "BPO's K forks at each trunk's highest-entropy decisions", settings=BpoConfig,
+    flat=True, slots=lambda bpo: {"bpo leaves (trunks x (1 + branch_points x forks))": bpo.leaves}))

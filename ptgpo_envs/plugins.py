@@ -6,6 +6,11 @@ An entry is added in code::
 
     ESTIMATORS.register("my_estimator", spec)
 
+or named by its import string, imported the first time the entry itself is asked for, so that checking
+a name imports nothing of its implementation::
+
+    SCORERS.register_lazy("value", "ptgpo_algos.patr:value_scorer")
+
 or by another installed package, without editing this one, through the registry's entry-point group
 (``pyproject.toml`` of that package)::
 
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib
 import json
 import os
 import warnings
@@ -43,6 +49,13 @@ PINNED_PLUGINS_ENV = "PTGPO_PLUGINS"
 _GROUP_PREFIX = "ptgpo."
 
 T = TypeVar("T")
+
+
+class _Lazy:
+    """An entry named by its import string (``"module:attribute"``), not imported yet."""
+
+    def __init__(self, target: str):
+        self.target = target
 
 
 class RegistryError(ValueError):
@@ -108,6 +121,22 @@ class Registry(Generic[T]):
         self._entries[name] = entry
         return entry
 
+    def register_lazy(self, name: str, target: str, *, replace: bool = False) -> None:
+        """Add the entry at ``target`` (``"module:attribute"``) under ``name``, imported the first time
+        :meth:`get` or :meth:`items` gives it: its name is known, checked and listed without importing it."""
+        module, _, attribute = target.partition(":") if isinstance(target, str) else ("", "", "")
+        if not module or not attribute:
+            raise RegistryError(f"a lazy {self.kind} is named by 'module:attribute', got {target!r}")
+        self.register(name, _Lazy(target), replace=replace)  # type: ignore[arg-type]
+
+    def _resolved(self, name: str) -> T:
+        entry = self._entries[name]
+        if isinstance(entry, _Lazy):
+            module, _, attribute = entry.target.partition(":")
+            entry = getattr(importlib.import_module(module), attribute)
+            self._entries[name] = entry
+        return entry
+
     def decorator(self, name: str, wrap: Callable[[Callable], T] | None = None) -> Callable[[Callable], Callable]:
         """``@registry.decorator("name")`` registers the decorated function (through ``wrap`` if given)."""
 
@@ -126,9 +155,12 @@ class Registry(Generic[T]):
         one and all of them."""
         self.load_plugins()
         try:
-            return self._entries[name]
-        except (KeyError, TypeError):
-            raise RegistryError(self.unknown(name)) from None
+            known = name in self._entries
+        except TypeError:  # an unhashable name
+            known = False
+        if not known:
+            raise RegistryError(self.unknown(name))
+        return self._resolved(name)
 
     def resolve(self, name: str) -> str:
         """The registered spelling of ``name``: itself, else the one entry equal to it ignoring case
@@ -166,7 +198,7 @@ class Registry(Generic[T]):
     def items(self) -> list[tuple[str, T]]:
         """Every ``(name, entry)``, in registration order (plugins loaded first)."""
         self.load_plugins()
-        return list(self._entries.items())
+        return [(name, self._resolved(name)) for name in list(self._entries)]
 
     def load_plugins(self) -> None:
         """Load the entry points of ``group`` once (installed packages that extend this registry)."""

@@ -93,7 +93,7 @@ def main() -> None:
 
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "ptgpo_algos.cli", "leaderboard", str(args.out), "--reported", "none"],
+        [sys.executable, "-m", "ptgpo_harness.cli", "leaderboard", str(args.out), "--reported", "none"],
         check=True,
         stdout=subprocess.DEVNULL,
     )

@@ -23,12 +23,12 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("ptgpo_envs", "ptgpo_algos", "baselines", "leaderboard")
+PACKAGES = ("ptgpo_envs", "ptgpo_algos", "baselines", "leaderboard", "ptgpo_harness")
 MAX_FUNCTION_LINES = 60
 
 
 def read_sources(rev: str | None) -> dict[str, str]:
-    """Module name -> source of every module of the four packages, in the working tree or at ``rev``."""
+    """Module name -> source of every module of the packages, in the working tree or at ``rev``."""
     if rev is None:
         paths = {p.relative_to(ROOT).as_posix(): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
         return {module_name(rel): path.read_text(encoding="utf-8") for rel, path in sorted(paths.items())}

@@ -132,8 +132,8 @@ def models_dir(out: Path) -> Path:
 
 def recipe(model: str) -> dict:
     """The first PTGPO cell of ``configs/bench/alfworld_<model>.yaml``, as a flat training spec."""
-    from ptgpo_algos.bench.config import load_config
-    from ptgpo_algos.bench.plan import plan_cells
+    from ptgpo_harness.bench.config import load_config
+    from ptgpo_harness.bench.plan import plan_cells
 
     cells = [c for c in plan_cells(load_config(ROOT / "configs" / "bench" / f"alfworld_{model}.yaml"))
              if c.kind == "rl" and c.spec["algo"] == "ptgpo"]
@@ -449,8 +449,8 @@ def rollout(out: Path, model: str, device: str, rows: int, prompt_tokens: int, n
 def tiny_cells(out: Path, devices: list[str], iterations: int) -> None:
     """One cell of the embedded benchmark (its first RL cell, the tiny model without pretraining, a few
     iterations) on each of ``devices``, the records side by side: what a cell on a GPU machine records."""
-    from ptgpo_algos.bench import load_config, plan_cells
-    from ptgpo_algos.bench.records import run_cell
+    from ptgpo_harness.bench import load_config, plan_cells
+    from ptgpo_harness.bench.records import run_cell
 
     cell = next(c for c in plan_cells(load_config(quick=True)) if c.kind == "rl")
     result: dict = {"cell": cell.name, "iterations": iterations}

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ptgpo_algos.files import atomic_write_text
-    from ptgpo_algos.commands.train import parse_set
+    from ptgpo_harness.commands.train import parse_set
     from ptgpo_algos.config import TrainConfig
     from ptgpo_envs import make_env
     from ptgpo_algos.data import Context

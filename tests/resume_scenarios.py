@@ -4,6 +4,7 @@ the smallest run the checkpoint and resume tests train."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Callable
@@ -37,14 +38,17 @@ def metric_rows(path: Path) -> list[dict]:
 
 def killed_and_resumed(monkeypatch, make_config: Callable[..., object], collector: str) -> tuple[list, list]:
     """Run 4 iterations (checkpoints every 2) whole; run them again killed in the 4th iteration's first
-    call of ``ptgpo_algos.strategies.<collector>`` (one call per task) and resume; the two runs' metric rows."""
-    from ptgpo_algos import strategies
+    call of ``collector`` (``module.function``, e.g. ``ptgpo_algos.patr.collect_patr_rollouts``: one call per
+    task) and resume; the two runs' metric rows."""
     from ptgpo_algos.trainer import run_training
+
+    module_name, _, function = collector.rpartition(".")
+    module = importlib.import_module(module_name)
 
     small = dict(total_decisions=None, iterations=4, checkpoint_every=2)
     config = make_config(**small, out_dir="whole")
     whole = run_training(config, progress=False)
-    real = getattr(strategies, collector)
+    real = getattr(module, function)
     calls = []
 
     def dies_in_the_fourth_iteration(*args, **kwargs):
@@ -53,9 +57,9 @@ def killed_and_resumed(monkeypatch, make_config: Callable[..., object], collecto
             raise KeyboardInterrupt("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(strategies, collector, dies_in_the_fourth_iteration)
+    monkeypatch.setattr(module, function, dies_in_the_fourth_iteration)
     with pytest.raises(KeyboardInterrupt):
         run_training(make_config(**small, out_dir="cut"), progress=False)
-    monkeypatch.setattr(strategies, collector, real)
+    monkeypatch.setattr(module, function, real)
     resumed = run_training(make_config(**small, out_dir="cut", resume=True), progress=False)
     return metric_rows(resumed.metrics_path), metric_rows(whole.metrics_path)

@@ -208,7 +208,7 @@ def test_bad_configuration_fails_with_a_clear_message(tmp_path):
 
 def test_eval_command_writes_a_leaderboard_record_and_episodes(tmp_path):
     from leaderboard.records import read_records
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     argv = ["alfworld", "eval", "--split", "eval_out_of_distribution", "--agent", "expert",
             "--data-path", str(DATA), "--episodes", "2", "--out", str(tmp_path)]

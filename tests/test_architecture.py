@@ -1,13 +1,14 @@
 """The package's structure, checked from its source with ``ast``: layers, no import cycles, short functions.
 
-The layers, bottom to top (a module imports only from its own layer or below)::
+The layers, bottom to top (a module imports only from its own layer or below), one per package but the
+harness's two::
 
-    ptgpo_envs                  environments, the vector interface, the open registries' class
-    ptgpo_algos (core)          data, estimators, losses, policies, episodes, rollouts, config, trainer
-    baselines                   random, expert, SB3 PPO, zero-shot
-    leaderboard                 records, statistics, tables (of ptgpo_algos: only ptgpo_algos.files)
-    ptgpo_algos.bench           the benchmark harness: may import all of the above
-    ptgpo_algos.commands, .cli  the command line
+    ptgpo_envs                    environments, the vector interface, the open registries' class
+    ptgpo_algos                   data, estimators, losses, policies, episodes, rollouts, config, trainer
+    baselines                     random, expert, SB3 PPO, zero-shot
+    leaderboard                   records, statistics, tables (of ptgpo_algos: only files and yaml_safe)
+    ptgpo_harness.bench           the benchmark harness: may import all of the above
+    ptgpo_harness.commands, .cli  the command line
 
 Every import counts: one inside a function (a cycle hidden in a function is still a cycle) and one
 under ``if TYPE_CHECKING:`` (a type-only import still ties the two modules: neither can be read, moved
@@ -18,6 +19,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,17 +39,47 @@ def test_no_import_cycles():
     assert code_shape.cycles(GRAPH) == []
 
 
+#: The layers, bottom to top: a module's layer is that of the longest prefix of its name listed here.
+LAYERS = (
+    ("ptgpo_envs",),
+    ("ptgpo_algos",),
+    ("baselines",),
+    ("leaderboard",),
+    ("ptgpo_harness", "ptgpo_harness.bench"),
+    ("ptgpo_harness.commands", "ptgpo_harness.cli"),
+)
+
+
 def _layer(module: str) -> int:
-    if module.startswith(("ptgpo_algos.commands", "ptgpo_algos.cli")):
-        return 5
-    if module.startswith("ptgpo_algos.bench"):
-        return 4
-    return {"ptgpo_envs": 0, "ptgpo_algos": 1, "baselines": 2, "leaderboard": 3}[module.split(".")[0]]
+    found = [(len(prefix), layer) for layer, prefixes in enumerate(LAYERS) for prefix in prefixes
+             if module == prefix or module.startswith(prefix + ".")]
+    assert found, f"{module} is in no layer: add its package to LAYERS"
+    return max(found)[1]
+
+
+def test_every_package_has_a_layer():
+    packages = {prefix.split(".")[0] for prefixes in LAYERS for prefix in prefixes}
+    assert {module.split(".")[0] for module in GRAPH} == packages == set(code_shape.PACKAGES)
+
+
+def test_an_upward_import_is_found():
+    # The check itself, on a made-up graph: the core naming the harness or a baseline is refused.
+    graph = {"ptgpo_algos.trainer": {"ptgpo_harness.bench.grid": "deferred"},
+             "ptgpo_algos.config": {"baselines.registry": "type-only"},
+             "ptgpo_harness.bench.plan": {"ptgpo_harness.commands.bench": "top"},
+             "ptgpo_harness.cli": {"ptgpo_harness.bench": "top", "leaderboard.records": "top"}}
+    assert {module: _upward(graph, module) for module in graph} == {
+        "ptgpo_algos.trainer": ["ptgpo_harness.bench.grid"], "ptgpo_algos.config": ["baselines.registry"],
+        "ptgpo_harness.bench.plan": ["ptgpo_harness.commands.bench"], "ptgpo_harness.cli": []}
+
+
+def _upward(graph: dict[str, dict[str, str]], module: str) -> list[str]:
+    return sorted(other for other in graph[module] if _layer(other) > _layer(module))
 
 
 @pytest.mark.parametrize("module", sorted(GRAPH))
 def test_imports_only_go_down_the_layers(module):
-    up = sorted(other for other in GRAPH[module] if _layer(other) > _layer(module))
+    up = _upward(GRAPH, module)
     if module.startswith("leaderboard"):
         core = {other for other in GRAPH[module] if other.startswith("ptgpo_algos")}
         assert core <= {"ptgpo_algos.files", "ptgpo_algos.yaml_safe"}
@@ -71,3 +105,22 @@ def test_no_module_imports_another_modules_private_name():
                 found += [f"{module}: {node.module}.{alias.name}" for alias in node.names
                           if alias.name.startswith("_") and not alias.name.startswith("__")]
     assert found == []
+
+
+def test_the_verl_bridges_older_paths_are_the_moved_modules():
+    # verl configs name the bridge's modules by their flat paths (integrations.verl_leaves.register...):
+    # each is the moved module itself, with one DeprecationWarning naming the new path.
+    old = sorted(p.stem for p in (ROOT / "ptgpo_algos" / "integrations").glob("verl_*.py"))
+    assert old == [f"verl_{name}" for name in ("agent_loop", "dataset", "hub", "leaves", "steps", "trainer", "tree")]
+    code = ("import warnings\n"
+            "warnings.simplefilter('always')\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    import ptgpo_algos.integrations.verl_hub as old\n"
+            "    from ptgpo_algos.integrations.verl_hub import GroupHub\n"
+            "import ptgpo_algos.integrations.verl.hub as new\n"
+            "print(old is new, GroupHub is new.GroupHub, [str(w.message) for w in caught if w.category is DeprecationWarning])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("True True ['ptgpo_algos.integrations.verl_hub moved to "
+                                   "ptgpo_algos.integrations.verl.hub; import it from there']")

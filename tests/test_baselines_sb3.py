@@ -144,7 +144,7 @@ def test_random_and_expert_baselines_bracket_household(tmp_path):
 
 def test_sb3_cell_writes_a_result_record(tmp_path):
     from leaderboard.records import read_record, record_path
-    from ptgpo_algos.bench import BenchConfig, plan_cells, run_cell
+    from ptgpo_harness.bench import BenchConfig, plan_cells, run_cell
 
     config = BenchConfig.from_dict({
         "name": "sb3", "budget": 300, "seeds": [4],

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from leaderboard.records import read_record, read_records, record_path
-from ptgpo_algos.bench import (
+from ptgpo_harness.bench import (
     BenchConfig,
     BenchError,
     load_config,
@@ -14,7 +14,7 @@ from ptgpo_algos.bench import (
     run_bench,
     run_cell,
 )
-from ptgpo_algos.bench.pool import finish_cell
+from ptgpo_harness.bench.pool import finish_cell
 
 HOUSEHOLD = "ptgpo/Household-v0"
 
@@ -293,7 +293,7 @@ def test_rl_cells_are_checked_before_anything_runs(tmp_path):
 
 
 def test_cli_refuses_a_missing_config_and_lists_cells_on_dry_run(tmp_path, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     assert main(["bench", str(tmp_path / "missing.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -383,7 +383,7 @@ def test_a_method_or_baseline_may_run_its_own_seeds(tmp_path):
 
 
 def test_a_model_this_machine_lacks_is_refused_before_the_first_cell():
-    from ptgpo_algos.bench import check_train_configs
+    from ptgpo_harness.bench import check_train_configs
 
     config = BenchConfig.from_dict(_config(methods=[{"algo": "grpo"}], policy={"model": "/no/such/model"}))
     with pytest.raises(BenchError, match=r"method 'grpo' on 'easy': policy.model \(model\): no model folder"):

@@ -11,7 +11,7 @@ import yaml
 from leaderboard.aggregate import LeaderboardError, build_leaderboard
 from leaderboard.records import ResultRecord, read_records, write_record
 from leaderboard.render import to_markdown
-from ptgpo_algos.bench import BenchConfig, BenchError, plan_cells, run_bench
+from ptgpo_harness.bench import BenchConfig, BenchError, plan_cells, run_bench
 
 HOUSEHOLD = "ptgpo/Household-v0"
 
@@ -126,7 +126,7 @@ def test_a_record_s_cost_budget_and_overshoot_are_validated():
 
 @pytest.mark.parametrize("unit, interleaved", [("train_cpu_s", True), ("trained_tokens", False)])
 def test_a_budget_in_seconds_runs_the_methods_seed_by_seed(tmp_path, monkeypatch, unit, interleaved):
-    import ptgpo_algos.bench.grid as grid
+    import ptgpo_harness.bench.grid as grid
 
     ran = []
     monkeypatch.setattr(grid, "run_cells", lambda todo, *args: ran.extend(cell.name for cell in todo) or [])

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from leaderboard.records import read_records
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 
 MINI = {
     "name": "mini",

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from leaderboard.records import read_record, record_path
-from ptgpo_algos.bench import BenchConfig, BenchError, plan_cells, run_bench
+from ptgpo_harness.bench import BenchConfig, BenchError, plan_cells, run_bench
 
 CONFIG = {
     "name": "ray",
@@ -126,7 +126,7 @@ def test_the_cli_says_how_to_install_ray_when_it_is_missing(tmp_path, capsys, mo
 
     import yaml
 
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     path = tmp_path / "b.yaml"
     path.write_text(yaml.safe_dump({**CONFIG, "methods": []}))

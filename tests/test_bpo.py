@@ -294,11 +294,11 @@ def test_bad_bpo_settings_fail_naming_the_key(data, message):
 
 
 def test_algos_lists_bpo_with_its_paper_and_strategy(capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     assert main(["algos"]) == 0
     estimators, strategies = capsys.readouterr().out.split("rollout strategies", 1)
-    assert "\n  bpo\n" in strategies
+    assert "\n  bpo     bpo.trunks=2, bpo.branch_points=1, bpo.forks=4\n" in strategies  # its settings' keys
     [line] = [line for line in estimators.splitlines() if line.split()[:1] == ["bpo"]]
     assert "(arXiv 2607.14171)" in line and "gamma=0.95" in line
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.run_folder import prepare_run_folder
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ptgpo_algos.cli import build_parser, main
+from ptgpo_harness.cli import build_parser, main
 from ptgpo_envs.progress import NO_PROGRESS_ENV, progress_bar
 
 
@@ -93,7 +93,7 @@ def test_a_run_logged_to_a_file_writes_lines_and_no_progress_writes_no_bar(tmp_p
     logs = {}
     for name, extra in (("bars", []), ("quiet", ["--no-progress"])):
         with open(tmp_path / f"{name}.log", "w") as log:  # a file, not a terminal
-            subprocess.run([sys.executable, "-m", "ptgpo_algos.cli", "train", *tiny, *extra, "--out",
+            subprocess.run([sys.executable, "-m", "ptgpo_harness.cli", "train", *tiny, *extra, "--out",
                             str(tmp_path / name)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log,
                            check=True, timeout=300)
         logs[name] = (tmp_path / f"{name}.log").read_text()

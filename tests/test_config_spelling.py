@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ptgpo_algos.commands.train import parse_set
+from ptgpo_harness.commands.train import parse_set
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.validation import as_number, check_number
 

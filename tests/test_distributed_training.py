@@ -296,7 +296,7 @@ def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():
 
 
 def test_ptgpo_train_nproc_refuses_before_starting_a_process(capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     assert main(["train", "--nproc", "2", "--async-rollouts", "--env", "ptgpo/FrozenLake-v0", "--no-progress"]) == 2
     assert "ptgpo train: rollouts.asynchronous (async_rollouts): not with --nproc" in capsys.readouterr().err
@@ -320,7 +320,7 @@ def test_the_same_config_under_torchrun_is_the_same_run(runs, tmp_path):
         env.pop(key, None)
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
                            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}",
-                           "-m", "ptgpo_algos.cli", "train", "--config", str(config), "--no-progress"],
+                           "-m", "ptgpo_harness.cli", "train", "--config", str(config), "--no-progress"],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout[done.stdout.index("{"):])["out_dir"] == str(out)  # rank 0 alone reports

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("ptgpo_envs", "ptgpo_algos", "baselines", "leaderboard")
+PACKAGES = ("ptgpo_envs", "ptgpo_algos", "baselines", "leaderboard", "ptgpo_harness")
 
 
 def _public_modules() -> dict[str, Path]:
-    """Every public module of the four packages (no part of its dotted name starts with ``_``)."""
+    """Every public module of the five packages (no part of its dotted name starts with ``_``)."""
     modules = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):

@@ -76,7 +76,7 @@ def shim(tmp_path_factory) -> dict[str, str]:
         "import sys\n"
         f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]\n"
         "from test_documented_commands import tiny_scale\n"
-        "from ptgpo_algos.cli import main\n"
+        "from ptgpo_harness.cli import main\n"
         # Guarded as pip's entry scripts are: `--nproc` spawns processes that import this file anew.
         "if __name__ == '__main__':\n"
         "    sys.exit(main(tiny_scale(sys.argv[1:])))\n"

@@ -24,7 +24,7 @@ import torch
 
 import ptgpo_envs  # noqa: F401  (registers the environments)
 from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.files import (
     FileFormatError,
@@ -350,7 +350,7 @@ def test_ptgpo_train_reproducible_pins_the_kernels_and_records_them(tmp_path, ca
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     for name in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"):
         env.pop(name, None)
-    done = subprocess.run([sys.executable, "-m", "ptgpo_algos.cli", "train", "--env", "ptgpo/FrozenLake-v0",
+    done = subprocess.run([sys.executable, "-m", "ptgpo_harness.cli", "train", "--env", "ptgpo/FrozenLake-v0",
                            "--set", "env.kwargs.desc=[SFF, FHF, FFG]", "--set", "tiny.hidden_size=32",
                            "--set", "tiny.pretrain_steps=0", "--iterations", "1", "--group-size", "2",
                            "--set", "tasks_per_iteration=1", "--set", "eval_seeds=2", "--reproducible",

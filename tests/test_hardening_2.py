@@ -19,7 +19,7 @@ import yaml
 from leaderboard.aggregate import build_leaderboard
 from leaderboard.records import read_records, write_record
 from leaderboard.render import to_csv, to_latex, to_markdown
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 from ptgpo_algos.files import folder_lock
 from ptgpo_algos.yaml_safe import MAX_DEPTH, load_yaml
 from tests.leaderboard_fixtures import record
@@ -278,7 +278,7 @@ def test_ctrl_c_exits_quietly_with_the_resume_command(tmp_path, monkeypatch):
     argv = ["train", "--env", "ptgpo/FrozenLake-v0", "--set", "env_kwargs={desc: [SFF, FHF, FFG]}",
             "--set", "tiny={hidden_size: 32, pretrain_steps: 0}", "--iterations", "1000",
             "--out", str(tmp_path / "run")]
-    process = subprocess.Popen([sys.executable, "-m", "ptgpo_algos.cli", *argv, "--no-progress"],
+    process = subprocess.Popen([sys.executable, "-m", "ptgpo_harness.cli", *argv, "--no-progress"],
                                stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
     try:
         deadline = time.monotonic() + 240
@@ -296,7 +296,7 @@ def test_ctrl_c_exits_quietly_with_the_resume_command(tmp_path, monkeypatch):
 
 
 def test_an_interrupted_bench_names_the_same_command(monkeypatch, capsys, tmp_path):
-    import ptgpo_algos.bench as bench
+    import ptgpo_harness.bench as bench
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -310,7 +310,7 @@ def test_an_interrupted_bench_names_the_same_command(monkeypatch, capsys, tmp_pa
 def test_a_full_disk_is_a_message_naming_the_file(monkeypatch, capsys, tmp_path):
     import errno
 
-    import ptgpo_algos.commands.leaderboard as command
+    import ptgpo_harness.commands.leaderboard as command
 
     results = tmp_path / "results"
     results.mkdir()
@@ -414,7 +414,7 @@ def test_abandoned_ray_cell_folders_are_removed_and_live_ones_kept(tmp_path, mon
     import sys
     import tempfile
 
-    from ptgpo_algos.bench.ray_pool import CELL_FOLDER_PREFIX, _remove_abandoned_cell_folders
+    from ptgpo_harness.bench.ray_pool import CELL_FOLDER_PREFIX, _remove_abandoned_cell_folders
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead, live, young = (tmp_path / f"{CELL_FOLDER_PREFIX}{name}" for name in ("dead", "live", "young"))

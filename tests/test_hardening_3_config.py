@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ptgpo_algos.bench.config import BenchConfig, BenchError
-from ptgpo_algos.bench.plan import plan_cells
-from ptgpo_algos.cli import build_parser, main
-from ptgpo_algos.commands.train import build_config, parse_set
+from ptgpo_harness.bench.config import BenchConfig, BenchError
+from ptgpo_harness.bench.plan import plan_cells
+from ptgpo_harness.cli import build_parser, main
+from ptgpo_harness.commands.train import build_config, parse_set
 from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION, MAX_NEW_TOKENS, TrainConfig, check_spellings
 
 

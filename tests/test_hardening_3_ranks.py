@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 import distributed_scenarios as scenarios
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def _start(config: Path, out: Path, console: Path, *extra: str) -> subprocess.Po
     its ranks inherit; its output (and its ranks') to ``console``, a file: a pipe would stay open while a
     rank lives."""
     with open(console, "w") as output:
-        return subprocess.Popen([sys.executable, "-m", "ptgpo_algos.cli", "train", "--config", str(config), "--nproc",
+        return subprocess.Popen([sys.executable, "-m", "ptgpo_harness.cli", "train", "--config", str(config), "--nproc",
                                  "2", "--no-progress", "--out", str(out), *extra], cwd=ROOT, stdout=output,
                                 stderr=subprocess.STDOUT, preexec_fn=_ignore_ctrl_c,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -127,7 +127,7 @@ def test_no_rank_outlives_a_killed_or_terminated_launcher_and_the_run_then_resum
         assert "Traceback" not in err
     # The lock was released with the ranks: the run resumes from its last checkpoint.
     finish = _last_iteration(out) + 1
-    done = subprocess.run([sys.executable, "-m", "ptgpo_algos.cli", "train", "--config", str(config), "--nproc", "2",
+    done = subprocess.run([sys.executable, "-m", "ptgpo_harness.cli", "train", "--config", str(config), "--nproc", "2",
                            "--no-progress", "--out", str(out), "--resume", "--set", f"iterations={finish}"],
                           cwd=ROOT, text=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
                           timeout=600)
@@ -172,7 +172,7 @@ def test_a_process_count_warning_is_one_line_on_the_console(monkeypatch):
     import warnings
 
     from ptgpo_algos.child_processes import OversubscribedWarning
-    from ptgpo_algos.cli import _one_line_plugin_warnings
+    from ptgpo_harness.cli import _one_line_plugin_warnings
 
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # restored after the test
     _one_line_plugin_warnings()

@@ -16,7 +16,7 @@ import gymnasium as gym
 import pytest
 
 import ptgpo_envs  # noqa: F401 (registers the environments)
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 from ptgpo_envs.integrations.serving import BodySizeLimit, ServerConfig, check_reset_request
 
 ALFWORLD_DATA = Path(__file__).resolve().parents[2] / "shared" / "alfworld"

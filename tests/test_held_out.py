@@ -11,7 +11,7 @@ import gymnasium
 import pytest
 
 import ptgpo_envs  # noqa: F401 - registers the environments
-from ptgpo_algos.bench import BenchConfig, plan_cells, run_cell
+from ptgpo_harness.bench import BenchConfig, plan_cells, run_cell
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.evaluation import overlap
 from ptgpo_algos.files import read_jsonl

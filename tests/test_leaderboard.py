@@ -555,7 +555,7 @@ def test_seeds_whose_curves_share_no_range_are_named_by_their_records(results):
 
 
 def test_cli_writes_requested_formats_and_refuses_mixed_budgets(results, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     out = results / "out"
     assert (
@@ -610,7 +610,7 @@ def test_the_papers_numbers_join_only_for_the_environments_measured(results):
 
 
 def test_several_results_folders_make_one_leaderboard(results, tmp_path_factory, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     more = tmp_path_factory.mktemp("more")
     for seed, success in ((0, 0.4), (1, 0.6)):
@@ -629,7 +629,7 @@ def test_several_results_folders_make_one_leaderboard(results, tmp_path_factory,
 
 
 def test_cli_refuses_unmatched_spent_decisions_unless_told_a_larger_tolerance(results, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     write_record(results, record("hgpo", "B", 0, 0.5, decisions=37))  # the others spent 0
     args = ["leaderboard", str(results), "--formats", "md", "--reported", "none"]

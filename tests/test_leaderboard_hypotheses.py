@@ -15,7 +15,7 @@ from leaderboard.hypotheses import (
 )
 from leaderboard.inference import t_two_sided_p
 from leaderboard.records import ResultRecord, read_records_with_paths, write_record
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 
 # Success in % by (method, level): three seeds each.
 SUCCESS = {

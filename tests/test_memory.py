@@ -199,7 +199,7 @@ def test_the_trainer_refuses_a_gpu_run_that_cannot_fit(monkeypatch):
 @pytest.mark.parametrize("bench", ["alfworld_qwen2.5-1.5b", "webshop_qwen2.5-1.5b", "alfworld_qwen2.5-7b",
                                    "webshop_qwen2.5-7b"])
 def test_the_shipped_recipes_fit_one_h200(bench, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     model = MODELS / bench.split("_")[1]
     code = main(["plan", str(ROOT / "configs" / "bench" / f"{bench}.yaml"), "--gpu-memory", "139",
@@ -210,7 +210,7 @@ def test_the_shipped_recipes_fit_one_h200(bench, capsys):
 
 
 def test_plan_refuses_7b_full_fine_tuning_and_says_what_to_change(capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     code = main(["plan", str(ROOT / "configs" / "bench" / "alfworld_qwen2.5-7b.yaml"), "--gpu-memory", "139",
                  "--set", f"model={MODELS / 'qwen2.5-7b'}", "--set", "lora=null"])
@@ -219,7 +219,7 @@ def test_plan_refuses_7b_full_fine_tuning_and_says_what_to_change(capsys):
 
 
 def test_plan_with_nproc_plans_one_rank_and_names_the_fewest_gpus(capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     arguments = ["plan", str(ROOT / "configs" / "bench" / "alfworld_qwen2.5-7b.yaml"), "--gpu-memory", "80",
                  "--set", f"model={MODELS / 'qwen2.5-7b'}", "--set", "lora=null"]
@@ -232,7 +232,7 @@ def test_plan_with_nproc_plans_one_rank_and_names_the_fewest_gpus(capsys):
 
 
 def test_plan_reports_bad_input_naming_the_flag(tmp_path, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     config = ROOT / "configs" / "bench" / "alfworld_qwen2.5-1.5b.yaml"
     assert main(["plan", str(config), "--gpu-memory", "0", "--set", f"model={MODELS / 'qwen2.5-1.5b'}"]) == 2

@@ -9,7 +9,7 @@ import gymnasium
 import pytest
 
 import ptgpo_envs  # noqa: F401  (registers the environments)
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 from ptgpo_envs.registry import check_env_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def test_frozenlake_held_out_keeps_some_maps_for_evaluation():
 
 
 def test_the_time_left_is_priced_from_the_finished_cells():
-    from ptgpo_algos.bench.eta import remaining_seconds
+    from ptgpo_harness.bench.eta import remaining_seconds
 
     # 2 training cells done: 30 CPU s for 1,000 decisions, 90 for 2,000 -> 0.04 s a decision.
     finished = [(1000, 30.0), (2000, 90.0), (None, 4.0), (None, 6.0)]
@@ -89,7 +89,7 @@ def test_the_time_left_is_priced_from_the_finished_cells():
 
 
 def test_a_cells_log_notices_reach_the_console_once(tmp_path):
-    from ptgpo_algos.bench.pool import _NoticeWatch
+    from ptgpo_harness.bench.pool import _NoticeWatch
 
     log = tmp_path / "runs" / "c" / "cell.log"
     log.parent.mkdir(parents=True)

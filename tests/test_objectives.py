@@ -103,7 +103,7 @@ def test_bad_objectives_fail_at_the_edge_with_the_key_to_fix(objectives, message
 
 
 def test_objectives_are_complete_in_every_spelling():
-    from ptgpo_algos.commands.train import parse_set
+    from ptgpo_harness.commands.train import parse_set
 
     flat = TrainConfig.from_dict(parse_set(["objectives=[{name: seed}, {name: mcgpo, beta: 2}]"]))
     dotted = TrainConfig.from_dict({"algorithm.objectives": ["seed", {"name": "mcgpo", "beta": 2}]})
@@ -410,7 +410,7 @@ def test_an_objective_registered_from_outside_trains(tmp_path, monkeypatch):
     ("{name: mcgpo}", "g2po", "ptgpo/FrozenLake-v0"),
 ])
 def test_each_objective_trains_from_the_command_line(tmp_path, monkeypatch, objective, algo, env):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
@@ -462,7 +462,7 @@ def _bench(method):
 
 
 def test_bench_methods_take_objectives_beside_their_estimator():
-    from ptgpo_algos.bench import BenchConfig, plan_cells
+    from ptgpo_harness.bench import BenchConfig, plan_cells
     from ptgpo_algos.config import merge_overrides
 
     config = BenchConfig.from_dict(_bench({"name": "g2po+mcgpo", "algo": "g2po", "objectives": [{"name": "mcgpo"}]}))
@@ -476,7 +476,7 @@ def test_bench_methods_take_objectives_beside_their_estimator():
     ({"algo": "grpo", "objectives": ["seed"], "train": {"objectives": ["seed"]}}, "both as"),
 ])
 def test_bench_objectives_are_checked_with_the_method_named(method, message):
-    from ptgpo_algos.bench import BenchConfig, BenchError
+    from ptgpo_harness.bench import BenchConfig, BenchError
 
     with pytest.raises(BenchError, match=message):
         BenchConfig.from_dict(_bench(method))

@@ -58,7 +58,7 @@ class Server:
         """``ptgpo serve``, or with ``package`` the ``server/app.py`` of a written OpenEnv package."""
         self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "ptgpo_algos.cli", "serve", env_id, "--port", str(self.port),
+        command = [sys.executable, "-m", "ptgpo_harness.cli", "serve", env_id, "--port", str(self.port),
                    "--kwargs", json.dumps(kwargs if kwargs is not None else KWARGS), *extra]
         if package is not None:
             command = [sys.executable, "-m", "server.app", "--port", str(self.port)]
@@ -361,7 +361,7 @@ def test_every_makeable_environment_written_as_an_openenv_package_passes_openenv
     from ptgpo_envs.integrations.openenv_package import package_name
 
     folder = tmp_path / "package"
-    written = subprocess.run([sys.executable, "-m", "ptgpo_algos.cli", "serve", env_id, "--kwargs", "{}",
+    written = subprocess.run([sys.executable, "-m", "ptgpo_harness.cli", "serve", env_id, "--kwargs", "{}",
                               "--port", "8123", "--write-openenv-package", str(folder)],
                              capture_output=True, text=True, timeout=300, cwd=ROOT, env=_environ())
     assert written.returncode == 0, written.stderr[-2000:]
@@ -393,7 +393,7 @@ def test_every_makeable_environment_written_as_an_openenv_package_passes_openenv
     (["CartPole-v1"], "not a text environment"),
 ])
 def test_serve_rejects_bad_flags_before_listening(argv, message, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     assert main(["serve", *argv]) == 2
     err = capsys.readouterr().err

@@ -13,7 +13,7 @@ import tomllib
 import pytest
 import yaml
 
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 from ptgpo_envs.integrations.openenv_package import package_files, package_name
 
 ENV_ID = "ptgpo/Household-v0"

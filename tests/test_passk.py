@@ -72,7 +72,7 @@ def lake_run(tmp_path_factory):
 
 
 def test_evaluate_trials_reports_pass_k_of_the_trials_it_played(lake_run, tmp_path, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     one, three = tmp_path / "one.json", tmp_path / "three.json"
     base = ["evaluate", str(lake_run), "--episodes", "6", "--temperature", "1.0", "--no-progress"]
@@ -97,7 +97,7 @@ def test_evaluate_trials_reports_pass_k_of_the_trials_it_played(lake_run, tmp_pa
     (["--trials", "0"], r"--trials must be in \[1, 1000\], got 0"),
 ])
 def test_evaluate_refuses_trials_that_measure_nothing(lake_run, flags, message, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     assert main(["evaluate", str(lake_run), "--no-progress", *flags]) == 2
     assert re.search(message, capsys.readouterr().err)
@@ -147,7 +147,7 @@ def test_the_leaderboard_shows_pass_k_columns_only_where_records_have_them(tmp_p
 
 def test_evaluate_record_adds_the_trials_to_a_result_record(lake_run, tmp_path, capsys):
     from leaderboard.records import ResultRecord, read_record, write_record
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     path = tmp_path / "cell.json"
     write_record(path, ResultRecord(method="grpo", method_kind="rl", env_id="ptgpo/FrozenLake-v0", env_label="lake",

@@ -132,8 +132,8 @@ def test_bad_patr_settings_fail_with_clear_messages(patr, message):
 
 
 def test_the_cli_takes_rollout_patr(tmp_path):
-    from ptgpo_algos.cli import build_parser
-    from ptgpo_algos.commands.train import build_config
+    from ptgpo_harness.cli import build_parser
+    from ptgpo_harness.commands.train import build_config
 
     args = build_parser().parse_args(["train", "--env", "ptgpo/Sokoban-v0", "--algo", "planpo", "--rollout", "patr",
                                       "--set", "rollouts.patr.top_k=1"])
@@ -182,7 +182,7 @@ def test_the_progress_scorer_needs_an_environment_that_reports_progress(tmp_path
 @pytest.mark.parametrize("algo", ["g2po", "planpo", "progpo", "covgpo"])
 def test_every_seed_estimator_trains_over_patr_rollouts_from_the_command_line(algo, tmp_path, monkeypatch):
     import ptgpo_algos.trainer as trainer
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     passed = []
@@ -210,6 +210,6 @@ def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
     def config(out_dir, **change):
         return _config(tmp_path, out_dir=str(tmp_path / out_dir), **change)
 
-    resumed, whole = killed_and_resumed(monkeypatch, config, "collect_patr_rollouts")
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.patr.collect_patr_rollouts")
     assert resumed == whole
     assert sum(row["patr_expansions"] for row in whole) > 0

@@ -80,7 +80,7 @@ def test_a_pinned_plugin_list_ignores_what_is_installed_meanwhile(tmp_path, monk
     with pinned_plugins() as pinned:
         _fake_distribution(site, "late-plugin", '[ptgpo.estimators]\nlate = late_plugin:register\n')
         assert "late-plugin" not in pinned and installed_plugins() == json.loads(pinned)
-        from ptgpo_algos.bench.pool import child_env
+        from ptgpo_harness.bench.pool import child_env
 
         assert child_env()[PINNED_PLUGINS_ENV] == pinned  # what the cells' processes read
     assert PINNED_PLUGINS_ENV not in os.environ
@@ -107,7 +107,7 @@ def test_entry_point_environments_are_visible_to_gymnasium_after_import(plugin_s
                    "print(env.reset(seed=0)[0])\n", plugin_site, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "You are at cell 0 of a corridor of 3 cells."
-    listed = _python("from ptgpo_algos.cli import main\nmain(['algos'])\nmain(['envs'])\n", plugin_site, tmp_path)
+    listed = _python("from ptgpo_harness.cli import main\nmain(['algos'])\nmain(['envs'])\n", plugin_site, tmp_path)
     lines = {line.split()[0]: line for line in listed.stdout.splitlines() if line.strip()}
     assert "[plugin: ptgpo-example-plugin]" in lines["plugin_median"] and "scale=1.0" in lines["plugin_median"]
     assert "[plugin: ptgpo-example-plugin]" in lines["plugin/Corridor-v0"]
@@ -116,7 +116,7 @@ def test_entry_point_environments_are_visible_to_gymnasium_after_import(plugin_s
 
 @pytest.mark.slow
 def test_the_example_plugin_trains_and_benchmarks(plugin_site, tmp_path):
-    cli = [sys.executable, "-m", "ptgpo_algos.cli"]
+    cli = [sys.executable, "-m", "ptgpo_harness.cli"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_site), str(ROOT)])}
     env.pop(PINNED_PLUGINS_ENV, None)
     tiny = ["--set", "tiny.pretrain_steps=0", "--set", "group_size=2", "--set", "tasks_per_iteration=2",
@@ -142,3 +142,65 @@ def test_the_example_plugin_trains_and_benchmarks(plugin_site, tmp_path):
     records = {json.loads(path.read_text())["method"]: json.loads(path.read_text())
                for path in (tmp_path / "out").glob("*.json")}
     assert records["plugin_median"]["status"] == "ok" and records["random"]["status"] == "ok"
+
+
+SWEEP_PLUGIN = '''
+import dataclasses
+
+from ptgpo_algos.strategies import ROLLOUT_STRATEGIES, RolloutStrategy
+
+SEEN = []
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSettings:
+    width: int = 3
+    label: str = "wide"
+
+    def __post_init__(self):
+        if not isinstance(self.width, int) or self.width < 1:
+            raise ValueError(f"rollouts.sweep.width: expected an integer >= 1, got {self.width!r}")
+
+
+def collect(policy, tasks, rollouts, **common):
+    SEEN.append(rollouts.sweep)
+    return "batch", "stats"
+
+
+def register():
+    ROLLOUT_STRATEGIES.register("sweep", RolloutStrategy("sweep", collect, summary="a sweep", settings=SweepSettings))
+'''
+
+
+def test_a_plugin_strategy_declares_its_settings_section(tmp_path):
+    # A strategy from another package, with settings of its own: the config reads, checks and saves them
+    # under rollouts.sweep, refuses a key they lack by name, hands them to the strategy and ptgpo algos lists them.
+    site = tmp_path / "site"
+    _fake_distribution(site, "sweep-plugin", "[ptgpo.rollout_strategies]\nsweep = sweep_plugin:register\n")
+    (site / "sweep_plugin.py").write_text(SWEEP_PLUGIN)
+    done = _python(
+        "import json, sweep_plugin\n"
+        "from ptgpo_algos.config import TrainConfig\n"
+        "from ptgpo_algos.strategies import collect_with\n"
+        "from ptgpo_harness.cli import main\n"
+        "config = TrainConfig.from_dict({'rollouts': {'strategy': 'sweep', 'sweep': {'width': 5}}})\n"
+        "saved = config.to_dict()\n"
+        "assert TrainConfig.from_dict(json.loads(json.dumps(saved))) == config\n"
+        "errors = []\n"
+        "for bad in ({'rollouts': {'sweep': {'widht': 5}}}, {'rollouts': {'sweep': {'width': 0}}}):\n"
+        "    try:\n"
+        "        TrainConfig.from_dict(bad)\n"
+        "    except ValueError as error:\n"
+        "        errors.append(str(error))\n"
+        "print(json.dumps({'saved': saved['rollouts']['sweep'], 'errors': errors,\n"
+        "                  'collected': collect_with('sweep', None, [], config.rollouts),\n"
+        "                  'seen': [s.width for s in sweep_plugin.SEEN]}))\n"
+        "main(['algos'])\n", site, tmp_path)
+    assert done.returncode == 0, done.stderr
+    result, listing = done.stdout.split("\n", 1)
+    assert json.loads(result) == {
+        "saved": {"width": 5, "label": "wide"}, "collected": ["batch", "stats"], "seen": [5],
+        "errors": ["rollouts.sweep: unknown key(s) 'widht' (did you mean 'width'?); valid keys: width, label",
+                   "rollouts.sweep.width: expected an integer >= 1, got 0"]}
+    [line] = [line for line in listing.splitlines() if line.split()[:1] == ["sweep"]]
+    assert "[plugin: sweep-plugin]" in line and "sweep.width=3, sweep.label='wide'" in line

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ptgpo_algos import cli
-from ptgpo_algos.commands import models as models_command
+from ptgpo_harness import cli
+from ptgpo_harness.commands import models as models_command
 from ptgpo_algos.policy import pretrained
 from ptgpo_algos.preflight import check_model_source
 

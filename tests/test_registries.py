@@ -5,6 +5,11 @@ exactly as the in-process backend does)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +20,8 @@ from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.losses import LOSSES, ppo_clip_loss
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
 from ptgpo_envs.plugins import Registry, RegistryError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_registry_names_its_entries_and_suggests_the_closest():
@@ -174,3 +181,35 @@ def test_a_matched_budget_is_spent_exactly(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     summary = _run(tmp_path, algo="ptgpo", iterations=1000, total_decisions=57)
     assert summary.decisions == 57
+
+
+def test_a_lazy_entry_is_named_checked_and_listed_without_its_import(tmp_path, monkeypatch):
+    (tmp_path / "lazy_entry_module.py").write_text("IMPORTS = []\nIMPORTS.append(1)\ndef entry():\n    return 'ran'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = Registry("thing")
+    registry.register_lazy("lazy", "lazy_entry_module:entry")
+    registry.register("eager", len)
+    assert "lazy" in registry and registry.names() == ["lazy", "eager"]
+    assert "lazy_entry_module" not in sys.modules
+    assert registry.get("lazy")() == "ran" and sys.modules["lazy_entry_module"].IMPORTS == [1]
+    assert registry.items() == [("lazy", sys.modules["lazy_entry_module"].entry), ("eager", len)]
+    with pytest.raises(RegistryError, match="'module:attribute'"):
+        registry.register_lazy("bad", "no_colon_here")
+    with pytest.raises(RegistryError, match="already registered"):
+        registry.register_lazy("eager", "lazy_entry_module:entry")
+    monkeypatch.delitem(sys.modules, "lazy_entry_module")
+
+
+def test_checking_a_config_that_names_a_strategy_imports_none_of_its_collection():
+    # The settings and the scorers' names are checked apart from the collections, which a run imports.
+    code = ("import sys\n"
+            "from ptgpo_algos.config import TrainConfig\n"
+            "for data in ({'rollout': 'patr', 'patr': {'scorer': 'value', 'judge': 'progress'}},\n"
+            "             {'algo': '3spo', 'spo3': {'g_max': 4}}, {'algo': 'bpo', 'bpo': {'forks': 3}}):\n"
+            "    TrainConfig.from_dict(data)\n"
+            "print(sorted(m for m in ('ptgpo_algos.patr', 'ptgpo_algos.spo3_rollout', 'ptgpo_algos.bpo_rollout')\n"
+            "             if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

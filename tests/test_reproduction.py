@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from ptgpo_algos.bench import BenchConfig, run_bench
+from ptgpo_harness.bench import BenchConfig, run_bench
 
 # The evidence run's setting in miniature: a sparse BabyAI level with held-out layouts, a linear and a
 # tree method, the tiny model untrained so the cell takes seconds.

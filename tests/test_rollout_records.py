@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from ptgpo_algos.callbacks import Callback, RolloutRecorder, RunView
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Context, Step, Trajectory
 from ptgpo_algos.export import export_run

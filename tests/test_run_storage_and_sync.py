@@ -57,8 +57,8 @@ def test_a_finished_run_removes_its_checkpoint_unless_kept(tmp_path):
 
 
 def test_benchmark_cells_do_not_keep_checkpoints_unless_the_config_says(tmp_path):
-    from ptgpo_algos.bench.config import load_config
-    from ptgpo_algos.bench.plan import plan_cells
+    from ptgpo_harness.bench.config import load_config
+    from ptgpo_harness.bench.plan import plan_cells
 
     config = tmp_path / "bench.yaml"
     text = ("name: b\nbudget: 64\nseeds: [0]\nenvironments:\n  - label: lake\n    id: ptgpo/FrozenLake-v0\n    max_steps: 6\n"

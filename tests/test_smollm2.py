@@ -154,7 +154,7 @@ def test_generate_mode_answers_through_the_chat_template_and_is_parsed(folder):
 
 @pytest.mark.slow
 def test_train_with_lora_then_evaluate_from_the_command_line(folder, tmp_path, capsys):
-    from ptgpo_algos import cli
+    from ptgpo_harness import cli
 
     out = tmp_path / "run"
     code = cli.main(["train", "--env", "ptgpo/FrozenLake-v0", "--model", "smollm2", "--algo", "grpo",

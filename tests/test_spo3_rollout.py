@@ -234,6 +234,6 @@ def test_a_killed_3spo_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
     def config(out_dir, **change):
         return _config(tmp_path, out_dir=str(tmp_path / out_dir), **change)
 
-    resumed, whole = killed_and_resumed(monkeypatch, config, "collect_spo3_rollouts")
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.spo3_rollout.collect_spo3_rollouts")
     assert resumed == whole
     assert whole[-1]["spo3_states"] > 0

@@ -226,8 +226,8 @@ def test_sections_dotted_keys_and_flat_names_are_one_config(tmp_path):
 
 
 def test_the_cli_flags_come_from_the_config_fields(capsys):
-    from ptgpo_algos.cli import build_parser
-    from ptgpo_algos.commands.train import build_config
+    from ptgpo_harness.cli import build_parser
+    from ptgpo_harness.commands.train import build_config
     from ptgpo_algos.config import cli_fields
 
     flags = {spec.flag for spec in cli_fields()}
@@ -248,7 +248,7 @@ def test_the_cli_flags_come_from_the_config_fields(capsys):
 
 
 def test_cli_reports_bad_config_before_any_work(capsys, tmp_path):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
 
     assert main(["train", "--env", "ptgpo/FrozenLake-v0", "--group-size", "1", "--out", str(tmp_path / "r")]) == 2
     assert "group_size" in capsys.readouterr().err
@@ -390,7 +390,7 @@ def test_generate_mode_run_penalises_unparsable_responses(tmp_path, monkeypatch)
 
 
 def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch, capsys):
-    from ptgpo_algos.cli import main
+    from ptgpo_harness.cli import main
     from ptgpo_algos.policy.hf import saved_policy_settings
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
@@ -419,7 +419,7 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     # Without final_model/, the last checkpoint (the same iteration here) is loaded on the base model.
     shutil.rmtree(run_dir / "final_model")
     assert {k: evaluate(run_dir)[k] for k in keys} == {k: summary.final_eval[k] for k in keys}
-    from ptgpo_algos.commands.alfworld import _make_agent
+    from ptgpo_harness.commands.alfworld import _make_agent
 
     agent, kind = _make_agent(str(run_dir), 0, False)  # `ptgpo alfworld eval --agent RUN` takes runs too
     assert kind == "rl" and agent.policy.prompts.history_length == 1

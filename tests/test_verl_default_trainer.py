@@ -1,5 +1,5 @@
 """PTGPO's trees in verl's default trainer (``RayPPOTrainer``, ``trainer.use_v1=false``): the ``ptgpo_tree_leaf``
-loop, the group hub and the tree-aware registered estimators (``ptgpo_algos.integrations.verl_leaves``).
+loop, the group hub and the tree-aware registered estimators (``ptgpo_algos.integrations.verl.leaves``).
 
 A group's samples play in verl's own agent-loop base against a scripted LLM server, their rows go
 through verl's own worker postprocessing, batch operations and ``compute_advantage`` (the function
@@ -21,11 +21,11 @@ pytest.importorskip("verl", reason="verl is not installed: bash scripts/test_ver
 pytestmark = pytest.mark.verl
 
 from ptgpo_algos.advantages import compute_advantages  # noqa: E402
-from ptgpo_algos.integrations.verl_steps import STEPS_KEY, TRAJECTORY_KEY  # noqa: E402
+from ptgpo_algos.integrations.verl.steps import STEPS_KEY, TRAJECTORY_KEY  # noqa: E402
 from ptgpo_algos.update import flatten_batch  # noqa: E402
 
 TREE = {"group_size": 5, "initial_rollouts": 2, "branch": "uniform", "max_steps": 6, "branch_seed": 3}
-HOOK = "ptgpo_algos.integrations.verl_leaves.register"
+HOOK = "ptgpo_algos.integrations.verl.leaves.register"
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +199,7 @@ def test_a_group_split_between_batches_is_refused_with_what_to_set(ray_job, monk
 
 
 def test_rows_of_one_group_naming_different_episodes_are_refused(ray_job):
-    from ptgpo_algos.integrations.verl_hub import hub
+    from ptgpo_algos.integrations.verl.hub import hub
 
     actor = hub()
     assert ray_job.get(actor.join.remote("mixed", "m-0", '{"seed": 0}', 3))[1] == 0
@@ -249,9 +249,9 @@ def test_the_default_route_uses_nothing_that_verls_neo_line_removes():
 def test_the_dataset_keeps_each_group_together_and_round_trips_through_parquet(tmp_path):
     import pandas as pd
 
-    from ptgpo_algos.integrations.verl_agent_loop import episode_spec
-    from ptgpo_algos.integrations.verl_dataset import main
-    from ptgpo_algos.integrations.verl_tree import tree_spec
+    from ptgpo_algos.integrations.verl.agent_loop import episode_spec
+    from ptgpo_algos.integrations.verl.dataset import main
+    from ptgpo_algos.integrations.verl.tree import tree_spec
 
     out = tmp_path / "train.parquet"
     assert main(["--env-id", "ptgpo/Household-v0", "--seeds", "0:4", "--group-size", "3", "--env-kwargs",
@@ -325,6 +325,6 @@ def test_verls_policy_loss_on_a_tiny_model_moves_the_leaves_toward_our_advantage
 
 def test_the_v1_trainer_mode_names_the_default_route_where_verl_has_no_v1_trainer():
     code = ("import sys; sys.modules['transfer_queue'] = None; sys.modules['verl.trainer.ppo.v1'] = None\n"
-            "import ptgpo_algos.integrations.verl_trainer")
+            "import ptgpo_algos.integrations.verl.trainer")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert run.returncode != 0 and "verl_leaves.register" in run.stderr and "trainer.use_v1=false" in run.stderr
+    assert run.returncode != 0 and "verl.leaves.register" in run.stderr and "trainer.use_v1=false" in run.stderr

@@ -1,4 +1,4 @@
-"""Step-level credit on verl's episode rows (``ptgpo_algos.integrations.verl_steps``).
+"""Step-level credit on verl's episode rows (``ptgpo_algos.integrations.verl.steps``).
 
 The step-wise mask is checked everywhere against our estimators on the same trajectories and against
 the one-row-per-step layout; the tests marked ``verl`` pass our fields through verl's own
@@ -16,7 +16,7 @@ import torch
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
 from ptgpo_algos.data import Step, Trajectory
 from ptgpo_algos.integrations.verl import bridged_estimators, verl_estimator
-from ptgpo_algos.integrations.verl_steps import (
+from ptgpo_algos.integrations.verl.steps import (
     STEPS_KEY,
     TRAJECTORY_KEY,
     DecisionSpan,
@@ -217,7 +217,7 @@ def _chat_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from ptgpo_algos.integrations.verl_agent_loop import observation_message
+    from ptgpo_algos.integrations.verl.agent_loop import observation_message
 
     corpus = []
     for seed in range(3):
@@ -268,7 +268,7 @@ def test_verls_agent_loop_plays_our_environment_one_span_per_decision():
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
 
-    from ptgpo_algos.integrations.verl_agent_loop import AGENT_NAME, EnvAgentLoop
+    from ptgpo_algos.integrations.verl.agent_loop import AGENT_NAME, EnvAgentLoop
 
     assert _agent_loop_registry[AGENT_NAME]["_target_"].endswith("EnvAgentLoop")
     tokenizer = _chat_tokenizer()
@@ -326,8 +326,8 @@ def test_the_per_decision_agent_loop_gives_verls_v1_rows_with_our_fields():
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     from ptgpo_algos.integrations.verl import compute_advantage
-    from ptgpo_algos.integrations.verl_agent_loop import STEPS_AGENT_NAME, EnvStepsAgentLoop
-    from ptgpo_algos.integrations.verl_steps import DECISION_KEY, decision_columns
+    from ptgpo_algos.integrations.verl.agent_loop import STEPS_AGENT_NAME, EnvStepsAgentLoop
+    from ptgpo_algos.integrations.verl.steps import DECISION_KEY, decision_columns
 
     assert _agent_loop_registry[STEPS_AGENT_NAME]["_target_"].endswith("EnvStepsAgentLoop")
     tokenizer = _chat_tokenizer()

@@ -18,7 +18,7 @@ import torch
 
 from ptgpo_algos.advantages import compute_advantages
 from ptgpo_algos.data import Step, Trajectory
-from ptgpo_algos.integrations.verl_steps import DECISION_KEY, compute_decision_advantage, decision_advantages
+from ptgpo_algos.integrations.verl.steps import DECISION_KEY, compute_decision_advantage, decision_advantages
 from ptgpo_algos.update import flatten_batch
 
 
@@ -140,7 +140,7 @@ def test_the_tree_loop_grows_ptgpos_prefix_tree_one_output_per_node(monkeypatch)
     pytest.importorskip("verl", reason="verl is not installed: bash scripts/test_verl_cpu.sh")
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
-    from ptgpo_algos.integrations.verl_tree import TREE_AGENT_NAME
+    from ptgpo_algos.integrations.verl.tree import TREE_AGENT_NAME
 
     assert _agent_loop_registry[TREE_AGENT_NAME]["_target_"].endswith("TreeAgentLoop")
     outputs, (batch, stats), server = _grow(TREE, monkeypatch)
@@ -185,7 +185,7 @@ def test_the_group_decision_budget_is_kept(monkeypatch):
 @pytest.mark.verl
 def test_bad_tree_settings_are_refused_with_the_key():
     pytest.importorskip("verl", reason="verl is not installed: bash scripts/test_verl_cpu.sh")
-    from ptgpo_algos.integrations.verl_tree import tree_spec
+    from ptgpo_algos.integrations.verl.tree import tree_spec
 
     for tree, message in [({"group_size": 0}, "group_size"), ({"initial_rollouts": 9, "group_size": 4}, "at most"),
                           ({"branch": "best"}, "branch"), ({"width": 3}, "unknown"), ("wide", "a mapping"),
@@ -206,7 +206,7 @@ def transfer_queue():
     # Logical CPUs: the controller and its two storage units each ask for one. The setup hook is the
     # one a run gives verl's Ray workers, so that they know our trainer mode and agent loops.
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": "ptgpo_algos.integrations.verl_trainer.register"})
+             runtime_env={"worker_process_setup_hook": "ptgpo_algos.integrations.verl.trainer.register"})
     try:
         tq.init()
         yield tq
@@ -296,7 +296,7 @@ def test_the_tree_loop_steps_its_environments_on_ray_actors_when_configured(monk
 @pytest.mark.verl
 def test_the_trainer_mode_refuses_what_it_does_not_do():
     pytest.importorskip("transfer_queue", reason="transferqueue is not installed: bash scripts/test_verl_cpu.sh")
-    from ptgpo_algos.integrations.verl_trainer import trainer_estimator
+    from ptgpo_algos.integrations.verl.trainer import trainer_estimator
 
     assert trainer_estimator({"adv_estimator": "ptgpo_grpo"}) == ("grpo", {})
     assert trainer_estimator({"adv_estimator": "ptgpo", "ptgpo_config": {"omega": 0.5}}) == ("ptgpo", {"omega": 0.5})

@@ -14,7 +14,7 @@ from viewer_runs import recorded_config, train_recorded
 
 from ptgpo_algos.advantages import ESTIMATORS, StepTable, estimate_advantages
 from ptgpo_algos.callbacks import Callback
-from ptgpo_algos.cli import main
+from ptgpo_harness.cli import main
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Context, Step, Trajectory
 from ptgpo_algos.files import atomic_write_text, read_jsonl

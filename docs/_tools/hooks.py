@@ -80,11 +80,25 @@ def config_table(section: str | None) -> str:
         raise ValueError(f"ptgpo:config needs a section, one of {', '.join(SECTIONS)}; got {section!r}")
     rows = []
     for f in dataclasses.fields(SECTIONS[section]):
+        if (section, f.name) == ("rollouts", "settings"):
+            rows += _strategy_settings_rows()
+            continue
         flat = flat_name(f)
         flag = f.metadata.get("flag")
         rows.append([f"`{section}.{f.name}`", _code(_default(f)), f"`{flat}`" if flat else "",
                      f"`--{flag}`" if flag else "", _cell(f.metadata.get("help", ""))])
     return _table(["field", "default", "flat name", "flag", "help"], rows)
+
+
+def _strategy_settings_rows() -> list[list[str]]:
+    """One row per rollout strategy's settings (``rollouts.patr``...): a config spells them by section."""
+    from ptgpo_algos.strategies import settings_sections
+
+    return [[f"`rollouts.{key}`", _code(strategy.default_settings()), f"`{key}`" if strategy.flat else "", "",
+             _cell(f"{strategy.name}: {strategy.summary}; its settings ({strategy.settings.__module__}."
+                   f"{strategy.settings.__name__}); its groups are sized by them, so group_size and "
+                   "initial_rollouts do not apply")]
+            for key, strategy in settings_sections().items()]
 
 
 def estimator_table(name: str | None) -> str:

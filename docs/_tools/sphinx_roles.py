@@ -18,14 +18,14 @@ from pathlib import Path
 import griffe
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("ptgpo_envs", "ptgpo_algos", "baselines", "leaderboard")
+PACKAGES = ("ptgpo_envs", "ptgpo_algos", "baselines", "leaderboard", "ptgpo_harness")
 ROLE = re.compile(r":(?:py:)?(class|mod|func|meth|data|attr|exc|obj):`(~?)([^`<>]+?)(?:\s*<([^`<>]+)>)?`")
 LITERAL_BLOCK = re.compile(r"(?<=\S)::(?=\n)")
 
 
 @lru_cache(maxsize=1)
 def _project() -> dict[str, griffe.Module]:
-    """All four packages, loaded once on their own for resolving targets across packages."""
+    """All five packages, loaded once on their own for resolving targets across packages."""
     collection = griffe.ModulesCollection()
     return {name: griffe.load(name, search_paths=[str(ROOT)], modules_collection=collection,
                               allow_inspection=False, resolve_aliases=True) for name in PACKAGES}

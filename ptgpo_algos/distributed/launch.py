@@ -9,7 +9,7 @@ in it and returns its result alone, so one command line serves both. Several nod
 torchrun's rendezvous, one command per node::
 
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HEAD:29500 \\
-        -m ptgpo_algos.cli train --config CONFIG
+        -m ptgpo_harness.cli train --config CONFIG
 
 (every node with the same install, config and data; ``RANK`` and ``LOCAL_RANK`` come from torchrun).
 

@@ -1,12 +1,41 @@
 """Bridges to other training frameworks: our estimators and environments where their trainers run.
 
+The verl bridge is the package :mod:`.verl`:
+
 * :mod:`.verl` -- every registered advantage estimator in verl's advantage-estimator registry, with
   the mapping between verl's batch and our steps (``pip install 'ptgpo[verl]'``);
-* :mod:`.verl_steps` -- step-level credit on verl's multi-turn agent-loop rows (one row per episode):
+* :mod:`.verl.steps` -- step-level credit on verl's multi-turn agent-loop rows (one row per episode):
   each decision's fields travel in the row's ``extra_fields`` and its advantage lands on its own tokens;
-* :mod:`.verl_agent_loop` -- verl's agent loop ``ptgpo_env``: one episode of one of our environments
-  per sample, each decision recorded for :mod:`.verl_steps` (imports verl);
-* :mod:`.verl_leaves` -- PTGPO's prefix trees in verl's default trainer: one sample per leaf of a
-  tree shared through :mod:`.verl_hub`'s Ray actor, credited by the registered estimators; the
-  dataset it reads from :mod:`.verl_dataset` (imports verl).
+* :mod:`.verl.agent_loop` -- verl's agent loop ``ptgpo_env``: one episode of one of our environments
+  per sample, each decision recorded for :mod:`.verl.steps` (imports verl);
+* :mod:`.verl.tree` -- the ``ptgpo_tree`` agent loop: PTGPO's prefix tree grown from snapshots;
+* :mod:`.verl.leaves` -- PTGPO's prefix trees in verl's default trainer: one sample per leaf of a
+  tree shared through :mod:`.verl.hub`'s Ray actor, credited by the registered estimators; the
+  dataset it reads from :mod:`.verl.dataset` (imports verl);
+* :mod:`.verl.trainer` -- our trainer mode of verl's v1 trainer.
+
+The older flat paths (``ptgpo_algos.integrations.verl_steps``...) are kept, each the moved module
+itself with a ``DeprecationWarning`` (:func:`moved`), since verl configs name them.
 """
+
+from __future__ import annotations
+
+import importlib
+import runpy
+import sys
+import warnings
+
+__all__ = ["moved"]
+
+
+def moved(old: str, new: str) -> None:
+    """Make the module ``old`` the module ``new`` (every name, what its import registers, the same
+    objects), warning once with a ``DeprecationWarning`` that names the new path; ``python -m old``
+    runs ``new`` as the main module."""
+    running = old == "__main__"
+    name = sys.modules[old].__spec__.name if running else old
+    warnings.warn(f"{name} moved to {new}; import it from there", DeprecationWarning, stacklevel=3)
+    if running:
+        runpy.run_module(new, run_name="__main__", alter_sys=True)
+        return
+    sys.modules[old] = importlib.import_module(new)

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from leaderboard.records import record_exists, record_path
-from ptgpo_algos.bench.plan import Cell
-from ptgpo_algos.bench.pool import finish_cell, cell_process, child_env, died_without_record
+from ptgpo_harness.bench.plan import Cell
+from ptgpo_harness.bench.pool import finish_cell, cell_process, child_env, died_without_record
 from ptgpo_algos.files import LOCK_FILE, FolderBusyError, atomic_write_bytes, folder_lock
 
 __all__ = ["CellDied", "run_cells_on_ray"]

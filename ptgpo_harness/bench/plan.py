@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import yaml
 
 from leaderboard.records import cell_name
-from ptgpo_algos.bench.config import DEFAULT_RESOURCES, BenchConfig, BenchError, EnvironmentEntry
+from ptgpo_harness.bench.config import DEFAULT_RESOURCES, BenchConfig, BenchError, EnvironmentEntry
 from ptgpo_algos.config import merge_overrides
 from ptgpo_algos.yaml_safe import load_yaml
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from leaderboard.records import ResultRecord, read_record, record_exists, record_path, write_record
-from ptgpo_algos.bench.eta import remaining_seconds
-from ptgpo_algos.bench.plan import Cell
-from ptgpo_algos.bench.records import run_cell
+from ptgpo_harness.bench.eta import remaining_seconds
+from ptgpo_harness.bench.plan import Cell
+from ptgpo_harness.bench.records import run_cell
 from ptgpo_algos.child_processes import die_with_parent, stop_processes, usable_cores
 from ptgpo_algos.device import temporary_environment
 from ptgpo_envs.plugins import PINNED_PLUGINS_ENV

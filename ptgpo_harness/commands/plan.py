@@ -56,8 +56,8 @@ def _training_config(path: str, overrides: dict):
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}: cannot be read ({error})") from None
     if isinstance(data, dict) and "methods" in data and "environments" in data:
-        from ptgpo_algos.bench.config import load_config
-        from ptgpo_algos.bench.plan import plan_cells
+        from ptgpo_harness.bench.config import load_config
+        from ptgpo_harness.bench.plan import plan_cells
 
         cells = [cell for cell in plan_cells(load_config(path)) if cell.kind == "rl"]
         if not cells:
@@ -129,7 +129,7 @@ def _fewest_gpus(plan) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the config's memory plan; exit code 0 when it fits, 2 when it does not or the config cannot be planned."""
-    from ptgpo_algos.commands.train import parse_set
+    from ptgpo_harness.commands.train import parse_set
     from ptgpo_algos.memory import plan_for_config
     from ptgpo_algos.preflight import check_model_source
 

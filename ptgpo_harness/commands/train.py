@@ -149,7 +149,7 @@ def _train(config, args: argparse.Namespace):
 def describe_rank_failure(failure) -> str:
     """A rank's failure on one line: which rank and why (an error of the system as the CLI words one),
     and that the other ranks were stopped."""
-    from ptgpo_algos.cli import describe_os_error
+    from ptgpo_harness.cli import describe_os_error
 
     os_error = failure.os_error()
     cause = failure.cause if os_error is None else describe_os_error(os_error)

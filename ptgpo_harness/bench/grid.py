@@ -1,5 +1,5 @@
 """Run a benchmark grid: plan its cells, run the missing ones (in processes or as Ray tasks), then
-build the leaderboard (the package's docstring, :mod:`ptgpo_algos.bench`, describes the benchmark)."""
+build the leaderboard (the package's docstring, :mod:`ptgpo_harness.bench`, describes the benchmark)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Callable
 
 from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
 from leaderboard.records import record_exists
-from ptgpo_algos.bench.config import BenchConfig, BenchError
-from ptgpo_algos.bench.plan import Cell, check_out_dir, check_train_configs, plan_cells
-from ptgpo_algos.bench.pool import default_workers, read_cpu_seconds, record_failed, run_cells, say
+from ptgpo_harness.bench.config import BenchConfig, BenchError
+from ptgpo_harness.bench.plan import Cell, check_out_dir, check_train_configs, plan_cells
+from ptgpo_harness.bench.pool import default_workers, read_cpu_seconds, record_failed, run_cells, say
 from ptgpo_algos.files import atomic_write_text, folder_lock
 from ptgpo_envs.plugins import pinned_plugins
 
@@ -64,7 +64,7 @@ def run_bench(
         raise BenchError(f"max_retries must be a non-negative integer, got {max_retries}")
     runner = run_cells
     if ray:
-        from ptgpo_algos.bench.ray_pool import run_cells_on_ray
+        from ptgpo_harness.bench.ray_pool import run_cells_on_ray
 
         runner = functools.partial(run_cells_on_ray, address=ray_address, max_retries=max_retries)
     # The plugins installed now are the ones every cell loads, whatever is installed while it runs.

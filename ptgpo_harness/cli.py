@@ -1,4 +1,4 @@
-"""The ``ptgpo`` console script: one subcommand per module of :mod:`ptgpo_algos.commands`."""
+"""The ``ptgpo`` console script: one subcommand per module of :mod:`ptgpo_harness.commands`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 from ptgpo_envs.progress import HF_BARS_ENV, NO_PROGRESS_ENV
 
-#: Subcommand name -> module under ptgpo_algos.commands.
+#: Subcommand name -> module under ptgpo_harness.commands.
 COMMANDS = {
     "algos": "algos",
     "alfworld": "alfworld",
@@ -72,14 +72,14 @@ def _one_line_plugin_warnings() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``ptgpo`` argument parser: one subcommand per module of :mod:`ptgpo_algos.commands`."""
+    """The ``ptgpo`` argument parser: one subcommand per module of :mod:`ptgpo_harness.commands`."""
     parser = argparse.ArgumentParser(
         prog="ptgpo", description="Train and benchmark LLM agents on multi-turn text environments."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
-        module = importlib.import_module(f"ptgpo_algos.commands.{module_name}")
+        module = importlib.import_module(f"ptgpo_harness.commands.{module_name}")
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
         if "--no-progress" not in command._option_string_actions:

@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
     from ptgpo_algos.losses import LOSSES, get_loss
     from ptgpo_algos.objectives import OBJECTIVES
-    from ptgpo_algos.patr import SCORERS
+    from ptgpo_algos.patr_settings import SCORERS
     from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
     from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
 
@@ -26,7 +26,9 @@ def run(args: argparse.Namespace) -> int:
     sections = [
         ("advantage estimators", "algorithm.name (--algo); keys: algorithm.config",
          {name: dict(estimator_defaults(name)) for name in ESTIMATORS}, ESTIMATORS),
-        ("rollout strategies", "rollouts.strategy (--rollout)", dict.fromkeys(ROLLOUT_STRATEGIES), ROLLOUT_STRATEGIES),
+        ("rollout strategies", "rollouts.strategy (--rollout)",
+         {name: {f"{strategy.settings_key}.{key}": value for key, value in strategy.default_settings().items()}
+          for name, strategy in ROLLOUT_STRATEGIES.items()}, ROLLOUT_STRATEGIES),
         ("policy losses", "algorithm.loss; keys: algorithm.loss_config",
          {name: dict(get_loss(name).defaults) for name in LOSSES}, LOSSES),
         ("auxiliary objectives", "algorithm.objectives: [{name: ..., weight: ..., key: value}]", objectives,

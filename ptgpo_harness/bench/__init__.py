@@ -121,7 +121,7 @@ failed by the harness. Either way the other cells go on.
 
 from __future__ import annotations
 
-from ptgpo_algos.bench.config import (
+from ptgpo_harness.bench.config import (
     DEFAULT_CONFIG_NAME,
     BaselineEntry,
     BenchConfig,
@@ -131,10 +131,10 @@ from ptgpo_algos.bench.config import (
     default_config_text,
     load_config,
 )
-from ptgpo_algos.bench.grid import BenchReport, run_bench
-from ptgpo_algos.bench.plan import Cell, check_out_dir, check_train_configs, plan_cells
-from ptgpo_algos.bench.pool import default_workers
-from ptgpo_algos.bench.records import run_cell
+from ptgpo_harness.bench.grid import BenchReport, run_bench
+from ptgpo_harness.bench.plan import Cell, check_out_dir, check_train_configs, plan_cells
+from ptgpo_harness.bench.pool import default_workers
+from ptgpo_harness.bench.records import run_cell
 
 __all__ = [
     "BaselineEntry",

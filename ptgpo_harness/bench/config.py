@@ -1,6 +1,6 @@
 """The benchmark config: a YAML grid of environments, methods, baselines and seeds, validated at the edge.
 
-The schema is documented in :mod:`ptgpo_algos.bench`; every problem is a :class:`BenchError` naming the
+The schema is documented in :mod:`ptgpo_harness.bench`; every problem is a :class:`BenchError` naming the
 key and what it should be.
 """
 
@@ -512,7 +512,7 @@ def _baseline(entry: Any, where: str) -> BaselineEntry:
 
 def default_config_text() -> str:
     """The text of the embedded CPU benchmark config (what ``ptgpo bench --print-default`` prints)."""
-    return resources.files("ptgpo_algos.bench").joinpath(DEFAULT_CONFIG_NAME).read_text(encoding="utf-8")
+    return resources.files("ptgpo_harness.bench").joinpath(DEFAULT_CONFIG_NAME).read_text(encoding="utf-8")
 
 
 def load_config(path: str | os.PathLike | None = None, *, quick: bool = False) -> BenchConfig:

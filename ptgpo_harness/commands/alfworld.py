@@ -75,7 +75,7 @@ def _make_agent(spec: str, seed: int, sample: bool):
     if not Path(spec).exists():
         raise SystemExit(f"--agent must be 'expert', 'random', a training run folder or a saved model folder; "
                          f"{spec!r} does not exist")
-    from ptgpo_algos.commands.evaluate import load_target
+    from ptgpo_harness.commands.evaluate import load_target
     from ptgpo_algos.device import resolve_device
     from ptgpo_algos.policy.agent import PolicyAgent
 
@@ -84,7 +84,7 @@ def _make_agent(spec: str, seed: int, sample: bool):
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from ptgpo_algos.commands.evaluate import print_summary
+    from ptgpo_harness.commands.evaluate import print_summary
     from ptgpo_algos.evaluation import evaluate
     from ptgpo_envs.alfworld import ALFWorldEnv
 

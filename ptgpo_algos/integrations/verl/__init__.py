@@ -190,7 +190,7 @@ def register_estimators(config: Mapping[str, Mapping[str, Any]] | None = None, *
     """Register every estimator of :data:`~ptgpo_algos.advantages.ESTIMATORS` that runs on verl's rows
     (:func:`bridged_estimators`) in verl's registry, each as ``make(name, **its config)`` makes it
     (:func:`verl_estimator`; the default-trainer route's tree-aware estimators:
-    :func:`ptgpo_algos.integrations.verl_leaves.tree_estimator`);
+    :func:`ptgpo_algos.integrations.verl.leaves.tree_estimator`);
     ``config`` maps an estimator's name to its config. Returns ``{our name: verl's name}``. Calling
     it again replaces the entries it made (with the new config)."""
     try:

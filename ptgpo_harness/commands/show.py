@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the pages; the exit status."""
-    from ptgpo_algos.commands import run_folder_command
+    from ptgpo_harness.commands import run_folder_command
     from ptgpo_algos.viewer import write_pages
 
     def write(run_dir: Path, out_dir: Path) -> int:

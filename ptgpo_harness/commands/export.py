@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export the run's recordings; the exit status."""
-    from ptgpo_algos.commands import run_folder_command
+    from ptgpo_harness.commands import run_folder_command
     from ptgpo_algos.export import export_run
 
     def write(run_dir: Path, out_dir: Path) -> int:

@@ -2,7 +2,7 @@
 
 Without CONFIG it runs the embedded CPU default (tiny model, Household easy and hard, every estimator
 and baseline, two seeds); ``--quick`` runs the config's short version; ``--ray [ADDRESS]`` runs the
-cells as tasks on a Ray cluster (:mod:`ptgpo_algos.bench.ray_pool`). See :mod:`ptgpo_algos.bench`
+cells as tasks on a Ray cluster (:mod:`ptgpo_harness.bench.ray_pool`). See :mod:`ptgpo_harness.bench`
 for the config schema and the output folder. Exit status: 0 when every cell succeeded, 1 when some
 cell failed (its record says why; the others still ran), 2 for a bad config.
 """
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``ptgpo bench``: plan the cells, run those not done, build the leaderboard; its exit status."""
     from pathlib import Path
 
-    from ptgpo_algos.bench import BenchError, default_config_text, load_config, run_bench
+    from ptgpo_harness.bench import BenchError, default_config_text, load_config, run_bench
     from ptgpo_algos.files import FolderBusyError
 
     if args.print_default:
@@ -105,7 +105,7 @@ def _dry_run(config, out_dir) -> int:
     """The checks a real run makes before its first cell, then each cell and whether it is done;
     nothing written."""
     from leaderboard.records import record_exists
-    from ptgpo_algos.bench import BenchError, check_out_dir, check_train_configs, plan_cells
+    from ptgpo_harness.bench import BenchError, check_out_dir, check_train_configs, plan_cells
 
     cells = plan_cells(config)
     try:

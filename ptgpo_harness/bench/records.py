@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from leaderboard.records import PROTOCOL_KEYS, ResultRecord, record_path, write_record
-from ptgpo_algos.bench.plan import Cell
+from ptgpo_harness.bench.plan import Cell
 from ptgpo_algos.files import FileFormatError, folder_lock, read_jsonl
 from ptgpo_algos.provenance import provenance
 
