@@ -22,7 +22,9 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
         return 0.5 * unclipped, torch.zeros_like(unclipped)
     moved = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
     clipped = (moved - returns) ** 2
-    return 0.5 * torch.maximum(unclipped, clipped), (clipped > unclipped).float()
+    # Where the value stayed inside the range the two terms are equal but for rounding: not clipped.
+    outside = (values - old_values).abs() > value_clip
+    return 0.5 * torch.maximum(unclipped, clipped), (outside & (clipped > unclipped)).float()
 
 
 def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
