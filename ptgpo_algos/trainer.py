@@ -60,7 +60,8 @@ from ptgpo_algos.callbacks import (
 from ptgpo_algos.checkpoint import CheckpointError
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.cost import standard_error
-from ptgpo_algos.critic.component import Critic, uses_critic
+from ptgpo_algos.critic.component import Critic
+from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
 from ptgpo_algos.evaluation import overlap

@@ -292,3 +292,26 @@ def test_a_truncated_episode_carries_its_final_state_and_the_critic_bootstraps_f
     assert all(isinstance(t.meta["bootstrap_value"], float) and t.meta["bootstrap_value"] != 0.0 for t in cut)
     ended = [t for t in trajectories if FINAL_CONTEXT not in t.steps[-1].extras]
     assert all("bootstrap_value" not in t.meta for t in ended)
+
+
+# ------------------------------------------------------------------------------------ memory plan
+def test_the_memory_plan_of_ppo_counts_the_value_head_and_its_pass_over_grpos():
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.memory import GIB, disk_plan_for_config, plan_for_config
+
+    def plans(algo, **critic):
+        config = TrainConfig.from_dict({"env_id": ENV, "algo": algo, "tiny": {"hidden_size": 32},
+                                        "algorithm.critic": critic})
+        return plan_for_config(config, "cpu", 16 * GIB), disk_plan_for_config(config, "cpu")
+
+    (grpo, grpo_disk), (ppo, ppo_disk), (detached, _) = plans("grpo"), plans("ppo"), plans("ppo", detach_trunk=True)
+    items = {item.name: item.bytes for item in ppo.items}
+    activations = items["activations (one micro-batch)"]
+    # The head: 32 weights and a bias in float32, with their gradients and two AdamW moments: 16 x 33 bytes.
+    assert items["value head (weights, gradients, AdamW)"] == 16 * 33
+    assert items["value pass activations"] == activations
+    assert ppo.trainer_bytes - grpo.trainer_bytes == 16 * 33 + activations
+    assert ppo.peak_bytes - grpo.peak_bytes == pytest.approx(1.1 * (16 * 33 + activations))
+    assert detached.trainer_bytes - grpo.trainer_bytes == 16 * 33
+    # The checkpoint keeps the head's weights and its two moments.
+    assert ppo_disk.checkpoint_bytes - grpo_disk.checkpoint_bytes == 3 * 4 * 33

@@ -32,15 +32,7 @@ from ptgpo_algos.data import Batch, Decision, Step
 from ptgpo_algos.rollout import FINAL_CONTEXT
 from ptgpo_algos.update import TrainingSample
 
-__all__ = ["CRITIC_ESTIMATORS", "Critic", "uses_critic"]
-
-#: The estimators that read a learned critic's values (the trainer builds one for them).
-CRITIC_ESTIMATORS = ("ppo",)
-
-
-def uses_critic(estimator: str) -> bool:
-    """Whether the estimator named ``estimator`` needs a learned critic."""
-    return estimator in CRITIC_ESTIMATORS
+__all__ = ["Critic"]
 
 
 class Critic:

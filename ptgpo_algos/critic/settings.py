@@ -9,9 +9,16 @@ from typing import Any, Mapping
 
 from ptgpo_algos.validation import check_bool, check_number, setting, settings_from_mapping
 
-__all__ = ["CriticSettings"]
+__all__ = ["CRITIC_ESTIMATORS", "CriticSettings", "uses_critic"]
 
 _WHERE = "algorithm.critic."
+#: The estimators that read a learned critic's values (the trainer builds one for them).
+CRITIC_ESTIMATORS = ("ppo",)
+
+
+def uses_critic(estimator: str) -> bool:
+    """Whether the estimator named ``estimator`` needs a learned critic."""
+    return estimator in CRITIC_ESTIMATORS
 
 
 @dataclass(frozen=True)

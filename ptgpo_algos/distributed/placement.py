@@ -42,7 +42,7 @@ import torch
 
 from ptgpo_algos.collectors import draw_per_task, env_horizon, play_per_task
 from ptgpo_algos.config import TrainConfig, label
-from ptgpo_algos.critic.component import uses_critic
+from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Batch
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, combine_metrics, gather_in_order, gather_objects
 from ptgpo_algos.distributed.engine import build_rank_engine, push_gathered
