@@ -315,3 +315,19 @@ def test_the_memory_plan_of_ppo_counts_the_value_head_and_its_pass_over_grpos():
     assert detached.trainer_bytes - grpo.trainer_bytes == 16 * 33
     # The checkpoint keeps the head's weights and its two moments.
     assert ppo_disk.checkpoint_bytes - grpo_disk.checkpoint_bytes == 3 * 4 * 33
+
+
+def test_under_lora_the_value_head_trains_with_the_adapters_and_the_base_stays_frozen(policy, tmp_path):
+    from ptgpo_algos.policy import load_policy
+
+    path = tmp_path / "saved"
+    policy.save_pretrained(path)
+    lora = load_policy(str(path), lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
+    critic = _critic(lora)
+    critic.loss(lora, _targeted_samples(lora), 6.0)[0].backward()
+    assert all(p.requires_grad and p.grad is not None and p.grad.any() for p in critic.parameters())
+    adapters = dict(lora.named_trainable())
+    assert adapters and all("lora" in name for name in adapters)
+    assert any(p.grad is not None and p.grad.any() for p in adapters.values())
+    frozen = [p for name, p in lora.model.named_parameters() if "lora" not in name]
+    assert all(not p.requires_grad and p.grad is None for p in frozen)
