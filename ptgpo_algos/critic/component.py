@@ -60,12 +60,13 @@ class Critic:
         return self.head(states.detach() if self.settings.detach_trunk else states)
 
     def score(self, policy: Any, prompts: Sequence[Sequence[int]], batch_size: int) -> np.ndarray:
-        """The first value of each prompt's state, without gradients, ``batch_size`` prompts a pass."""
+        """``(len(prompts), n_values)`` values of the prompts' states, without gradients, ``batch_size``
+        prompts a pass."""
         out: list[np.ndarray] = []
         with torch.no_grad():
             for start in range(0, len(prompts), batch_size):
-                out.append(self.values(policy, prompts[start:start + batch_size])[:, 0].float().cpu().numpy())
-        return np.concatenate(out) if out else np.zeros(0)
+                out.append(self.values(policy, prompts[start:start + batch_size]).float().cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.head.n_values))
 
     def annotate(self, batch: Batch, policy: Any, batch_size: int) -> None:
         """Record ``V(s_t)`` on every distinct step (``Step.extras["value"]``) and, with
@@ -77,14 +78,14 @@ class Critic:
                 for step in trajectory.steps:
                     steps.setdefault(id(step), step)
         distinct = list(steps.values())
-        for step, value in zip(distinct, self.score(policy, [_decision(s).prompt_ids for s in distinct], batch_size)):
-            step.extras["value"] = float(value)
+        for step, values in zip(distinct, self.score(policy, [_decision(s).prompt_ids for s in distinct], batch_size)):
+            step.extras["value"] = float(values[0])
         if not self.settings.bootstrap_truncated:
             return
         cut = [t for group in batch for t in group if t.steps and FINAL_CONTEXT in t.steps[-1].extras]
         prompts = [policy.prompts.prompt_ids(t.steps[-1].extras[FINAL_CONTEXT]) for t in cut]
-        for trajectory, value in zip(cut, self.score(policy, prompts, batch_size)):
-            trajectory.meta["bootstrap_value"] = float(value)
+        for trajectory, values in zip(cut, self.score(policy, prompts, batch_size)):
+            trajectory.meta["bootstrap_value"] = float(values[0])
 
     def set_targets(self, batch: Batch, samples: Sequence[TrainingSample], estimator: Mapping[str, Any]) -> dict[str, float]:
         """Each sample's old value and value target (the mean GAE return over the trajectories through
