@@ -20,8 +20,8 @@ sequence lengths, the rollout engine's share). The parts:
   takes whole at start-up;
 * a learned critic (``algo: ppo``, :mod:`ptgpo_algos.critic`): its value head's weights, gradients and
   AdamW moments (float32, ``16 (H + 1)`` bytes per value), and, when the value loss reaches the shared
-  trunk, the activations of the value's forward pass over the micro-batch's prompts, counted as a whole
-  step's (an upper bound: the prompts are shorter);
+  trunk, the activations of the value's forward pass over the micro-batch's prompts (at the prompt
+  budget), alive beside the policy's until the backward;
 * what the allocator measures nowhere: the CUDA context, and fragmentation (:data:`FRAGMENTATION`).
 
 On a CPU the same parts are the process's resident memory, in float32, plus the Python runtime. The
@@ -145,7 +145,7 @@ class RunShape:
     world_size: int = 1  # ranks the model is sharded over (FSDP2), one GPU each; the plan is one rank's
     rollout_copy: bool = False  # each rank plays with a full copy at the compute dtype (the trainer across ranks)
     value_heads: int = 0  # outputs of a learned critic's value head on the trunk (0: critic-free)
-    value_trunk: bool = False  # the value loss trains the trunk: its forward's activations are kept too
+    value_prompt: int = 0  # prompt tokens of the value pass whose activations the backward keeps (0: none, detached)
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or isinstance(self.world_size, bool) or self.world_size < 1:
@@ -283,14 +283,15 @@ def _gathered(model: ModelShape, run: RunShape) -> MemoryItem:
 
 def _critic(model: ModelShape, run: RunShape) -> list[MemoryItem]:
     """A learned critic's value head (float32 weights, gradients, AdamW moments) and, when its loss
-    reaches the trunk, its forward's activations (as many as the policy's pass at most)."""
+    reaches the trunk, its forward's activations over the micro-batch's prompts."""
     if not run.value_heads:
         return []
-    items = [MemoryItem("value head (weights, gradients, AdamW)", 16 * (model.hidden + 1) * run.value_heads,
+    items = [MemoryItem("value head (+ gradients, AdamW)", 16 * (model.hidden + 1) * run.value_heads,
                         f"{run.value_heads} x ({model.hidden} + 1) float32 parameters")]
-    if run.value_trunk:
-        items.append(MemoryItem("value pass activations", _activations(model, run)[0].bytes,
-                                "the prompts' forward, at most a step's"))
+    if run.value_prompt:
+        prompts = dataclasses.replace(run, sequence=run.value_prompt)
+        items.append(MemoryItem("value pass activations", _activations(model, prompts)[0].bytes,
+                                f"the prompts' forward, {run.value_prompt} tokens each"))
     return items
 
 
@@ -451,7 +452,8 @@ def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> Run
         activation_offload=optim.activation_offload, engine_fraction=fraction, rollout_batch=rollout_batch,
         total_bytes=total_bytes, world_size=world_size,
         rollout_copy=world_size > 1 and rollouts.backend == "transformers",
-        value_heads=1 if uses_critic(config.algorithm.name) else 0, value_trunk=not config.algorithm.critic.detach_trunk,
+        value_heads=1 if uses_critic(config.algorithm.name) else 0,
+        value_prompt=0 if config.algorithm.critic.detach_trunk else spec.max_prompt_tokens,
     )
 
 
