@@ -21,7 +21,8 @@ sequence lengths, the rollout engine's share). The parts:
 * a learned critic (``algo: ppo``, :mod:`ptgpo_algos.critic`): its value head's weights, gradients and
   AdamW moments (float32, ``16 (H + 1)`` bytes per value), and, when the value loss reaches the shared
   trunk, the activations of the value's forward pass over the micro-batch's prompts (at the prompt
-  budget), alive beside the policy's until the backward;
+  budget), alive beside the policy's until the backward; a critic model of its own (``shared_trunk:
+  false``) adds the policy's weights, gradients and AdamW moments (and a LoRA base) once more;
 * what the allocator measures nowhere: the CUDA context, and fragmentation (:data:`FRAGMENTATION`).
 
 On a CPU the same parts are the process's resident memory, in float32, plus the Python runtime. The
@@ -146,6 +147,7 @@ class RunShape:
     rollout_copy: bool = False  # each rank plays with a full copy at the compute dtype (the trainer across ranks)
     value_heads: int = 0  # outputs of a learned critic's value head on the trunk (0: critic-free)
     value_prompt: int = 0  # prompt tokens of the value pass whose activations the backward keeps (0: none, detached)
+    critic_model: bool = False  # the critic has a trunk of its own: a second copy of the model, trained
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or isinstance(self.world_size, bool) or self.world_size < 1:
@@ -288,6 +290,10 @@ def _critic(model: ModelShape, run: RunShape) -> list[MemoryItem]:
         return []
     items = [MemoryItem("value head (+ gradients, AdamW)", 16 * (model.hidden + 1) * run.value_heads,
                         f"{run.value_heads} x ({model.hidden} + 1) float32 parameters")]
+    if run.critic_model:
+        own = _weights(model, dataclasses.replace(run, kl_reference=False, rollout_copy=False))
+        items.append(MemoryItem("critic model (+ gradients, AdamW)", sum(item.bytes for item in own),
+                                "a copy of the policy's model, trained"))
     if run.value_prompt:
         prompts = dataclasses.replace(run, sequence=run.value_prompt)
         items.append(MemoryItem("value pass activations", _activations(model, prompts)[0].bytes,
@@ -402,7 +408,8 @@ class DiskPlan:
 def plan_disk(model: ModelShape, run: RunShape) -> DiskPlan:
     """The :class:`DiskPlan` of ``model`` trained as ``run`` says."""
     trainable = model.lora_parameters(run.lora_rank) if run.lora_rank else model.parameters()
-    checkpoint = (trainable + (model.hidden + 1) * run.value_heads) * 3 * _bytes(run.precision.trainable)
+    trained = trainable * (2 if run.critic_model else 1) + (model.hidden + 1) * run.value_heads
+    checkpoint = trained * 3 * _bytes(run.precision.trainable)
     if run.lora_rank:
         final = trainable * _bytes(run.precision.trainable)
     else:
@@ -454,6 +461,7 @@ def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> Run
         rollout_copy=world_size > 1 and rollouts.backend == "transformers",
         value_heads=1 if uses_critic(config.algorithm.name) else 0,
         value_prompt=0 if config.algorithm.critic.detach_trunk else spec.max_prompt_tokens,
+        critic_model=uses_critic(config.algorithm.name) and not config.algorithm.critic.shared_trunk,
     )
 
 

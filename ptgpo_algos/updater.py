@@ -220,10 +220,14 @@ class Updater:
         return self.optimizer_step()
 
     def optimizer_step(self) -> float:
-        """Clip the gradient to ``optim.max_grad_norm`` (over all shards of a sharded model), take the
-        optimiser's step and the schedule's; the norm before clipping."""
-        parameters = list(self.policy.parameters()) + ([] if self.critic is None else self.critic.parameters())
+        """Clip the gradient to ``optim.max_grad_norm`` (over all shards of a sharded model; with a critic on
+        the policy's trunk, over its head too; a critic model of its own apart), take the optimiser's step
+        and the schedule's; the policy's norm before clipping."""
+        shared = self.critic is not None and self.critic.shares_trunk
+        parameters = list(self.policy.parameters()) + (self.critic.parameters() if shared else [])
         norm = torch.nn.utils.clip_grad_norm_(parameters, self.optim.max_grad_norm)
+        if self.critic is not None and not shared:  # a critic model of its own is clipped on its own, as verl does
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.optim.max_grad_norm)
         self.optimizer.step()
         if self.schedule is not None:
             self.schedule.step()

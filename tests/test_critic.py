@@ -105,13 +105,13 @@ def test_the_ppo_estimator_refuses_steps_without_values():
         compute_advantages("ppo", [[Trajectory([Step("s", "a", 1.0)]), Trajectory([Step("s", "b", 0.0)])]])
 
 
-def test_critic_settings_are_checked_and_a_separate_critic_is_refused_naming_the_field():
+def test_critic_settings_are_checked_naming_the_field():
     from ptgpo_algos.config import TrainConfig
 
     config = TrainConfig.from_dict({"algo": "ppo", "algorithm.critic": {"value_head_lr": "1e-3", "value_clip": None}})
     assert config.algorithm.critic == CriticSettings(value_head_lr=1e-3, value_clip=None)
-    with pytest.raises(ValueError, match=r"algorithm\.critic\.shared_trunk: false"):
-        TrainConfig.from_dict({"algo": "ppo", "algorithm.critic.shared_trunk": False})
+    with pytest.raises(ValueError, match=r"algorithm\.critic\.detach_trunk: true .* shared_trunk: false"):
+        TrainConfig.from_dict({"algo": "ppo", "algorithm.critic": {"shared_trunk": False, "detach_trunk": True}})
     with pytest.raises(ValueError, match=r"algorithm\.critic.*value_loss_coef"):
         TrainConfig.from_dict({"algo": "ppo", "algorithm.critic.value_loss_coef": 1.0})
     with pytest.raises(ValueError, match=r"algorithm\.critic\.value_coef"):
@@ -236,23 +236,27 @@ def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path
     assert rows[0]["value_mean"] == 0.0  # the head starts at zero
     assert rows[-1]["value_mean"] != 0.0  # and has learnt since
     checkpoint = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
-    assert set(checkpoint["critic"]) == {"weight", "bias"} and checkpoint["critic"]["weight"].any()
+    assert set(checkpoint["critic"]["head"]) == {"weight", "bias"} and checkpoint["critic"]["head"]["weight"].any()
+    assert checkpoint["critic"]["trunk"] is None
     assert len(checkpoint["optimizer"]["param_groups"]) == 2
 
 
-def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch):
+@pytest.mark.parametrize("shared_trunk", [True, False])
+def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch, shared_trunk):
     from ptgpo_algos import strategies
     from ptgpo_algos.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    run = dict(iterations=4, checkpoint_every=2, algorithm={"critic": {"value_head_lr": 2e-2}})
+    # The goal is reached (returns that are not all 0) with these, as in the run above.
+    run = dict(iterations=4, checkpoint_every=2, seed=3, group_size=6, tasks_per_iteration=4, max_steps=8,
+               algorithm={"critic": {"value_head_lr": 2e-2, "shared_trunk": shared_trunk}})
     whole = run_training(_lake(tmp_path / "whole", **run), progress=False)
     real = strategies.collect_rollouts
     calls = {"n": 0}
 
     def dies_in_the_fourth_iteration(*args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 7:  # a collection per task, 2 tasks an iteration
+        if calls["n"] == 13:  # a collection per task, 4 tasks an iteration: iteration 4's first
             raise KeyboardInterrupt("killed")
         return real(*args, **kwargs)
 
@@ -264,6 +268,7 @@ def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path,
     resumed = run_training(_lake(tmp_path / "cut", resume=True, **run), progress=False)
     assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
     assert resumed.final_eval == whole.final_eval
+    assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
 
 
 def test_ppo_across_ranks_is_refused_naming_the_field():
@@ -305,6 +310,7 @@ def test_the_memory_plan_of_ppo_counts_the_value_head_and_its_pass_over_grpos():
         return plan_for_config(config, "cpu", 16 * GIB), disk_plan_for_config(config, "cpu")
 
     (grpo, grpo_disk), (ppo, ppo_disk), (detached, _) = plans("grpo"), plans("ppo"), plans("ppo", detach_trunk=True)
+    (separate, separate_disk) = plans("ppo", shared_trunk=False)
     items = {item.name: item.bytes for item in ppo.items}
     # The tiny model's (hidden 32, 2 layers, MLP 256, one key/value head of 16) float32 activations:
     # 32*32 + 16*256 + 8*16 = 5,248 bytes a token and layer, two layers and one layer's backward, over
@@ -318,6 +324,12 @@ def test_the_memory_plan_of_ppo_counts_the_value_head_and_its_pass_over_grpos():
     assert detached.trainer_bytes - grpo.trainer_bytes == 16 * 33
     # The checkpoint keeps the head's weights and its two moments.
     assert ppo_disk.checkpoint_bytes - grpo_disk.checkpoint_bytes == 3 * 4 * 33
+    # A critic model of its own: the policy's weights, gradients and moments once more, in memory and on disk.
+    model = {item.name: item.bytes for item in grpo.items}
+    own = model["trainable weights (float32)"] + model["gradients (float32)"] + model["AdamW moments (float32)"]
+    assert {item.name: item.bytes for item in separate.items}["critic model (+ gradients, AdamW)"] == own
+    assert separate.trainer_bytes - ppo.trainer_bytes == own
+    assert separate_disk.checkpoint_bytes - ppo_disk.checkpoint_bytes == 3 * model["trainable weights (float32)"]
 
 
 def test_under_lora_the_value_head_trains_with_the_adapters_and_the_base_stays_frozen(policy, tmp_path):
@@ -334,3 +346,29 @@ def test_under_lora_the_value_head_trains_with_the_adapters_and_the_base_stays_f
     assert any(p.grad is not None and p.grad.any() for p in adapters.values())
     frozen = [p for name, p in lora.model.named_parameters() if "lora" not in name]
     assert all(not p.requires_grad and p.grad is None for p in frozen)
+
+
+def test_a_critic_model_of_its_own_is_trained_by_the_value_loss_alone(policy):
+    from ptgpo_algos.losses import PolicyLoss, get_loss
+    from ptgpo_algos.update import accumulate_gradients
+
+    critic, samples = _critic(policy, shared_trunk=False), _targeted_samples(policy)
+    assert not critic.shares_trunk and critic.trunk is not policy
+    own = list(critic.trunk.parameters())
+    assert own and not {id(p) for p in own} & {id(p) for p in policy.parameters()}
+    loss = PolicyLoss(get_loss("ppo-clip"), {"clip_ratio": 0.2, "clip_ratio_c": 3.0})
+    _zero_grads(policy, critic)
+    accumulate_gradients(policy, samples, loss, float(len(samples)), None)
+    assert all(p.grad is None for p in critic.parameters())
+    _zero_grads(policy, critic)
+    critic.loss(policy, samples, float(len(samples)))[0].backward()
+    assert all(p.grad is None for p in policy.parameters())
+    assert any(p.grad is not None and p.grad.any() for p in own)
+    restored = _critic(policy, shared_trunk=False)
+    with torch.no_grad():
+        own[0].add_(1.0)
+    restored.load_state_dict(critic.state_dict())
+    torch.testing.assert_close(dict(restored.trunk.named_trainable()), dict(critic.trunk.named_trainable()))
+    with pytest.raises(KeyError, match="shared_trunk"):
+        _critic(policy).load_state_dict(critic.state_dict())
+    _zero_grads(policy, critic)

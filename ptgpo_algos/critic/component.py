@@ -13,11 +13,14 @@ Each iteration, for ``algorithm.name: ppo`` (:class:`Critic`)::
 
 The value is read at the last prompt token of a turn: ``V(s_t)`` of the state the decision is taken in,
 before any of its tokens (one value per turn, the unit the environment rewards). The head reads the
-policy's own trunk (shared), so the value loss trains the trunk too unless ``detach_trunk``.
+policy's own trunk (shared), so the value loss trains the trunk too unless ``detach_trunk``; with
+``shared_trunk: false`` it reads a trunk of its own instead, a copy of the policy made when the run
+starts (verl's separate critic model), which only the value loss trains.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -25,6 +28,7 @@ import torch
 
 from ptgpo_algos.advantages.ppo import ppo_targets
 from ptgpo_algos.advantages.table import StepTable
+from ptgpo_algos.collectors import restore_weights, snapshot_weights
 from ptgpo_algos.critic.head import ValueHead, hidden_size
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
 from ptgpo_algos.critic.settings import CriticSettings
@@ -36,27 +40,35 @@ __all__ = ["Critic"]
 
 
 class Critic:
-    """The value head on ``policy``'s trunk with its settings (see the module docstring); ``n_values``
-    heads' outputs per state (PPO reads the first)."""
+    """The value head on ``policy``'s trunk (or on a copy of it, ``shared_trunk: false``) with its
+    settings (see the module docstring); ``n_values`` outputs per state (PPO reads the first)."""
 
     def __init__(self, settings: CriticSettings, policy: Any, n_values: int = 1):
         self.settings = settings
+        #: The critic's own trunk (a copy of the policy when it starts), or None: it reads the policy's.
+        self.trunk = None if settings.shared_trunk else copy.deepcopy(policy)
         self.head = ValueHead(hidden_size(policy.model), n_values).to(policy.device)
 
+    @property
+    def shares_trunk(self) -> bool:
+        """Whether the head reads the policy's own trunk (the gradients are then clipped together)."""
+        return self.trunk is None
+
     def param_group(self, lr: float) -> dict[str, Any]:
-        """The head's optimiser parameter group: ``value_head_lr`` (else ``lr``, the policy's) and its
-        own weight decay."""
-        return {"params": list(self.head.parameters()), "lr": self.settings.value_head_lr or lr,
+        """The critic's optimiser parameter group (the head, and a trunk of its own): ``value_head_lr``
+        (else ``lr``, the policy's) and its own weight decay."""
+        return {"params": self.parameters(), "lr": self.settings.value_head_lr or lr,
                 "weight_decay": self.settings.value_head_weight_decay}
 
     def parameters(self) -> list[torch.nn.Parameter]:
-        """The head's parameters (the update clips their gradient with the policy's)."""
-        return list(self.head.parameters())
+        """The critic's own trainable parameters: the head's, and its trunk's when it has one."""
+        own = [] if self.trunk is None else list(self.trunk.parameters())
+        return own + list(self.head.parameters())
 
     def values(self, policy: Any, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
-        """``(batch, n_values)`` values of the prompts' states, with gradients (into the trunk unless
-        ``detach_trunk``)."""
-        states = policy.prompt_states(prompts)
+        """``(batch, n_values)`` values of the prompts' states, with gradients (into the trunk it reads
+        unless ``detach_trunk``)."""
+        states = (policy if self.trunk is None else self.trunk).prompt_states(prompts)
         return self.head(states.detach() if self.settings.detach_trunk else states)
 
     def score(self, policy: Any, prompts: Sequence[Sequence[int]], batch_size: int) -> np.ndarray:
@@ -134,12 +146,18 @@ class Critic:
         return self.settings.value_coef * value_loss, stats
 
     def state_dict(self) -> dict[str, Any]:
-        """The head's weights (its optimiser state is in the run's optimiser)."""
-        return {key: value.detach().cpu().clone() for key, value in self.head.state_dict().items()}
+        """The head's weights and its own trunk's trainable ones (their optimiser state is in the run's
+        optimiser)."""
+        head = {key: value.detach().cpu().clone() for key, value in self.head.state_dict().items()}
+        return {"head": head, "trunk": None if self.trunk is None else snapshot_weights(self.trunk)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the head's weights (``KeyError``/``RuntimeError`` when they do not fit)."""
-        self.head.load_state_dict(dict(state))
+        """Restore the weights :meth:`state_dict` took (``KeyError``/``RuntimeError`` when they do not fit)."""
+        self.head.load_state_dict(dict(state["head"]))
+        if (self.trunk is None) != (state["trunk"] is None):
+            raise KeyError("trunk: the checkpoint's critic and this run's differ in shared_trunk")
+        if self.trunk is not None:
+            restore_weights(self.trunk, state["trunk"])
 
 
 def _decision(step: Step) -> Decision:

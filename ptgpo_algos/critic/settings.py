@@ -33,8 +33,8 @@ class CriticSettings:
     value_head_lr: float | None = setting(None, "the value head's learning rate, its own optimiser parameter group "
                                           "(None: optim.lr)")
     value_head_weight_decay: float = setting(0.0, "the value head's AdamW weight decay")
-    shared_trunk: bool = setting(True, "the value head reads the policy's own last hidden state (false, a separate "
-                                 "critic model, is not supported)")
+    shared_trunk: bool = setting(True, "the value head reads the policy's own last hidden state (false: a separate "
+                                 "critic model, a copy of the policy's, trained with the head at value_head_lr)")
     detach_trunk: bool = setting(False, "the value loss trains the head only, not the shared trunk")
     bootstrap_truncated: bool = setting(True, "an episode cut off by the horizon is bootstrapped with the value of "
                                         "its final state (false: treated as terminated, its last value 0)")
@@ -48,10 +48,9 @@ class CriticSettings:
         check_number(_WHERE + "value_head_weight_decay", self.value_head_weight_decay, 0.0)
         for name in ("shared_trunk", "detach_trunk", "bootstrap_truncated"):
             check_bool(_WHERE + name, getattr(self, name))
-        if not self.shared_trunk:
-            raise ValueError(f"{_WHERE}shared_trunk: false (a separate critic model) is not supported; the value head "
-                             "reads the policy's trunk, set it to true (and detach_trunk: true to keep the value loss "
-                             "out of the trunk)")
+        if not self.shared_trunk and self.detach_trunk:
+            raise ValueError(f"{_WHERE}detach_trunk: true freezes the trunk the value head reads, but shared_trunk: "
+                             "false gives the critic a trunk of its own to train; set one of them back")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> CriticSettings:
