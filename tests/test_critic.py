@@ -372,3 +372,26 @@ def test_a_critic_model_of_its_own_is_trained_by_the_value_loss_alone(policy):
     with pytest.raises(KeyError, match="shared_trunk"):
         _critic(policy).load_state_dict(critic.state_dict())
     _zero_grads(policy, critic)
+
+
+def test_the_viewer_recomputes_a_ppo_runs_credit_from_its_recorded_values(tmp_path, monkeypatch):
+    from ptgpo_algos.files import read_jsonl
+    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.viewer.credit import decision_credit, estimator_credits
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    config = _lake(tmp_path / "run", iterations=2, max_steps=3, **{"run.record_rollouts": 1})
+    run_training(config, progress=False)
+    rows = list(read_jsonl(tmp_path / "run" / "rollouts" / "iteration-000002.jsonl"))
+    assert all(isinstance(row["extras"]["value"], float) for row in rows)
+    credit = estimator_credits(config, 2, rows)[0]
+    assert credit.name == "ppo" and credit.error is None
+    assert [decision_credit(row, credit) for row in rows] == pytest.approx([row["advantage"] for row in rows])
+
+
+def test_the_verl_bridge_refuses_ppo_which_reads_our_critic():
+    from ptgpo_algos.integrations.verl import bridged_estimators, check_bridged
+
+    assert "ppo" not in bridged_estimators()
+    with pytest.raises(ValueError, match="verl runs PPO with its own critic"):
+        check_bridged("ppo")
