@@ -56,6 +56,7 @@ import yaml
 from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
 from ptgpo_algos.advantages.config import validate_config
 from ptgpo_algos.cost import Budget
+from ptgpo_algos.critic.settings import CriticSettings
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
 from ptgpo_algos.policy.recipes import load_recipe, recipe_names
@@ -210,6 +211,9 @@ class AlgorithmConfig:
     objectives: list[dict[str, Any]] = _field(help="auxiliary objectives beside the RL loss, each with its weight "
                                               "and keys, e.g. [{name: isdpo, weight: 1.0}] (isdpo, seed, mcgpo)",
                                               factory=list)
+    critic: CriticSettings = _field(help="ppo: the learned critic (ptgpo_algos.critic.settings.CriticSettings: "
+                                    "value_coef, value_clip, value_head_lr, detach_trunk...)", flat=False,
+                                    factory=CriticSettings)
 
     def __post_init__(self) -> None:
         # The losses and objectives import torch: imported here, they load only when a config is built,
@@ -231,6 +235,8 @@ class AlgorithmConfig:
         check_choice(label("algorithm.loss_agg"), self.loss_agg, LOSS_AGGREGATIONS)
         object.__setattr__(self, "objectives", validate_objectives(label("algorithm.objectives"),
                                                                    self.objectives))
+        if not isinstance(self.critic, CriticSettings):
+            object.__setattr__(self, "critic", CriticSettings.from_mapping(self.critic))
 
 
 def _loss_config(loss: str, given: Any) -> dict[str, Any]:

@@ -18,6 +18,11 @@ sequence lengths, the rollout engine's share). The parts:
 * rollouts on the trainer's own model (the transformers backend): the KV cache of a batch of
   episodes; with vLLM, the engine's share of the GPU (``gpu_memory_utilization``), which vLLM
   takes whole at start-up;
+* a learned critic (``algo: ppo``, :mod:`ptgpo_algos.critic`): its value head's weights, gradients and
+  AdamW moments (float32, ``16 (H + 1)`` bytes per value), and, when the value loss reaches the shared
+  trunk, the activations of the value's forward pass over the micro-batch's prompts (at the prompt
+  budget), alive beside the policy's until the backward; a critic model of its own (``shared_trunk:
+  false``) adds the policy's weights, gradients and AdamW moments (and a LoRA base) once more;
 * what the allocator measures nowhere: the CUDA context, and fragmentation (:data:`FRAGMENTATION`).
 
 On a CPU the same parts are the process's resident memory, in float32, plus the Python runtime. The
@@ -41,6 +46,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.policy.precision import DTYPE_BYTES, Precision, precision_for
 
 __all__ = ["ACTIVATION_BYTES", "DiskDoesNotFit", "DiskPlan", "GpuDoesNotFit", "MemoryItem", "MemoryPlan", "ModelShape",
@@ -139,6 +145,9 @@ class RunShape:
     total_bytes: int = 0  # the device's memory (GPU) or the machine's (CPU)
     world_size: int = 1  # ranks the model is sharded over (FSDP2), one GPU each; the plan is one rank's
     rollout_copy: bool = False  # each rank plays with a full copy at the compute dtype (the trainer across ranks)
+    value_heads: int = 0  # outputs of a learned critic's value head on the trunk (0: critic-free)
+    value_prompt: int = 0  # prompt tokens of the value pass whose activations the backward keeps (0: none, detached)
+    critic_model: bool = False  # the critic has a trunk of its own: a second copy of the model, trained
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or isinstance(self.world_size, bool) or self.world_size < 1:
@@ -274,6 +283,24 @@ def _gathered(model: ModelShape, run: RunShape) -> MemoryItem:
     return MemoryItem("FSDP gathered copies", total, "2 layers + embeddings/output layer + 1 layer's gradient")
 
 
+def _critic(model: ModelShape, run: RunShape) -> list[MemoryItem]:
+    """A learned critic's value head (float32 weights, gradients, AdamW moments) and, when its loss
+    reaches the trunk, its forward's activations over the micro-batch's prompts."""
+    if not run.value_heads:
+        return []
+    items = [MemoryItem("value head (+ gradients, AdamW)", 16 * (model.hidden + 1) * run.value_heads,
+                        f"{run.value_heads} x ({model.hidden} + 1) float32 parameters")]
+    if run.critic_model:
+        own = _weights(model, dataclasses.replace(run, kl_reference=False, rollout_copy=False))
+        items.append(MemoryItem("critic model (+ gradients, AdamW)", sum(item.bytes for item in own),
+                                "a copy of the policy's model, trained"))
+    if run.value_prompt:
+        prompts = dataclasses.replace(run, sequence=run.value_prompt)
+        items.append(MemoryItem("value pass activations", _activations(model, prompts)[0].bytes,
+                                f"the prompts' forward, {run.value_prompt} tokens each"))
+    return items
+
+
 def plan_memory(model: ModelShape, run: RunShape) -> MemoryPlan:
     """The predicted peak of a run (see the module docstring), with advice when it does not fit."""
     plan = _itemised(model, run)
@@ -285,6 +312,7 @@ def plan_memory(model: ModelShape, run: RunShape) -> MemoryPlan:
 def _itemised(model: ModelShape, run: RunShape) -> MemoryPlan:
     """The plan's items, without advice."""
     plan = MemoryPlan(model, run, _weights(model, run) + _activations(model, run) + [_output_layer(model, run)])
+    plan.items += _critic(model, run)
     if run.rollout_batch:
         kv = run.rollout_batch * run.sequence * model.layers * 2 * model.kv_width * _bytes(run.precision.compute)
         plan.items.append(MemoryItem("rollout KV cache (transformers)", kv, f"{run.rollout_batch} episodes"))
@@ -380,7 +408,8 @@ class DiskPlan:
 def plan_disk(model: ModelShape, run: RunShape) -> DiskPlan:
     """The :class:`DiskPlan` of ``model`` trained as ``run`` says."""
     trainable = model.lora_parameters(run.lora_rank) if run.lora_rank else model.parameters()
-    checkpoint = trainable * 3 * _bytes(run.precision.trainable)
+    trained = trainable * (2 if run.critic_model else 1) + (model.hidden + 1) * run.value_heads
+    checkpoint = trained * 3 * _bytes(run.precision.trainable)
     if run.lora_rank:
         final = trainable * _bytes(run.precision.trainable)
     else:
@@ -430,6 +459,9 @@ def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> Run
         activation_offload=optim.activation_offload, engine_fraction=fraction, rollout_batch=rollout_batch,
         total_bytes=total_bytes, world_size=world_size,
         rollout_copy=world_size > 1 and rollouts.backend == "transformers",
+        value_heads=1 if uses_critic(config.algorithm.name) else 0,
+        value_prompt=0 if config.algorithm.critic.detach_trunk else spec.max_prompt_tokens,
+        critic_model=uses_critic(config.algorithm.name) and not config.algorithm.critic.shared_trunk,
     )
 
 

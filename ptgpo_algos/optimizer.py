@@ -11,7 +11,7 @@ warm-up has no scheduler at all: the step is the plain AdamW step.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -34,9 +34,14 @@ def lr_factor(step: int, schedule: str, warmup_steps: int = 0, decay_steps: int 
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def build_optimizer(parameters: Iterable[torch.nn.Parameter], optim: OptimConfig) -> torch.optim.Optimizer:
-    """AdamW at ``optim.lr`` with ``optim.weight_decay`` on ``parameters``."""
-    return torch.optim.AdamW(list(parameters), lr=optim.lr, weight_decay=optim.weight_decay)
+def build_optimizer(parameters: Iterable[torch.nn.Parameter], optim: OptimConfig,
+                    groups: Sequence[dict[str, Any]] = ()) -> torch.optim.Optimizer:
+    """AdamW at ``optim.lr`` with ``optim.weight_decay`` on ``parameters``; ``groups``: further parameter
+    groups with settings of their own (a critic's value head, :mod:`ptgpo_algos.critic`). The schedule
+    scales every group's rate alike."""
+    if not groups:
+        return torch.optim.AdamW(list(parameters), lr=optim.lr, weight_decay=optim.weight_decay)
+    return torch.optim.AdamW([{"params": list(parameters)}, *groups], lr=optim.lr, weight_decay=optim.weight_decay)
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, optim: OptimConfig) -> Any:

@@ -35,9 +35,13 @@ import numpy as np
 from ptgpo_algos.data import Batch, Context, Decision, Step, Task, Trajectory
 from ptgpo_algos.episodes import Episode, EpisodeEngine, Transition, make_vector_env
 
-__all__ = ["ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "Spend", "collect_rollouts", "expert_plans"]
+__all__ = ["FINAL_CONTEXT", "ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "Spend", "collect_rollouts",
+           "expert_plans", "final_context"]
 
 ROLLOUT_MODES = ("linear", "tree")
+#: ``Step.extras`` key of an episode's last step when the horizon cut it off (truncated, not terminated):
+#: the :class:`Context` of the state it ended in, from which a critic bootstraps (:mod:`ptgpo_algos.critic`).
+FINAL_CONTEXT = "final_context"
 BRANCH_STRATEGIES = ("uniform", "entropy", "novel")
 
 
@@ -262,6 +266,8 @@ class Collection:
             context=leaf.context, achieved=transition.achieved,
             extras={"expert_plan": leaf.plan} if leaf.plan is not None else {},
         ))
+        if transition.truncated and not transition.terminated:
+            leaf.steps[-1].extras[FINAL_CONTEXT] = final_context(episode, decision, transition)
         if not transition.done:
             episode.advance(sent_action(decision), transition)
             leaf.nodes.append(decision_point(group, episode, transition.snapshot))
@@ -306,6 +312,14 @@ class Collection:
                 batch.append(trajectories)
         self.stats.wall_time_s = time.perf_counter() - self.started
         return batch
+
+
+def final_context(episode: Episode, decision: Decision, transition: Transition) -> Context:
+    """The context of the state an episode ended in (after ``decision``'s ``transition``): what a policy
+    would have decided on next, had the horizon not cut it off (a critic's bootstrap)."""
+    info = transition.info
+    return Context(info.get("task", episode.info["task"]), transition.observation,
+                   list(info.get("admissible_actions", [])), [*episode.history, (episode.observation, sent_action(decision))])
 
 
 def expert_plans(episodes: list[Episode]) -> list[list[str]]:

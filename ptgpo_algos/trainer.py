@@ -60,6 +60,8 @@ from ptgpo_algos.callbacks import (
 from ptgpo_algos.checkpoint import CheckpointError
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.cost import standard_error
+from ptgpo_algos.critic.component import Critic
+from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
 from ptgpo_algos.evaluation import overlap
@@ -177,13 +179,16 @@ class Trainer:
     def build_models(self) -> None:
         """The trainable policy, the KL reference, the one that plays (the placement's: the policy itself,
         a separate engine, a rank's copy), the policy wrapped for the update (sharded across ranks), the
-        optimiser and its learning-rate schedule (:mod:`ptgpo_algos.optimizer`)."""
+        optimiser and its learning-rate schedule (:mod:`ptgpo_algos.optimizer`), and a learned critic's
+        value head for the estimators that read one (:mod:`ptgpo_algos.critic`; its own parameter group)."""
         config = self.config
         self.policy = self.placement.build_policy(config, self.device)
         self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
         self.rollout_policy = self.placement.rollout_policy(self)
         self.placement.wrap(self)
-        self.optimizer = build_optimizer(self.policy.parameters(), config.optim)
+        self.critic = Critic(config.algorithm.critic, self.policy) if uses_critic(config.algorithm.name) else None
+        groups = [] if self.critic is None else [self.critic.param_group(config.optim.lr)]
+        self.optimizer = build_optimizer(self.policy.parameters(), config.optim, groups)
         self.schedule = build_schedule(self.optimizer, config.optim)
 
     def build_callbacks(self) -> list[Callback]:
@@ -225,7 +230,7 @@ class Trainer:
         mode = old_logprobs_mode(config.optim.old_logprobs, elsewhere=elsewhere, float32_scores=float32_scores)
         return self.placement.updater(self, rng=self.state.rng, reference=self.reference, old_logprobs=mode,
                                       report_drift=elsewhere or (self.rollout_policy is not self.policy and not float32_scores),
-                                      schedule=self.schedule)
+                                      schedule=self.schedule, **({} if self.critic is None else {"critic": self.critic}))
 
     def restore(self) -> None:
         """Resume from the run's checkpoint (the placement reads the weights and the optimiser): the
@@ -241,7 +246,9 @@ class Trainer:
                     callback.load_state_dict(checkpoint.get(callback.state_key))
             self.objectives.load_state_dict(_objective_state(checkpoint))
             self.collector.load_state_dict(checkpoint.get("pending_rollout"))
-        except (TypeError, KeyError, ValueError) as error:
+            if self.critic is not None:
+                self.critic.load_state_dict(checkpoint["critic"])
+        except (TypeError, KeyError, ValueError, RuntimeError) as error:
             path = self.config.run_dir / self.placement.checkpoint_name
             raise CheckpointError(f"{path}: a component's saved state does not fit this run ({type(error).__name__}: "
                                   f"{str(error)[:200]}); it belongs to another run") from None
@@ -381,11 +388,14 @@ class Trainer:
         return self.collector.collect()
 
     def estimate(self, batch: Batch):
-        """Advantages of every step by the configured estimator, with per-group diagnostics."""
+        """Advantages of every step by the configured estimator, with per-group diagnostics; with a
+        critic, its values of the batch's states are recorded first (the estimator reads them)."""
         algorithm = self.config.algorithm
         config = dict(algorithm.config)
         if "progress" in estimator_defaults(algorithm.name):
             config.setdefault("progress", self.progress_fraction())
+        if self.critic is not None:
+            self.critic.annotate(batch, self.policy, self.updater.scoring_batch_size)
         advantages, diagnostics = compute_advantages_with_diagnostics(algorithm.name, batch, **config)
         if algorithm.placebo:
             advantages = permuted(advantages, self.state.rng)
@@ -412,6 +422,10 @@ class Trainer:
             advantages, auxiliary, stats = self.objectives.prepare(
                 batch, advantages, self.policy, self.state.rng, self.config.optim.micro_batch_size)
         samples = flatten_batch(batch, advantages, self.config.algorithm.loss_agg, self.config.policy.mode)
+        if self.critic is not None:
+            algorithm = self.config.algorithm
+            stats.update(self.critic.set_targets(batch, samples, {**estimator_defaults(algorithm.name),
+                                                                  **algorithm.config}))
         prepared = self.updater.prepare(samples)
         stats = {**self.updater.run(samples, auxiliary), **prepared, **stats}
         if self.objectives:
@@ -533,6 +547,8 @@ class Trainer:
         }
         if self.schedule is not None:
             payload["lr_schedule"] = self.schedule.state_dict()
+        if self.critic is not None:
+            payload["critic"] = self.critic.state_dict()
         for callback in self.callbacks:
             if callback.state_key is not None:
                 payload[callback.state_key] = callback.state_dict()

@@ -27,17 +27,20 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
 from ptgpo_algos.data import Batch, Decision
 from ptgpo_algos.losses import PolicyLoss
 
-__all__ = ["COUNTS", "TrainingSample", "accumulate_gradients", "flatten_batch", "micro_batch_loss", "micro_batches",
+__all__ = ["COUNTS", "ExtraLoss", "TrainingSample", "accumulate_gradients", "flatten_batch", "micro_batch_loss", "micro_batches",
            "minibatches", "recompute_old_logprobs", "reference_logprobs", "same_prompt_groups", "scoring_parts",
            "trained_samples", "units"]
 
+
+#: A term added to each micro-batch's loss: ``extra(part)`` is its value (with gradients) and figures.
+ExtraLoss = Callable[[list["TrainingSample"]], tuple[torch.Tensor, dict[str, float]]]
 
 #: Figures of a micro-batch that are counts, which add up over micro-batches and ranks:
 #: ``computed_tokens``, the token positions its forward pass ran through the model (each prefix its rows
@@ -61,6 +64,10 @@ class TrainingSample:
     #: step, whose forward is taken under those very weights: that forward, detached, is pi_old
     #: (stored in ``old_logprobs`` then, for later epochs), and no pass of its own is needed.
     old_from_first_step: bool = False
+    #: The critic's value of the step's state when the batch was scored, and its value target (the GAE
+    #: return); None without a critic (:mod:`ptgpo_algos.critic`).
+    old_value: float | None = None
+    value_return: float | None = None
 
 
 def flatten_batch(
@@ -142,14 +149,16 @@ def minibatches(groups: list[list[int]], order: Sequence[int], size: int) -> Ite
         yield chunk
 
 
-def trained_samples(samples: Sequence[TrainingSample], *, entropy_coef: float, kl: bool) -> list[TrainingSample]:
+def trained_samples(samples: Sequence[TrainingSample], *, entropy_coef: float, kl: bool,
+                    values: bool = False) -> list[TrainingSample]:
     """The samples an update runs forward passes on.
 
-    Steps with zero advantage add nothing to the PPO term but count in the token mean: when no entropy
-    or KL term needs them, their units stay in the denominator and their forward pass is skipped
-    (exactly the same loss, often most of the batch in all-failed groups).
+    Steps with zero advantage add nothing to the PPO term but count in the token mean: when no entropy,
+    KL or value term (``values``: a critic trains on every step) needs them, their units stay in the
+    denominator and their forward pass is skipped (exactly the same loss, often most of the batch in
+    all-failed groups).
     """
-    if entropy_coef or kl:
+    if entropy_coef or kl or values:
         return list(samples)
     return [s for s in samples if s.advantage != 0.0]
 
@@ -205,7 +214,7 @@ def reference_logprobs(reference, samples: Sequence[TrainingSample], micro_batch
 
 def accumulate_gradients(policy, chunk: list[TrainingSample], loss: PolicyLoss, total_units: float,
                          micro_batch_size: int | None, *, activation_offload: bool = False,
-                         one_chunk_each: bool = False) -> dict[str, float]:
+                         one_chunk_each: bool = False, extra: ExtraLoss | None = None) -> dict[str, float]:
     """Forward and backward over ``chunk`` in micro-batches; the gradients add up to the whole chunk's.
 
     Each micro-batch's loss is divided by the whole mini-batch's weighted unit count
@@ -213,7 +222,8 @@ def accumulate_gradients(policy, chunk: list[TrainingSample], loss: PolicyLoss, 
     combined likewise: the ``*loss`` entries and the :data:`COUNTS` add up, the others (means over a
     part's units) are averaged with the parts' unit counts as weights. ``one_chunk_each`` cuts a
     micro-batch further where the policy would score it in several chunks (across ranks, each forward
-    and backward must be matched by another rank's, one for one).
+    and backward must be matched by another rank's, one for one). ``extra`` adds a term of its own to
+    each micro-batch's loss (the critic's value loss), with its figures.
     """
     parts = micro_batches(chunk, micro_batch_size)
     if one_chunk_each:
@@ -228,6 +238,10 @@ def accumulate_gradients(policy, chunk: list[TrainingSample], loss: PolicyLoss, 
             if activation_offload else contextlib.nullcontext()
         with offload:
             value, stats = micro_batch_loss(policy, part, loss, total_units)
+            if extra is not None:
+                term, term_stats = extra(part)
+                value = value + term
+                stats = {**stats, **term_stats}
         value.backward()
         for key, figure in stats.items():
             weight = 1.0 if key.endswith("loss") or key in COUNTS else share / sum(part_units)

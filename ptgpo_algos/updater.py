@@ -98,7 +98,7 @@ class Updater:
 
     def __init__(self, policy, optimizer: torch.optim.Optimizer, optim: OptimConfig, algorithm: AlgorithmConfig, *,
                  rng: np.random.Generator, reference=None, old_logprobs: str = "recompute",
-                 report_drift: bool = False, schedule: Any = None):
+                 report_drift: bool = False, schedule: Any = None, critic: Any = None):
         if old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"old_logprobs: recompute or rollout, got {old_logprobs!r} (old_logprobs_mode "
                              "resolves auto)")
@@ -112,6 +112,9 @@ class Updater:
         self.report_drift = report_drift
         #: The learning-rate schedule, stepped after each optimiser step (:mod:`ptgpo_algos.optimizer`; None: constant).
         self.schedule = schedule
+        #: The learned critic whose value loss joins the policy's (:class:`ptgpo_algos.critic.component.Critic`;
+        #: None: critic-free). It trains on every sample, zero advantage or not.
+        self.critic = critic
         #: The first epoch's order of the prompt groups, drawn by :meth:`prepare` when it hands the first
         #: optimiser step's pi_old to that step (None: :meth:`run` draws it).
         self._first_order: np.ndarray | None = None
@@ -123,7 +126,8 @@ class Updater:
 
     def trained(self, samples: Sequence[TrainingSample]) -> list[TrainingSample]:
         """The samples the update runs forward passes on (:func:`~ptgpo_algos.update.trained_samples`)."""
-        return trained_samples(samples, entropy_coef=self.loss.entropy_coef, kl=self.reference is not None)
+        return trained_samples(samples, entropy_coef=self.loss.entropy_coef, kl=self.reference is not None,
+                               values=self.critic is not None)
 
     def prepare(self, samples: Sequence[TrainingSample]) -> dict[str, float]:
         """Score the trained samples without gradients before the update: pi_old when it is recomputed,
@@ -190,16 +194,23 @@ class Updater:
 
     def layout(self, samples: Sequence[TrainingSample], kl: bool) -> BatchLayout:
         """The :class:`BatchLayout` of ``samples``, the whole batch in one process."""
-        trained = {id(s) for s in trained_samples(samples, entropy_coef=self.loss.entropy_coef, kl=kl)}
+        trained = {id(s) for s in trained_samples(samples, entropy_coef=self.loss.entropy_coef, kl=kl,
+                                                  values=self.critic is not None)}
         return BatchLayout(same_prompt_groups(samples),
                            [s.weight * units(s.decision, self.policy.mode) for s in samples],
                            [id(s) in trained for s in samples], [_tokens(s) for s in samples])
 
     def backward(self, chunk: list[TrainingSample], total_units: float, one_chunk_each: bool = False) -> dict[str, float]:
         """Forward and backward over a mini-batch's trained samples, in micro-batches; ``total_units``
-        is the mini-batch's weighted unit count, every term's denominator."""
+        is the mini-batch's weighted unit count, every policy term's denominator; the critic's value term
+        is divided by the mini-batch's summed sample weights."""
+        extra = None
+        if self.critic is not None:
+            weights = sum(s.weight for s in chunk if s.value_return is not None)
+            extra = lambda part: self.critic.loss(self.policy, part, weights)  # noqa: E731
         return accumulate_gradients(self.policy, chunk, self.loss, total_units, self.optim.micro_batch_size,
-                                    activation_offload=self.optim.activation_offload, one_chunk_each=one_chunk_each)
+                                    activation_offload=self.optim.activation_offload, one_chunk_each=one_chunk_each,
+                                    extra=extra)
 
     def train_step(self, loss: torch.Tensor) -> float:
         """One optimiser step on ``loss`` alone (an objective that trains in steps of its own); the
@@ -209,9 +220,14 @@ class Updater:
         return self.optimizer_step()
 
     def optimizer_step(self) -> float:
-        """Clip the gradient to ``optim.max_grad_norm`` (over all shards of a sharded model), take the
-        optimiser's step and the schedule's; the norm before clipping."""
-        norm = torch.nn.utils.clip_grad_norm_(list(self.policy.parameters()), self.optim.max_grad_norm)
+        """Clip the gradient to ``optim.max_grad_norm`` (over all shards of a sharded model; with a critic on
+        the policy's trunk, over its head too; a critic model of its own apart), take the optimiser's step
+        and the schedule's; the policy's norm before clipping."""
+        shared = self.critic is not None and self.critic.shares_trunk
+        parameters = list(self.policy.parameters()) + (self.critic.parameters() if shared else [])
+        norm = torch.nn.utils.clip_grad_norm_(parameters, self.optim.max_grad_norm)
+        if self.critic is not None and not shared:  # a critic model of its own is clipped on its own, as verl does
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.optim.max_grad_norm)
         self.optimizer.step()
         if self.schedule is not None:
             self.schedule.step()

@@ -50,8 +50,11 @@ def random_group(rng: random.Random, share_objects: bool = True, action_of=None)
             tokens = (7 * len(history) + ord(action) + ord(state)) % 5
             # A rollout strategy's own reward (3SPO's), dyadic and a function of the history like the tokens.
             own = ((3 * len(history) + ord(action) + 2 * ord(state)) % 8) / 4 - 0.75
+            # A critic's value of the state (what ppo reads, recorded by the trainer), dyadic likewise.
+            value = ((5 * len(history) + ord(state)) % 8) / 8
             steps.append(Step(state, action, rng.choice(rewards), rng.random() > 0.2,
-                              response_ids=[0] * tokens if tokens else None, extras={"strategy_reward": own}))
+                              response_ids=[0] * tokens if tokens else None,
+                              extras={"strategy_reward": own, "value": value}))
         group.append(Trajectory(steps, meta=meta))
     return group
 
@@ -85,6 +88,8 @@ def random_config(name: str, rng: random.Random) -> dict:
         "variance_prior": [0.25, 1.0],
         "distance_base": [0.5, 0.25],
         "empg": [None],  # needs recorded entropies; tests/test_advantages_empg.py
+        "gae_lambda": [0.0, 0.5, 1.0],
+        "whiten": [False, True],
     }
     return {key: rng.choice(choices[key]) for key in estimator_defaults(name)}
 
@@ -318,6 +323,31 @@ def reference(name: str, batch, *, gamma, invalid_penalty, coverage_beta=0.0, co
     return result
 
 
+def ppo_reference(batch, *, gamma, invalid_penalty, gae_lambda, whiten, **_):
+    """ppo's docstring as loops: GAE per trajectory (every random trajectory terminated), whitened over
+    the batch, then the driver's zeros for groups of fewer than two non-empty trajectories."""
+    advantages = []
+    for group in batch:
+        for trajectory in group:
+            steps, out, running = trajectory.steps, [], 0.0
+            for t in range(len(steps) - 1, -1, -1):
+                following = steps[t + 1].extras["value"] if t + 1 < len(steps) else 0.0
+                reward = steps[t].reward - (invalid_penalty if not steps[t].valid else 0.0)
+                running = reward + gamma * following - steps[t].extras["value"] + gamma * gae_lambda * running
+                out.insert(0, running)
+            advantages.append(out)
+    every = [a for out in advantages for a in out]
+    if whiten and len(every) > 1:
+        mean, std = sum(every) / len(every), math.sqrt(sum((a - sum(every) / len(every)) ** 2 for a in every) / len(every))
+        advantages = [[(a - mean) / (std + 1e-8) for a in out] for out in advantages]
+    result, k = [], 0
+    for group in batch:
+        live = sum(1 for t in group if t.steps) >= 2
+        result.append([[a if live else 0.0 for a in advantages[k + i]] for i in range(len(group))])
+        k += len(group)
+    return result
+
+
 def flat(nested) -> np.ndarray:
     return np.array([x for group in nested for traj in group for x in traj], dtype=float)
 
@@ -331,7 +361,8 @@ def test_matches_reference_on_random_groups(name):
     for seed in range(25):
         batch = random_batch(seed)
         config = random_config(name, rng)
-        expected = reference(name, batch, **{**estimator_defaults(name), **config})
+        known = {**estimator_defaults(name), **config}
+        expected = ppo_reference(batch, **known) if name == "ppo" else reference(name, batch, **known)
         actual = compute_advantages(name, batch, **config)
         assert [[len(t) for t in g] for g in actual] == [[len(t) for t in g] for g in batch]
         np.testing.assert_allclose(flat(actual), flat(expected), rtol=1e-9, atol=1e-12,
@@ -393,8 +424,8 @@ def test_array_form_agrees_with_nested_form():
 
 
 def test_degenerate_batches_give_zeros():
-    lone = [Trajectory([Step("a", "x", 1.0, extras={"strategy_reward": 1.0}),
-                        Step("a", "x", 0.0, extras={"strategy_reward": 0.0})])]
+    lone = [Trajectory([Step("a", "x", 1.0, extras={"strategy_reward": 1.0, "value": 0.5}),
+                        Step("a", "x", 0.0, extras={"strategy_reward": 0.0, "value": 0.25})])]
     for name in ESTIMATORS:
         assert compute_advantages(name, []) == []
         assert compute_advantages(name, [[], [Trajectory()], [Trajectory(), Trajectory()]]) == [
@@ -407,9 +438,9 @@ def test_degenerate_batches_give_zeros():
 
 
 def test_unknown_estimator_lists_the_valid_names():
-    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo, graphgpo, 3spo, bpo"
-    with pytest.raises(ValueError, match=f"unknown advantage estimator .ppo. \\(did you mean .ptgpo.\\?\\); choose one of {names}$"):
-        compute_advantages("ppo", [])
+    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo, graphgpo, 3spo, bpo, ppo"
+    with pytest.raises(ValueError, match=f"unknown advantage estimator .ptgpx. \\(did you mean .ptgpo.\\?\\); choose one of {names}$"):
+        compute_advantages("ptgpx", [])
 
 
 @pytest.mark.parametrize(

@@ -132,7 +132,7 @@ def test_ppo_clip_loss_shape():
     "change, message",
     [
         ({"env_id": "ptgpo/Nowhere-v0"}, "(env_id): unknown environment"),
-        ({"algo": "ppo"}, "(algo): unknown advantage estimator 'ppo' (did you mean 'ptgpo'?); choose one of"),
+        ({"algo": "ptgpx"}, "(algo): unknown advantage estimator 'ptgpx' (did you mean 'ptgpo'?); choose one of"),
         ({"group_size": 1}, "(group_size): expected an integer in [2, 1048576]"),
         ({"learning_rate": -1.0}, "(learning_rate): expected a number > 0"),
         ({"clip_ratio": float("nan")}, "clip_ratio"),

@@ -1,5 +1,6 @@
-"""Group advantage estimators: GRPO, RLOO, GiGPO, HGPO, PTGPO, G2PO, PlanPO, ProGPO, CovGPO,
-GraphGPO, 3SPO and BPO, registered by name.
+"""Advantage estimators: the group methods GRPO, RLOO, GiGPO, HGPO, PTGPO, G2PO, PlanPO, ProGPO, CovGPO,
+GraphGPO, 3SPO and BPO, and PPO's GAE from a learned critic's values (:mod:`ptgpo_algos.critic`),
+registered by name.
 
 ``compute_advantages(name, batch, **config)`` returns one advantage per step, aligned with ``batch``
 (groups of :class:`~ptgpo_algos.data.Trajectory`). Each estimator is a pure function over the batch's
@@ -15,7 +16,7 @@ ptgpo, g2po, progpo), ``K`` [2] (hgpo, ptgpo, progpo), ``alpha`` [1.0] (hgpo, pt
 ``alpha_init`` [0.1], ``alpha_final`` [0.05], ``progress`` [0] and ``turn_group`` [index] (planpo),
 ``transition_weight`` [1.0] and ``variance_prior`` [0.25] (progpo), ``coverage_weight`` [0.1] and
 ``variant`` [trajectory] (covgpo), ``distance_base`` [0.2] (graphgpo; also ``omega`` and
-``success_reward``). ``estimator_defaults(name)`` lists them.
+``success_reward``), ``gae_lambda`` [0.95] and ``whiten`` [True] (ppo, which takes no coverage keys). ``estimator_defaults(name)`` lists them.
 
 :data:`ESTIMATORS` is an open registry: ``register_estimator`` adds one, here or from another package
 (the ``ptgpo.estimators`` entry points), and the trainer's config accepts it by name.
@@ -29,7 +30,7 @@ from typing import Any, Mapping
 # Importing the estimator modules registers them, in this order.
 from ptgpo_algos.advantages import grpo, rloo, gigpo, hgpo, ptgpo  # noqa: F401, I001
 from ptgpo_algos.advantages import g2po, planpo, progpo, covgpo  # noqa: F401, I001
-from ptgpo_algos.advantages import graphgpo, spo3, bpo  # noqa: F401, I001
+from ptgpo_algos.advantages import graphgpo, spo3, bpo, ppo  # noqa: F401, I001
 from ptgpo_algos.advantages.estimate import (
     AdvantageResult,
     GroupDiagnostics,

@@ -47,11 +47,17 @@ class StepTable:
     #: (n_steps,) float64: the rollout strategy's own reward of the step (``Step.extras["strategy_reward"]``,
     #: 3SPO's composite reward), NaN where none was recorded
     strategy_reward: np.ndarray
+    #: (n_steps,) float64: the critic's value of the state the step's decision was taken in
+    #: (``Step.extras["value"]``, :mod:`ptgpo_algos.critic`), NaN where none was recorded
+    value: np.ndarray
     trajectory_group: np.ndarray  # (n_trajectories,) int64: group of each trajectory
     #: (n_trajectories,) int64: the step at which a trajectory forked from another's prefix
     #: (``Trajectory.meta["branch_point"]``), -1 for one played from reset or given as a step list
     branch_point: np.ndarray
     trajectory_length: np.ndarray  # (n_trajectories,) int64: steps of each trajectory (may be 0)
+    #: (n_trajectories,) float64: the critic's value after a trajectory's last step
+    #: (``Trajectory.meta["bootstrap_value"]``): 0 where none was recorded (an episode that terminated)
+    bootstrap_value: np.ndarray
     group_size: np.ndarray  # (n_groups,) int64: trajectories per group, empty ones included
     n_states: int
     n_actions: int
@@ -78,7 +84,7 @@ class StepTable:
 
         Raises ``ValueError`` for a malformed batch or a reward that is not a finite number.
         """
-        steps, trajectory_group, trajectory_length, group_size, branch_point = _flatten(batch)
+        steps, trajectory_group, trajectory_length, group_size, branch_point, bootstrap = _flatten(batch)
         state_keys, actions, reward, valid, response_tokens = _step_columns(steps)
         entropy = np.fromiter(
             (np.nan if step.decision is None else step.decision.entropy for step in steps), dtype=np.float64,
@@ -86,6 +92,7 @@ class StepTable:
         )
         strategy_reward = np.fromiter((step.extras.get("strategy_reward", np.nan) for step in steps),
                                       dtype=np.float64, count=len(steps))
+        value = np.fromiter((step.extras.get("value", np.nan) for step in steps), dtype=np.float64, count=len(steps))
 
         lengths = np.asarray(trajectory_length, dtype=np.int64)
         n_trajectories = lengths.shape[0]
@@ -115,9 +122,11 @@ class StepTable:
             response_tokens=response_tokens,
             entropy=entropy,
             strategy_reward=strategy_reward,
+            value=value,
             trajectory_group=np.asarray(trajectory_group, dtype=np.int64),
             branch_point=np.asarray(branch_point, dtype=np.int64),
             trajectory_length=lengths,
+            bootstrap_value=np.asarray(bootstrap, dtype=np.float64),
             group_size=np.asarray(group_size, dtype=np.int64),
             n_states=n_states,
             n_actions=n_actions,
@@ -135,13 +144,14 @@ class StepTable:
         return [per_trajectory[start:end] for start, end in zip(group_starts, group_ends)]
 
 
-def _flatten(batch: Sequence[Sequence[Trajectory]]) -> tuple[list[Step], list[int], list[int], list[int], list[int]]:
-    """The batch's steps in order, each trajectory's group and length, each group's size and each
-    trajectory's branch point (-1: none)."""
+def _flatten(batch: Sequence[Sequence[Trajectory]]) -> tuple[list[Step], list[int], list[int], list[int], list[int],
+                                                               list[float]]:
+    """The batch's steps in order, each trajectory's group and length, each group's size, each
+    trajectory's branch point (-1: none) and its bootstrap value (0: none)."""
     if not _is_list_of(batch):
         raise ValueError(f"batch must be a list of groups, each a list of Trajectory; got {type(batch).__name__}")
     steps: list[Step] = []
-    trajectory_group, trajectory_length, group_size, branch_point = [], [], [], []
+    trajectory_group, trajectory_length, group_size, branch_point, bootstrap = [], [], [], [], []
     for g, group in enumerate(batch):
         if not _is_list_of(group):
             raise ValueError(
@@ -150,7 +160,8 @@ def _flatten(batch: Sequence[Sequence[Trajectory]]) -> tuple[list[Step], list[in
             )
         for i, trajectory in enumerate(group):
             trajectory_steps = trajectory.steps if isinstance(trajectory, Trajectory) else trajectory
-            point = trajectory.meta.get("branch_point") if isinstance(trajectory, Trajectory) else None
+            meta = trajectory.meta if isinstance(trajectory, Trajectory) else {}
+            point = meta.get("branch_point")
             if point is not None and (isinstance(point, bool) or not isinstance(point, numbers.Integral) or point < 0):
                 raise ValueError(f"batch[{g}][{i}].meta['branch_point'] must be a step index (an integer >= 0) or "
                                  f"None, got {point!r}")
@@ -160,8 +171,9 @@ def _flatten(batch: Sequence[Sequence[Trajectory]]) -> tuple[list[Step], list[in
             trajectory_group.append(g)
             trajectory_length.append(len(trajectory_steps))
             branch_point.append(-1 if point is None else int(point))
+            bootstrap.append(float(meta.get("bootstrap_value", 0.0)))
         group_size.append(len(group))
-    return steps, trajectory_group, trajectory_length, group_size, branch_point
+    return steps, trajectory_group, trajectory_length, group_size, branch_point, bootstrap
 
 
 def _step_columns(steps: list[Step]) -> tuple[list, list, np.ndarray, np.ndarray, np.ndarray]:

@@ -42,6 +42,7 @@ import torch
 
 from ptgpo_algos.collectors import draw_per_task, env_horizon, play_per_task
 from ptgpo_algos.config import TrainConfig, label
+from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Batch
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, combine_metrics, gather_in_order, gather_objects
 from ptgpo_algos.distributed.engine import build_rank_engine, push_gathered
@@ -86,6 +87,9 @@ def check_sharded_config(config: TrainConfig) -> None:
         raise ValueError(f"{label('algorithm.objectives')}: {names} do not run across ranks (their items are drawn "
                          "from the whole batch, which no rank holds); leave them out with --nproc, or train in one "
                          "process")
+    if uses_critic(config.algorithm.name):
+        raise ValueError(f"{label('algorithm.name')}: {config.algorithm.name}'s learned critic (its value head and "
+                         "value loss) is not sharded across ranks; train it in one process, without --nproc")
     if config.rollouts.seeding != "per_task":
         raise ValueError(f"{label('rollouts.seeding')}: {config.rollouts.seeding} draws every task's rollouts from one "
                          "generator in one pass, which ranks playing their own tasks do not share; set it to per_task")

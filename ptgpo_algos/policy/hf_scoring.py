@@ -50,6 +50,15 @@ class PolicyScoring:
         """The decoder's last hidden states (after the final norm) and its cache: no output layer."""
         return forward_with_cache(self._base().get_decoder(), cache, **inputs)
 
+    def prompt_states(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """The decoder's last hidden state at each prompt's last token, ``(batch, hidden)``, with gradients
+        (a value head's input: the state a decision is taken in, before any of its tokens)."""
+        ids, mask = left_pad(prompts, self.pad_id, self.device)
+        with self.computing():
+            hidden, _ = self._through_root(self._hidden, input_ids=ids, attention_mask=mask,
+                                           position_ids=position_ids(mask))
+        return hidden[:, -1, :]
+
     def _token_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0):
         """``(log p, entropy)`` of ``targets`` (``(N,)``) predicted from ``hidden`` (``(N, H)``)."""
         head = self._base().get_output_embeddings()

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
+from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Step, Trajectory
 
 __all__ = ["Placement", "bridged_estimators", "check_bridged", "compute_advantage", "register_estimators",
@@ -138,13 +139,17 @@ def to_token_advantages(advantages: Sequence[Sequence[Sequence[float]]], placeme
 
 def bridged_estimators() -> list[str]:
     """The estimators that run on verl's rows: all but those that credit what one of our rollout
-    strategies records (3SPO's step rewards come from its search, which verl's rollouts do not run)."""
-    return [name for name in ESTIMATORS.names() if ESTIMATORS.get(name).strategy is None]
+    strategies records (3SPO's step rewards come from its search, which verl's rollouts do not run)
+    and those that read our trainer's critic (ppo: verl runs PPO with its own critic, ``gae``)."""
+    return [name for name in ESTIMATORS.names() if ESTIMATORS.get(name).strategy is None and not uses_critic(name)]
 
 
 def check_bridged(name: str) -> None:
     """Refuse, naming why, an estimator that credits what only one of our rollout strategies records."""
     strategy = ESTIMATORS.get(name).strategy
+    if uses_critic(name):
+        raise ValueError(f"{name} reads the values of our trainer's critic, which verl's rows do not carry: verl runs "
+                         f"PPO with its own critic (algorithm.adv_estimator: gae); on verl: {', '.join(bridged_estimators())}")
     if strategy is not None:
         raise ValueError(f"{name} credits what our {strategy} rollout strategy records, which verl's rollouts do "
                          f"not: train it with ptgpo train; on verl: {', '.join(bridged_estimators())}")

@@ -1,0 +1,64 @@
+"""Generalised advantage estimation (Schulman et al. 2016, arXiv 1506.02438) over multi-turn episodes,
+one value per turn: pure numpy, vectorised over a batch of episodes of different lengths.
+
+The unit is the turn (one decision of the policy): ``V(s_t)`` is the critic's value of the state the
+decision at turn t is taken in, ``r_t`` the reward of that turn. With ``V(s_T)`` the value after the
+last turn (``bootstrap``: 0 for an episode that terminated, the critic's value of the final state for
+one cut off by the horizon)::
+
+    delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
+    A_t     = sum_{k >= t} (gamma lambda)^(k - t) delta_k      (within the episode)
+    R_t     = A_t + V(s_t)                                      (the value target)
+
+``lambda = 1`` gives the discounted return (bootstrapped) minus the value, ``lambda = 0`` the one-step
+TD error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["GaeResult", "turn_gae"]
+
+
+@dataclass(frozen=True)
+class GaeResult:
+    """``advantages`` and ``returns`` (the value targets), one per step, in the input's order."""
+
+    advantages: np.ndarray
+    returns: np.ndarray
+
+
+def turn_gae(rewards: np.ndarray, values: np.ndarray, lengths: np.ndarray, bootstrap: np.ndarray,
+             gamma: float, lam: float) -> GaeResult:
+    """GAE of a batch of episodes laid end to end (see the module docstring).
+
+    ``rewards`` and ``values``: (n_steps,), the episodes' turns in order, episode after episode;
+    ``lengths``: (n_episodes,) turns of each (0 allowed); ``bootstrap``: (n_episodes,) the value after
+    each episode's last turn. Loops over time (the longest episode), vectorised over episodes.
+    """
+    rewards, values = np.asarray(rewards, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    lengths, bootstrap = np.asarray(lengths, dtype=np.int64), np.asarray(bootstrap, dtype=np.float64)
+    n_steps = int(lengths.sum())
+    if rewards.shape != (n_steps,) or values.shape != (n_steps,) or bootstrap.shape != lengths.shape:
+        raise ValueError(f"turn_gae: rewards and values need one entry per step ({n_steps} for lengths summing to it) "
+                         f"and bootstrap one per episode ({lengths.shape[0]}); got {rewards.shape}, {values.shape}, "
+                         f"{bootstrap.shape}")
+    if n_steps == 0:
+        return GaeResult(np.zeros(0), np.zeros(0))
+    episode = np.repeat(np.arange(lengths.shape[0]), lengths)
+    time = np.arange(n_steps) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    horizon = int(lengths.max())
+    # Column t + 1 of an episode's row is V(s_{t+1}); its last turn's is the bootstrap value.
+    next_values = np.zeros((lengths.shape[0], horizon + 1))
+    next_values[episode, time] = values
+    next_values[np.arange(lengths.shape[0]), lengths] = bootstrap
+    deltas = rewards + gamma * next_values[episode, time + 1] - values
+    padded = np.zeros((horizon + 1, lengths.shape[0]))
+    padded[time, episode] = deltas
+    for t in range(horizon - 1, -1, -1):
+        padded[t] += gamma * lam * padded[t + 1]
+    advantages = padded[time, episode]
+    return GaeResult(advantages, advantages + values)
