@@ -112,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[NO_PROGRESS_ENV] = "1"
     if args.no_progress or not sys.stderr.isatty():
         # Hugging Face's own bars (loading and saving weights) write \r frames too; transformers reads
-        # this when it is imported.
+        # this when it is imported, so a caller that imported it before main() is told directly.
         os.environ[HF_BARS_ENV] = "1"
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
