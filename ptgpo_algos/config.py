@@ -282,6 +282,10 @@ class PolicyConfig:
                                        "bfloat16 runs them under bf16 autocast, 1.4-3.5x as fast on CPUs with bf16 "
                                        "units (AMX, avx512_bf16), while the update stays at dtype and recomputes "
                                        "pi_old there; null: dtype's compute", flat=False)
+    cpu_autocast: bool = _field(False, "on a CPU, compute as a GPU does at dtype bfloat16: forward and backward "
+                                "passes (update, rollouts, evaluation) under bf16 autocast and frozen weights in "
+                                "bf16, while trainable weights, the optimiser and log-probabilities stay float32; "
+                                "for CPUs with bf16 units (AMX, avx512_bf16), where bf16 is faster", flat=False)
     gradient_checkpointing: bool | None = _field(None, "None: on for pretrained models on GPUs")
     lora: dict[str, Any] | None = _field(None, "LoRA adapters (r, alpha, dropout, target_modules); None: full "
                                          "fine-tuning")
@@ -322,6 +326,10 @@ class PolicyConfig:
         check_choice(label("policy.dtype"), self.dtype, ("auto", "float32", "bfloat16"))
         if self.rollout_dtype is not None:
             check_choice(label("policy.rollout_dtype"), self.rollout_dtype, ("float32", "bfloat16"))
+        check_bool(label("policy.cpu_autocast"), self.cpu_autocast)
+        if self.cpu_autocast and self.dtype == "float32":
+            raise ValueError(f"{label('policy.cpu_autocast')}: true computes in bfloat16, which policy.dtype: float32 "
+                             "contradicts; set dtype to auto or bfloat16, or cpu_autocast to false")
         check_int(label("policy.min_new_tokens"), self.min_new_tokens, 0, self.max_new_tokens,
                   hint="at most max_new_tokens")
         check_int(label("policy.logprob_chunk"), self.logprob_chunk, 1)

@@ -453,7 +453,7 @@ def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> Run
         tasks = -(-rollouts.tasks_per_iteration // world_size)
         rollout_batch = max(tasks * rollouts.group_size, -(-config.evaluation.batch_size // world_size))
     return RunShape(
-        device=kind, precision=precision_for(device, spec.dtype), micro_batch=optim.micro_batch_size or optim.minibatch_size,
+        device=kind, precision=precision_for(device, spec.dtype, spec.cpu_autocast), micro_batch=optim.micro_batch_size or optim.minibatch_size,
         sequence=spec.max_prompt_tokens + spec.max_new_tokens, lora_rank=int(spec.lora.get("r", 16)) if spec.lora else None,
         gradient_checkpointing=checkpointing, logprob_chunk=spec.logprob_chunk, kl_reference=optim.kl_coef > 0,
         activation_offload=optim.activation_offload, engine_fraction=fraction, rollout_batch=rollout_batch,

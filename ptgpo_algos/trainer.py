@@ -226,7 +226,8 @@ class Trainer:
         came from elsewhere, or from a rank's copy whose scores are not float32."""
         config = self.config
         elsewhere = self.placement.plays_elsewhere(self)
-        float32_scores = float32_rollouts(precision_for(self.device, config.policy.dtype), config.policy.rollout_dtype)
+        float32_scores = float32_rollouts(precision_for(self.device, config.policy.dtype, config.policy.cpu_autocast),
+                                          config.policy.rollout_dtype)
         mode = old_logprobs_mode(config.optim.old_logprobs, elsewhere=elsewhere, float32_scores=float32_scores)
         return self.placement.updater(self, rng=self.state.rng, reference=self.reference, old_logprobs=mode,
                                       report_drift=elsewhere or (self.rollout_policy is not self.policy and not float32_scores),

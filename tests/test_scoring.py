@@ -399,3 +399,33 @@ def test_a_bf16_rollout_dtype_makes_the_trainer_recompute_pi_old():
     assert [pi_old("cuda", "bfloat16", r) for r in (None, "float32")] == ["recompute", "recompute"]
     with pytest.raises(ValueError, match="policy.rollout_dtype: 'float16' is not valid"):
         TrainConfig.from_dict({"policy": {"rollout_dtype": "float16"}})
+
+
+def test_cpu_autocast_gives_a_cpu_the_gpus_precision_with_float32_weights_and_scores(tiny_path):
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.policy.backends import build_policy
+    from ptgpo_algos.policy.precision import float32_rollouts
+    from ptgpo_algos.updater import old_logprobs_mode
+
+    assert precision_for("cpu", "auto", cpu_autocast=True) == Precision("float32", "bfloat16", "bfloat16")
+    assert precision_for("cpu", "bfloat16", cpu_autocast=True) == precision_for("cuda", "bfloat16")
+    assert precision_for("cpu", "auto") == Precision("float32", "float32", None)  # off: float32, as before
+    with pytest.raises(ValueError, match="policy.cpu_autocast: true computes in bfloat16, which policy.dtype: float32"):
+        TrainConfig.from_dict({"policy": {"cpu_autocast": True, "dtype": "float32"}})
+    with pytest.raises(ValueError, match="policy.cpu_autocast"):
+        TrainConfig.from_dict({"policy": {"cpu_autocast": "yes"}})
+
+    config = TrainConfig.from_dict({"env_id": ENV, "model": str(tiny_path), "mode": "choose",
+                                    "policy": {"cpu_autocast": True}})
+    policy = build_policy(config, "cpu")
+    assert policy.autocast_dtype == torch.bfloat16 and policy.rollout_autocast_dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in policy.parameters())
+    played = policy.decide([_context(), _context(("go up", "go down"))], generator=torch.Generator().manual_seed(0))
+    # The update's forward and backward in bf16, its log-probabilities (the ratio's terms) in float32.
+    scored = {}
+    assert _linear_output_dtypes(policy, lambda: scored.__setitem__("s", policy.score(played))) == {torch.bfloat16}
+    assert scored["s"].logprobs.dtype == torch.float32
+    assert _adamw_step_changes(policy) > 0.99
+    # Rollouts under autocast are not the update's float32 scores: pi_old is recomputed at its precision.
+    float32_scores = float32_rollouts(precision_for("cpu", "auto", True), config.policy.rollout_dtype)
+    assert old_logprobs_mode("auto", elsewhere=False, float32_scores=float32_scores) == "recompute"

@@ -186,10 +186,12 @@ def test_the_speed_benchmark_runs_at_a_toy_size(folder, tmp_path):
     spec.loader.exec_module(module)
     out = tmp_path / "bench.json"
     assert module.main(["--models", "smollm2", "--modes", "generate", "--tasks", "1", "--group-size", "1",
-                        "--max-steps", "1", "--max-new-tokens", "4", "--threads", "1", "--out", str(out)]) == 0
-    row = json.loads(out.read_text())["rows"][0]
-    assert (row["model"], row["mode"], row["decisions"]) == ("smollm2", "generate", 1)
-    assert row["decisions_per_s"] > 0 and row["train_tokens"] > 0
+                        "--max-steps", "1", "--max-new-tokens", "4", "--threads", "1",
+                        "--update-dtypes", "float32", "bfloat16", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["model"], r["mode"], r["decisions"], r["update_dtype"]) for r in rows] == [
+        ("smollm2", "generate", 1, "float32"), ("smollm2", "generate", 1, "bfloat16")]
+    assert all(r["decisions_per_s"] > 0 and r["train_tokens"] > 0 and r["recompute_s"] > 0 for r in rows)
 
 
 def test_under_bf16_compute_the_scores_and_the_ratio_are_float32(folder):

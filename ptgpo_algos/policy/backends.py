@@ -39,6 +39,7 @@ ROLLOUT_BACKENDS: Registry[Callable[[Any, "TrainConfig", str], Any]] = Registry(
 def build_policy(config: TrainConfig, device: str):
     """The trainable policy ``config.policy`` describes (the tiny model is built, or read from its cache)."""
     from ptgpo_algos.policy import load_policy
+    from ptgpo_algos.policy.precision import precision_for
 
     spec = config.policy
     gradient_checkpointing = spec.gradient_checkpointing
@@ -57,7 +58,7 @@ def build_policy(config: TrainConfig, device: str):
         prompt_template=spec.prompt_template,
         require_think=spec.require_think,
         device=device,
-        dtype=spec.dtype,
+        precision=precision_for(device, spec.dtype, spec.cpu_autocast),
         rollout_dtype=spec.rollout_dtype,
         lora=spec.lora,
         gradient_checkpointing=gradient_checkpointing,
@@ -90,7 +91,7 @@ def _vllm(policy: Any, config: TrainConfig, device: str):
 
     # The engine computes at the trainer's compute dtype unless the config says otherwise.
     engine = cpu_engine_defaults() if device == "cpu" else {
-        "gpu_memory_utilization": 0.3, "dtype": precision_for(device, config.policy.dtype).compute}
+        "gpu_memory_utilization": 0.3, "dtype": precision_for(device, config.policy.dtype, config.policy.cpu_autocast).compute}
     if getattr(policy, "has_adapters", False):
         # LoRA through vLLM's own LoRA support: each sync ships the adapters, never the base weights.
         engine.update(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank_slot(policy.lora_rank))

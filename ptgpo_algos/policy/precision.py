@@ -11,7 +11,9 @@ stored at it, which halves their memory.
 On a CPU the forward passes run in float32 whatever the dtype says, and every weight is stored in
 float32: CPUs without bf16 units run bf16 matrix products several times slower than float32 ones
 (measured on this project's AVX2 machines: 1.5 against 12 GFLOP/s a core), and the CPU path serves
-tests and rehearsals of the GPU path's shapes, not speed. float16 compute needs loss scaling to
+tests and rehearsals of the GPU path's shapes, not speed. ``policy.cpu_autocast`` asks for the GPU's
+precision on a CPU that has bf16 units (AMX, avx512_bf16): there bf16 autocast makes the update's
+forward and backward passes faster too (``scripts/bench_smollm2.py --cpu-autocast``). float16 compute needs loss scaling to
 train, which the trainer does not do, so training configs take bfloat16 or float32.
 
 Rollouts and evaluations may compute at another dtype (``policy.rollout_dtype``,
@@ -47,14 +49,15 @@ class Precision:
         return self.autocast or self.trainable
 
 
-def precision_for(device: str, dtype: str) -> Precision:
+def precision_for(device: str, dtype: str, cpu_autocast: bool = False) -> Precision:
     """The precision of a policy on ``device`` (``cpu``, ``cuda``, ``cuda:N``) configured with ``dtype``
-    (``auto``: bf16 on GPUs, float32 on CPUs); see the module docstring."""
+    (``auto``: bf16 on GPUs, float32 on CPUs); ``cpu_autocast`` gives a CPU a GPU's precision (bf16
+    unless ``dtype`` says float32). See the module docstring."""
     if dtype not in ("auto", *DTYPE_BYTES):
         raise ValueError(f"dtype: expected auto, {', '.join(DTYPE_BYTES)}, got {dtype!r}")
-    on_gpu = device.startswith("cuda")
-    compute = ("bfloat16" if on_gpu else "float32") if dtype == "auto" else dtype
-    if not on_gpu or compute == "float32":
+    as_gpu = device.startswith("cuda") or cpu_autocast
+    compute = ("bfloat16" if as_gpu else "float32") if dtype == "auto" else dtype
+    if not as_gpu or compute == "float32":
         return Precision("float32", "float32", None)
     return Precision("float32", compute, compute)
 
