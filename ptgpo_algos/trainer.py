@@ -43,7 +43,7 @@ import dataclasses
 import json
 import math
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -394,9 +394,15 @@ class Trainer:
         config = dict(algorithm.config)
         if "progress" in estimator_defaults(algorithm.name):
             config.setdefault("progress", self.progress_fraction())
+        # Across ranks each holds only its groups: a whitening over the whole batch takes every rank's.
+        across = self.placement.world_size > 1 and {**estimator_defaults(algorithm.name), **config}.get("whiten", False)
+        if across:
+            config["whiten"] = False
         if self.critic is not None:
             self.critic.annotate(batch, self.policy, self.updater.scoring_batch_size)
         advantages, diagnostics = compute_advantages_with_diagnostics(algorithm.name, batch, **config)
+        if across:
+            advantages, diagnostics = whitened_over_ranks(advantages, diagnostics, self.placement.gather)
         if algorithm.placebo:
             advantages = permuted(advantages, self.state.rng)
         return advantages, diagnostics
@@ -425,7 +431,7 @@ class Trainer:
         if self.critic is not None:
             algorithm = self.config.algorithm
             stats.update(self.critic.set_targets(batch, samples, {**estimator_defaults(algorithm.name),
-                                                                  **algorithm.config}))
+                                                                  **algorithm.config}, gather=self.placement.gather))
         prepared = self.updater.prepare(samples)
         stats = {**self.updater.run(samples, auxiliary), **prepared, **stats}
         if self.objectives:
@@ -612,6 +618,21 @@ def _marks_passed(progress: float, fraction: float) -> int:
     """How many multiples of ``fraction`` the run's ``progress`` has reached."""
     # The guard keeps 0.3 of a budget on its mark when 0.3 / 0.1 is 2.9999999999999996.
     return math.floor(progress / fraction + 1e-9)
+
+
+def whitened_over_ranks(advantages: list, diagnostics: list, gather: Callable[[Any], list[Any]]) -> tuple[list, list]:
+    """``advantages`` (this rank's groups) whitened as the estimator's ``whiten`` does the whole batch:
+    ``(A - mean) / (std + 1e-8)`` with the mean and deviation of every rank's (``gather``: in rank order,
+    which is the batch's), and each group's ``nonzero_steps`` counted again."""
+    flat = [a for group in advantages for trajectory in group for a in trajectory]
+    whole = np.asarray([a for part in gather(flat) for a in part], dtype=float)
+    if whole.size <= 1:
+        return advantages, diagnostics
+    mean, deviation = whole.mean(), whole.std() + 1e-8
+    advantages = [[((np.asarray(t, dtype=float) - mean) / deviation).tolist() for t in group] for group in advantages]
+    diagnostics = [dataclasses.replace(d, nonzero_steps=int(sum(a != 0.0 for t in group for a in t)))
+                   for d, group in zip(diagnostics, advantages)]
+    return advantages, diagnostics
 
 
 def permuted(advantages: list, rng: np.random.Generator) -> list:
