@@ -61,6 +61,7 @@ from ptgpo_algos.checkpoint import CheckpointError
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.cost import standard_error
 from ptgpo_algos.critic.component import Critic
+from ptgpo_algos.critic.files import load_saved_critic
 from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
@@ -187,6 +188,8 @@ class Trainer:
         self.rollout_policy = self.placement.rollout_policy(self)
         self.placement.wrap(self)
         self.critic = Critic(config.algorithm.critic, self.policy) if uses_critic(config.algorithm.name) else None
+        if self.critic is not None:  # a run that starts from a saved model takes its critic back
+            load_saved_critic(self.critic, config.policy.model)
         groups = [] if self.critic is None else [self.critic.param_group(config.optim.lr)]
         self.optimizer = build_optimizer(self.policy.parameters(), config.optim, groups)
         self.schedule = build_schedule(self.optimizer, config.optim)

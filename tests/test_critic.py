@@ -271,13 +271,14 @@ def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path,
     assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
 
 
-def test_ppo_across_ranks_is_refused_naming_the_field():
+def test_a_critic_model_of_its_own_across_ranks_is_refused_naming_the_field():
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.distributed.placement import check_sharded_config
 
-    with pytest.raises(ValueError, match=r"algorithm\.name.*learned critic.*without --nproc"):
-        check_sharded_config(TrainConfig.from_dict({"algo": "ppo"}))
-    check_sharded_config(TrainConfig.from_dict({"algo": "grpo"}))
+    with pytest.raises(ValueError, match=r"^algorithm\.critic\.shared_trunk: false .* not sharded across ranks; set it "
+                                         r"to true with --nproc"):
+        check_sharded_config(TrainConfig.from_dict({"algo": "ppo", "algorithm.critic.shared_trunk": False}))
+    check_sharded_config(TrainConfig.from_dict({"algo": "ppo"}))  # the head on the policy's trunk runs across ranks
 
 
 def test_a_truncated_episode_carries_its_final_state_and_the_critic_bootstraps_from_it(policy):
@@ -395,3 +396,41 @@ def test_the_verl_bridge_refuses_ppo_which_reads_our_critic():
     assert "ppo" not in bridged_estimators()
     with pytest.raises(ValueError, match="verl runs PPO with its own critic"):
         check_bridged("ppo")
+
+
+def test_final_model_keeps_the_critic_and_a_run_started_from_it_takes_it_back(tmp_path, monkeypatch):
+    from ptgpo_algos.critic.files import CRITIC_FILE
+    from ptgpo_algos.trainer import Trainer
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    trained = Trainer(_lake(tmp_path / "run", iterations=2, seed=3, group_size=6, tasks_per_iteration=4, max_steps=8,
+                            algorithm={"critic": {"value_head_lr": 2e-2}}), progress=False)
+    trained.train()
+    final = tmp_path / "run" / "final_model"
+    assert (final / CRITIC_FILE).is_file()  # final_model/ held the policy alone: the critic was lost
+    prompts = [s.decision.prompt_ids for s in _targeted_samples(trained.policy)]
+    saved = trained.critic.score(trained.policy, prompts, batch_size=4)
+    assert np.abs(saved).max() > 0  # the head learnt something to take back
+    again = _models(_lake(tmp_path / "next", model=str(final), tiny={}))
+    np.testing.assert_array_equal(again.critic.score(again.policy, prompts, batch_size=4), saved)
+    assert not _models(_lake(tmp_path / "fresh")).critic.head.weight.any()  # a model without a saved critic
+
+
+def _models(config):
+    """A trainer of ``config`` with its models built (what a run starts with), nothing trained."""
+    from ptgpo_algos.trainer import Trainer
+
+    trainer = Trainer(config, progress=False)
+    trainer.device = trainer.placement.device(config)
+    trainer.build_models()
+    return trainer
+
+
+def test_a_saved_critic_that_does_not_fit_is_refused_naming_the_file(tmp_path, policy):
+    from ptgpo_algos.critic.files import CRITIC_FILE, load_saved_critic, save_critic
+
+    save_critic(_critic(policy, shared_trunk=False), tmp_path)
+    assert load_saved_critic(_critic(policy, shared_trunk=False), tmp_path)
+    with pytest.raises(ValueError, match=rf"{CRITIC_FILE}: the saved critic does not fit this run's .*algorithm\.critic"):
+        load_saved_critic(_critic(policy), tmp_path)
+    assert not load_saved_critic(_critic(policy), tmp_path / "elsewhere")

@@ -48,6 +48,7 @@ import torch
 
 from ptgpo_algos.collectors import draw_per_task, env_horizon, play_per_task
 from ptgpo_algos.config import TrainConfig, label
+from ptgpo_algos.critic.files import save_critic
 from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Batch
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, combine_metrics, gather_in_order, gather_objects
@@ -233,11 +234,14 @@ class Ranks(Placement):
 
     def save_final_model(self, trainer: Any) -> None:
         """``final_model/`` by rank 0: the weights gathered from the shards onto its CPU (a LoRA policy's
-        adapters alone), saved as one process saves them (at the compute dtype)."""
+        adapters alone), saved as one process saves them (at the compute dtype), with a learned
+        critic's value head (replicated: rank 0's) beside them."""
         state = gathered_state(trainer.policy, self.root, keep=self.is_main)
         if self.is_main:
             with atomic_folder(trainer.config.run_dir / "final_model") as folder:
                 trainer.policy.save_pretrained(folder, state_dict=state)
+                if trainer.critic is not None:
+                    save_critic(trainer.critic, folder)
 
     def drop_checkpoint(self, trainer: Any) -> None:
         """Delete ``checkpoint/`` (rank 0)."""
