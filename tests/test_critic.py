@@ -434,3 +434,46 @@ def test_a_saved_critic_that_does_not_fit_is_refused_naming_the_file(tmp_path, p
     with pytest.raises(ValueError, match=rf"{CRITIC_FILE}: the saved critic does not fit this run's .*algorithm\.critic"):
         load_saved_critic(_critic(policy), tmp_path)
     assert not load_saved_critic(_critic(policy), tmp_path / "elsewhere")
+
+
+def _spo3_batch(policy, task):
+    from ptgpo_algos.spo3 import StateStats
+    from ptgpo_algos.spo3_rollout import collect_spo3_rollouts
+    from ptgpo_algos.spo3_settings import Spo3Config
+
+    return collect_spo3_rollouts(policy, [task], Spo3Config(g_max=2, trajectories=4), StateStats(),
+                                 generator=torch.Generator().manual_seed(0))[0]
+
+
+def _bpo_batch(policy, task):
+    from ptgpo_algos.bpo_rollout import collect_bpo_rollouts
+    from ptgpo_algos.bpo_settings import BpoConfig
+
+    return collect_bpo_rollouts(policy, [task], BpoConfig(), generator=torch.Generator().manual_seed(0))[0]
+
+
+@pytest.mark.parametrize("collect", [_spo3_batch, _bpo_batch], ids=["spo3", "bpo"])
+def test_a_truncated_3spo_or_bpo_episode_is_bootstrapped_from_its_final_state(policy, collect):
+    # 3SPO recorded no final state: its episodes cut off by the horizon counted as terminated in GAE.
+    from ptgpo_algos.advantages.ppo import ppo_targets
+    from ptgpo_algos.advantages.table import StepTable
+    from ptgpo_algos.data import Task
+    from ptgpo_algos.rollout import FINAL_CONTEXT
+
+    batch = collect(policy, Task(ENV, 5, dict(LAKE), max_steps=2))
+    trajectories = [t for group in batch for t in group]
+    cut = [t for t in trajectories if len(t) == 2 and t.steps[-1].reward == 0.0 and FINAL_CONTEXT in t.steps[-1].extras]
+    assert cut, "a 2-step horizon on a 3x3 lake cuts episodes off"
+    for trajectory in cut:
+        context = trajectory.steps[-1].extras[FINAL_CONTEXT]
+        assert context.history[-1][1] == trajectory.steps[-1].action and context.task == trajectory.steps[-1].context.task
+    critic = _critic(policy)
+    critic.annotate(batch, policy, batch_size=4)
+    assert all(t.meta["bootstrap_value"] != 0.0 for t in cut)
+    # The last step's GAE target is its reward plus gamma times the final state's value (lambda 1 on one step).
+    table = StepTable.from_batch(batch)
+    _, returns = ppo_targets(table, gamma=0.9, invalid_penalty=0.0, gae_lambda=1.0)
+    ends = np.cumsum([len(t) for t in trajectories]) - 1
+    for trajectory, end in zip(trajectories, ends):
+        if trajectory in cut:
+            assert returns[end] == pytest.approx(trajectory.steps[-1].reward + 0.9 * trajectory.meta["bootstrap_value"])
