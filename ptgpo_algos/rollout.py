@@ -286,11 +286,22 @@ class Collection:
             self.stats.reset_wins += leaf.won
 
     def on_transition(self, episode: Episode, decision: Decision, transition: Transition) -> Episode | None:
-        """Book a transition; at an episode's end a tree group branches its next leaf in the freed slot."""
+        """Book a transition (:meth:`record`); an episode that goes on plays on unless :meth:`going_on`
+        ends it, one that ended is finished (:meth:`finish`) and its slot plays what :meth:`after_episode`
+        starts there. Every strategy on this collection ends its episodes here."""
         leaf = self.record(episode, decision, transition)
         if not transition.done:
-            return episode
+            return self.going_on(episode, leaf)
         self.finish(leaf, transition.info)
+        return self.after_episode(episode, leaf)
+
+    def going_on(self, episode: Episode, leaf: Leaf) -> Episode | None:
+        """``episode``, which did not end: it plays on (None: the strategy ended it)."""
+        return episode
+
+    def after_episode(self, episode: Episode, leaf: Leaf) -> Episode | None:
+        """What plays next in the slot of ``episode``, whose ``leaf`` has just finished: a tree group's
+        next leaf, branched (None: nothing)."""
         group = self.groups[leaf.group]
         if self.tree and group.started < self.group_size:
             group.started += 1
