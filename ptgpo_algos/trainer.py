@@ -48,6 +48,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
+from ptgpo_algos.advantages.ppo import whitened
 from ptgpo_algos.callbacks import (
     Callback,
     JsonlLogger,
@@ -398,7 +399,8 @@ class Trainer:
         if "progress" in estimator_defaults(algorithm.name):
             config.setdefault("progress", self.progress_fraction())
         # Across ranks each holds only its groups: a whitening over the whole batch takes every rank's.
-        across = self.placement.world_size > 1 and {**estimator_defaults(algorithm.name), **config}.get("whiten", False)
+        across = (self.critic is not None and self.placement.world_size > 1
+                  and {**estimator_defaults(algorithm.name), **config}.get("whiten", False))
         if across:
             config["whiten"] = False
         if self.critic is not None:
@@ -624,15 +626,15 @@ def _marks_passed(progress: float, fraction: float) -> int:
 
 
 def whitened_over_ranks(advantages: list, diagnostics: list, gather: Callable[[Any], list[Any]]) -> tuple[list, list]:
-    """``advantages`` (this rank's groups) whitened as the estimator's ``whiten`` does the whole batch:
-    ``(A - mean) / (std + 1e-8)`` with the mean and deviation of every rank's (``gather``: in rank order,
-    which is the batch's), and each group's ``nonzero_steps`` counted again."""
-    flat = [a for group in advantages for trajectory in group for a in trajectory]
-    whole = np.asarray([a for part in gather(flat) for a in part], dtype=float)
+    """``advantages`` (this rank's groups) whitened as the ``ppo`` estimator's ``whiten`` does the whole
+    batch, over every rank's (``gather``: in rank order, which is the batch's), and each group's
+    ``nonzero_steps`` counted again."""
+    flat = np.asarray([a for group in advantages for trajectory in group for a in trajectory], dtype=float)
+    whole = np.concatenate(gather(flat))
     if whole.size <= 1:
         return advantages, diagnostics
-    mean, deviation = whole.mean(), whole.std() + 1e-8
-    advantages = [[((np.asarray(t, dtype=float) - mean) / deviation).tolist() for t in group] for group in advantages]
+    white = iter(whitened(flat, whole).tolist())
+    advantages = [[[next(white) for _ in trajectory] for trajectory in group] for group in advantages]
     diagnostics = [dataclasses.replace(d, nonzero_steps=int(sum(a != 0.0 for t in group for a in t)))
                    for d, group in zip(diagnostics, advantages)]
     return advantages, diagnostics

@@ -477,3 +477,21 @@ def test_a_truncated_3spo_or_bpo_episode_is_bootstrapped_from_its_final_state(po
     for trajectory, end in zip(trajectories, ends):
         if trajectory in cut:
             assert returns[end] == pytest.approx(trajectory.steps[-1].reward + 0.9 * trajectory.meta["bootstrap_value"])
+
+
+def test_across_ranks_the_advantages_are_whitened_over_the_whole_batch():
+    # Each rank whitened its own groups: a rank's advantages had mean 0 alone, not the batch's.
+    from ptgpo_algos.advantages.estimate import GroupDiagnostics
+    from ptgpo_algos.trainer import whitened_over_ranks
+
+    ranks = [[[[1.0, 0.0], [3.0]]], [[[0.0, 0.0], [4.0, 2.0]]]]  # each rank's groups of trajectories
+    diagnostics = [GroupDiagnostics(2, 3, 2, False, False, {}), GroupDiagnostics(2, 4, 2, False, False, {})]
+    flat = [1.0, 0.0, 3.0, 0.0, 0.0, 4.0, 2.0]
+    mean, std = 10.0 / 7, float(np.std(flat))
+    parts = [[a for group in rank for t in group for a in t] for rank in ranks]
+    mine, counts = whitened_over_ranks(ranks[1], diagnostics[1:], lambda local: [np.asarray(parts[0]), local])
+    assert mine == [[[(0.0 - mean) / (std + 1e-8)] * 2, [(4.0 - mean) / (std + 1e-8), (2.0 - mean) / (std + 1e-8)]]]
+    assert counts[0].nonzero_steps == 4
+    first, _ = whitened_over_ranks(ranks[0], diagnostics[:1], lambda local: [local, np.asarray(parts[1])])
+    together = [a for rank in (first, mine) for group in rank for t in group for a in t]
+    assert np.mean(together) == pytest.approx(0.0, abs=1e-12) and np.std(together) == pytest.approx(1.0, abs=1e-7)
