@@ -18,6 +18,11 @@ One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slo
   for bit (the same world size: the same sums in the same order); its 2-iteration checkpoint
   resumed on 1 rank gives the uninterrupted 2-rank run's metrics within the same tolerance.
 
+* PPO with its learned critic (the value head replicated, its gradients summed, the advantages
+  whitened over every rank's) on 2 ranks, 1 rank and in one process gives the same metrics within the
+  same tolerance; stopped after 2 iterations and resumed on 2 ranks it equals the uninterrupted run
+  bit for bit (the head and its AdamW moments in ``checkpoint/``).
+
 * The single-process trainer (no ``--nproc``) on the GiGPO, PTGPO and BabyAI configs gives the 1- and
   2-rank runs' metrics within the same tolerance: it plays each task with generators of its own,
   seeded as the ranks seed them (``rollouts.seeding: per_task``).
