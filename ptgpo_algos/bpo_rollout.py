@@ -29,8 +29,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ptgpo_algos.data import Batch, Decision, Task
-from ptgpo_algos.episodes import Episode, Transition
+from ptgpo_algos.data import Batch, Task
+from ptgpo_algos.episodes import Episode
 from ptgpo_algos.bpo_settings import BpoConfig
 from ptgpo_algos.rollout import Collection, Leaf, Node, RolloutStats, play, task_vectors
 
@@ -88,12 +88,8 @@ class BpoCollection(Collection):
         self.stats = BpoStats()
         self.pending: dict[tuple[int, int], list[tuple[Node, Leaf, int]]] = {}
 
-    def on_transition(self, episode: Episode, decision: Decision, transition: Transition) -> Episode | None:
-        """Book a transition; at a leaf's end, queue a trunk's forks and start the slot's next one."""
-        leaf = self.record(episode, decision, transition)
-        if not transition.done:
-            return episode
-        self.finish(leaf, transition.info)
+    def after_episode(self, episode: Episode, leaf: Leaf) -> Episode | None:
+        """At a leaf's end, queue a trunk's forks and start the slot's next one."""
         slot = (id(episode.vector), episode.slot)
         if leaf.branch_point is None:
             chosen = branch_points([node.entropy for node in leaf.nodes[: len(leaf.steps)]],

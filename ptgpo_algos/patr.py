@@ -46,7 +46,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ptgpo_algos.data import Batch, Step, Task
-from ptgpo_algos.episodes import Episode, Transition
+from ptgpo_algos.episodes import Episode
 from ptgpo_algos.patr_settings import DEFAULT_EVERY, EVERY, SCORERS, PatrConfig
 from ptgpo_algos.rollout import Collection, Leaf, RolloutStats, play, sent_action, task_vectors
 
@@ -212,14 +212,13 @@ class PatrCollection(Collection):
         self.engine.run(self.start(vectors), self.act, self.on_transition, send=sent_action, achieved=True,
                         budget=max_decisions, regroup=self.regroup)
 
-    def on_transition(self, episode: Episode, decision: Any, transition: Transition) -> Episode | None:
-        """Book a transition; an ended branch frees its slot, and one whose last ``repeat_limit`` actions are equal
-        is pruned."""
-        leaf = self.record(episode, decision, transition)
-        if transition.done:
-            self.finish(leaf, transition.info)
-            self.free[leaf.group].append(episode.slot)
-            return None
+    def after_episode(self, episode: Episode, leaf: Leaf) -> Episode | None:
+        """An ended branch frees its slot."""
+        self.free[leaf.group].append(episode.slot)
+        return None
+
+    def going_on(self, episode: Episode, leaf: Leaf) -> Episode | None:
+        """A branch whose last ``repeat_limit`` actions are equal is pruned."""
         limit = self.settings.repeat_limit
         if limit is not None and repeats([step.sent for step in leaf.steps[-limit:]], limit):
             self.prune(episode, "repeat")

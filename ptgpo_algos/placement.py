@@ -29,6 +29,7 @@ from typing import Any, Callable
 from ptgpo_algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
 from ptgpo_algos.config import TrainConfig, label
+from ptgpo_algos.critic.files import save_critic
 from ptgpo_algos.device import resolve_device
 from ptgpo_algos.evaluation import EvalResult
 from ptgpo_algos.files import atomic_folder, folder_lock
@@ -123,9 +124,12 @@ class Placement(ABC):
         """Restore the weights and the optimiser from the run's checkpoint; the rest of it (the run state)."""
 
     def save_final_model(self, trainer: Any) -> None:
-        """``final_model/``: the trained policy, ``save_pretrained``."""
+        """``final_model/``: the trained policy, ``save_pretrained``, and a learned critic beside it
+        (:mod:`ptgpo_algos.critic.files`)."""
         with atomic_folder(trainer.config.run_dir / "final_model") as folder:
             trainer.policy.save_pretrained(folder)
+            if trainer.critic is not None:
+                save_critic(trainer.critic, folder)
 
     @abstractmethod
     def drop_checkpoint(self, trainer: Any) -> None:

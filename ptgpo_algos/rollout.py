@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from ptgpo_algos.data import Batch, Context, Decision, Step, Task, Trajectory
 from ptgpo_algos.episodes import Episode, EpisodeEngine, Transition, make_vector_env
 
 __all__ = ["FINAL_CONTEXT", "ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "Spend", "collect_rollouts",
-           "expert_plans", "final_context"]
+           "expert_plans", "mark_cut_off"]
 
 ROLLOUT_MODES = ("linear", "tree")
 #: ``Step.extras`` key of an episode's last step when the horizon cut it off (truncated, not terminated):
@@ -267,7 +267,8 @@ class Collection:
             extras={"expert_plan": leaf.plan} if leaf.plan is not None else {},
         ))
         if transition.truncated and not transition.terminated:
-            leaf.steps[-1].extras[FINAL_CONTEXT] = final_context(episode, decision, transition)
+            mark_cut_off(leaf.steps[-1], episode.info["task"], transition.observation, transition.info,
+                         [*episode.history, (episode.observation, sent_action(decision))])
         if not transition.done:
             episode.advance(sent_action(decision), transition)
             leaf.nodes.append(decision_point(group, episode, transition.snapshot))
@@ -285,11 +286,22 @@ class Collection:
             self.stats.reset_wins += leaf.won
 
     def on_transition(self, episode: Episode, decision: Decision, transition: Transition) -> Episode | None:
-        """Book a transition; at an episode's end a tree group branches its next leaf in the freed slot."""
+        """Book a transition (:meth:`record`); an episode that goes on plays on unless :meth:`going_on`
+        ends it, one that ended is finished (:meth:`finish`) and its slot plays what :meth:`after_episode`
+        starts there. Every strategy on this collection ends its episodes here."""
         leaf = self.record(episode, decision, transition)
         if not transition.done:
-            return episode
+            return self.going_on(episode, leaf)
         self.finish(leaf, transition.info)
+        return self.after_episode(episode, leaf)
+
+    def going_on(self, episode: Episode, leaf: Leaf) -> Episode | None:
+        """``episode``, which did not end: it plays on (None: the strategy ended it)."""
+        return episode
+
+    def after_episode(self, episode: Episode, leaf: Leaf) -> Episode | None:
+        """What plays next in the slot of ``episode``, whose ``leaf`` has just finished: a tree group's
+        next leaf, branched (None: nothing)."""
         group = self.groups[leaf.group]
         if self.tree and group.started < self.group_size:
             group.started += 1
@@ -314,12 +326,14 @@ class Collection:
         return batch
 
 
-def final_context(episode: Episode, decision: Decision, transition: Transition) -> Context:
-    """The context of the state an episode ended in (after ``decision``'s ``transition``): what a policy
-    would have decided on next, had the horizon not cut it off (a critic's bootstrap)."""
-    info = transition.info
-    return Context(info.get("task", episode.info["task"]), transition.observation,
-                   list(info.get("admissible_actions", [])), [*episode.history, (episode.observation, sent_action(decision))])
+def mark_cut_off(step: Step, task: str, observation: str, info: Mapping[str, Any],
+                 history: Sequence[tuple[str, str]]) -> None:
+    """Record on the last step of an episode the horizon cut off (truncated, not terminated) the context
+    of the state it ended in (``observation``, the environment's ``info``, the ``history`` that led
+    there), under :data:`FINAL_CONTEXT`: what a policy would have decided on next, from which a critic
+    bootstraps. Every rollout strategy that plays episodes to the horizon records it so."""
+    step.extras[FINAL_CONTEXT] = Context(info.get("task", task), observation, list(info.get("admissible_actions", [])),
+                                         list(history))
 
 
 def expert_plans(episodes: list[Episode]) -> list[list[str]]:

@@ -38,7 +38,7 @@ import numpy as np
 
 from ptgpo_algos.data import Batch, Step, Task, Trajectory
 from ptgpo_algos.episodes import Episode, EpisodeEngine
-from ptgpo_algos.rollout import RolloutStats, expert_plans, sent_action, task_vectors
+from ptgpo_algos.rollout import RolloutStats, expert_plans, mark_cut_off, sent_action, task_vectors
 from ptgpo_algos.spo3 import Candidate, SearchResult, StateStats, backtracking_search, state_scores, step_rewards
 from ptgpo_algos.spo3_settings import EXPLORED_SCOPES, Spo3Config
 from ptgpo_envs import layout_hash
@@ -245,7 +245,10 @@ class Spo3Collection:
         step = Step(state_key=point.info["state_key"], action=decision.action if decision.action is not None
                     else decision.text, reward=float(env_reward), valid=valid, response_ids=decision.response_ids,
                     decision=decision, context=context, achieved=achieved, extras=extras)
-        following = Point(observation, info, (*point.history, (point.observation, action)), snapshot, step)
+        history = (*point.history, (point.observation, action))
+        if truncated and not terminated:
+            mark_cut_off(step, context.task, observation, info, history)
+        following = Point(observation, info, history, snapshot, step)
         return Candidate(action, reward, following, done=bool(terminated or truncated), success=bool(info.get("won")))
 
     def group(self, search: Search) -> list[Trajectory]:

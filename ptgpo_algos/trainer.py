@@ -43,11 +43,12 @@ import dataclasses
 import json
 import math
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
+from ptgpo_algos.advantages.ppo import whitened
 from ptgpo_algos.callbacks import (
     Callback,
     JsonlLogger,
@@ -61,6 +62,7 @@ from ptgpo_algos.checkpoint import CheckpointError
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.cost import standard_error
 from ptgpo_algos.critic.component import Critic
+from ptgpo_algos.critic.files import load_saved_critic
 from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
@@ -187,6 +189,8 @@ class Trainer:
         self.rollout_policy = self.placement.rollout_policy(self)
         self.placement.wrap(self)
         self.critic = Critic(config.algorithm.critic, self.policy) if uses_critic(config.algorithm.name) else None
+        if self.critic is not None:  # a run that starts from a saved model takes its critic back
+            load_saved_critic(self.critic, config.policy.model)
         groups = [] if self.critic is None else [self.critic.param_group(config.optim.lr)]
         self.optimizer = build_optimizer(self.policy.parameters(), config.optim, groups)
         self.schedule = build_schedule(self.optimizer, config.optim)
@@ -395,9 +399,16 @@ class Trainer:
         config = dict(algorithm.config)
         if "progress" in estimator_defaults(algorithm.name):
             config.setdefault("progress", self.progress_fraction())
+        # Across ranks each holds only its groups: a whitening over the whole batch takes every rank's.
+        across = (self.critic is not None and self.placement.world_size > 1
+                  and {**estimator_defaults(algorithm.name), **config}.get("whiten", False))
+        if across:
+            config["whiten"] = False
         if self.critic is not None:
             self.critic.annotate(batch, self.policy, self.updater.scoring_batch_size)
         advantages, diagnostics = compute_advantages_with_diagnostics(algorithm.name, batch, **config)
+        if across:
+            advantages, diagnostics = whitened_over_ranks(advantages, diagnostics, self.placement.gather)
         if algorithm.placebo:
             advantages = permuted(advantages, self.state.rng)
         return advantages, diagnostics
@@ -426,7 +437,7 @@ class Trainer:
         if self.critic is not None:
             algorithm = self.config.algorithm
             stats.update(self.critic.set_targets(batch, samples, {**estimator_defaults(algorithm.name),
-                                                                  **algorithm.config}))
+                                                                  **algorithm.config}, gather=self.placement.gather))
         prepared = self.updater.prepare(samples)
         stats = {**self.updater.run(samples, auxiliary), **prepared, **stats}
         if self.objectives:
@@ -613,6 +624,21 @@ def _marks_passed(progress: float, fraction: float) -> int:
     """How many multiples of ``fraction`` the run's ``progress`` has reached."""
     # The guard keeps 0.3 of a budget on its mark when 0.3 / 0.1 is 2.9999999999999996.
     return math.floor(progress / fraction + 1e-9)
+
+
+def whitened_over_ranks(advantages: list, diagnostics: list, gather: Callable[[Any], list[Any]]) -> tuple[list, list]:
+    """``advantages`` (this rank's groups) whitened as the ``ppo`` estimator's ``whiten`` does the whole
+    batch, over every rank's (``gather``: in rank order, which is the batch's), and each group's
+    ``nonzero_steps`` counted again."""
+    flat = np.asarray([a for group in advantages for trajectory in group for a in trajectory], dtype=float)
+    whole = np.concatenate(gather(flat))
+    if whole.size <= 1:
+        return advantages, diagnostics
+    white = iter(whitened(flat, whole).tolist())
+    advantages = [[[next(white) for _ in trajectory] for trajectory in group] for group in advantages]
+    diagnostics = [dataclasses.replace(d, nonzero_steps=int(sum(a != 0.0 for t in group for a in t)))
+                   for d, group in zip(diagnostics, advantages)]
+    return advantages, diagnostics
 
 
 def permuted(advantages: list, rng: np.random.Generator) -> list:

@@ -41,7 +41,8 @@ from ptgpo_algos.update import (
     units,
 )
 
-__all__ = ["Auxiliary", "BatchLayout", "Updater", "old_logprobs_mode", "policy_loss_for", "ppo_update"]
+__all__ = ["Auxiliary", "BatchLayout", "Updater", "old_logprobs_mode", "policy_loss_for", "ppo_update",
+           "value_weight_sum"]
 
 #: The auxiliary objectives' share of a step: ``auxiliary(index, parts)`` backpropagates its part
 #: ``index`` of ``parts`` (the epoch's mini-batches) and returns its figures.
@@ -200,13 +201,14 @@ class Updater:
                            [s.weight * units(s.decision, self.policy.mode) for s in samples],
                            [id(s) in trained for s in samples], [_tokens(s) for s in samples])
 
-    def backward(self, chunk: list[TrainingSample], total_units: float, one_chunk_each: bool = False) -> dict[str, float]:
+    def backward(self, chunk: list[TrainingSample], total_units: float, one_chunk_each: bool = False,
+                 value_weights: float | None = None) -> dict[str, float]:
         """Forward and backward over a mini-batch's trained samples, in micro-batches; ``total_units``
         is the mini-batch's weighted unit count, every policy term's denominator; the critic's value term
-        is divided by the mini-batch's summed sample weights."""
+        is divided by the mini-batch's summed sample weights (``value_weights``; None: ``chunk``'s)."""
         extra = None
         if self.critic is not None:
-            weights = sum(s.weight for s in chunk if s.value_return is not None)
+            weights = value_weights if value_weights is not None else value_weight_sum(chunk)
             extra = lambda part: self.critic.loss(self.policy, part, weights)  # noqa: E731
         return accumulate_gradients(self.policy, chunk, self.loss, total_units, self.optim.micro_batch_size,
                                     activation_offload=self.optim.activation_offload, one_chunk_each=one_chunk_each,
@@ -225,13 +227,17 @@ class Updater:
         and the schedule's; the policy's norm before clipping."""
         shared = self.critic is not None and self.critic.shares_trunk
         parameters = list(self.policy.parameters()) + (self.critic.parameters() if shared else [])
-        norm = torch.nn.utils.clip_grad_norm_(parameters, self.optim.max_grad_norm)
+        norm = self.clip_gradients(parameters)
         if self.critic is not None and not shared:  # a critic model of its own is clipped on its own, as verl does
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.optim.max_grad_norm)
+            self.clip_gradients(self.critic.parameters())
         self.optimizer.step()
         if self.schedule is not None:
             self.schedule.step()
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def clip_gradients(self, parameters: list[torch.nn.Parameter]) -> torch.Tensor:
+        """Clip ``parameters``' gradients together to ``optim.max_grad_norm``; their norm before."""
+        return torch.nn.utils.clip_grad_norm_(parameters, self.optim.max_grad_norm)
 
     def reduce(self, steps: list[dict[str, float]]) -> dict[str, float]:
         """Each figure's mean over the optimiser steps (a figure a step lacks counts as 0 there)."""
@@ -240,6 +246,11 @@ class Updater:
             for key, figure in stats.items():
                 totals[key] = totals.get(key, 0.0) + figure
         return {key: value / max(1, len(steps)) for key, value in totals.items()}
+
+
+def value_weight_sum(samples: Sequence[TrainingSample]) -> float:
+    """The summed weights of the samples with a value target (the value loss's denominator)."""
+    return float(sum(s.weight for s in samples if s.value_return is not None))
 
 
 def _tokens(sample: TrainingSample) -> int:

@@ -271,13 +271,14 @@ def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path,
     assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
 
 
-def test_ppo_across_ranks_is_refused_naming_the_field():
+def test_a_critic_model_of_its_own_across_ranks_is_refused_naming_the_field():
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.distributed.placement import check_sharded_config
 
-    with pytest.raises(ValueError, match=r"algorithm\.name.*learned critic.*without --nproc"):
-        check_sharded_config(TrainConfig.from_dict({"algo": "ppo"}))
-    check_sharded_config(TrainConfig.from_dict({"algo": "grpo"}))
+    with pytest.raises(ValueError, match=r"^algorithm\.critic\.shared_trunk: false .* not sharded across ranks; set it "
+                                         r"to true with --nproc"):
+        check_sharded_config(TrainConfig.from_dict({"algo": "ppo", "algorithm.critic.shared_trunk": False}))
+    check_sharded_config(TrainConfig.from_dict({"algo": "ppo"}))  # the head on the policy's trunk runs across ranks
 
 
 def test_a_truncated_episode_carries_its_final_state_and_the_critic_bootstraps_from_it(policy):
@@ -395,3 +396,102 @@ def test_the_verl_bridge_refuses_ppo_which_reads_our_critic():
     assert "ppo" not in bridged_estimators()
     with pytest.raises(ValueError, match="verl runs PPO with its own critic"):
         check_bridged("ppo")
+
+
+def test_final_model_keeps_the_critic_and_a_run_started_from_it_takes_it_back(tmp_path, monkeypatch):
+    from ptgpo_algos.critic.files import CRITIC_FILE
+    from ptgpo_algos.trainer import Trainer
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    trained = Trainer(_lake(tmp_path / "run", iterations=2, seed=3, group_size=6, tasks_per_iteration=4, max_steps=8,
+                            algorithm={"critic": {"value_head_lr": 2e-2}}), progress=False)
+    trained.train()
+    final = tmp_path / "run" / "final_model"
+    assert (final / CRITIC_FILE).is_file()  # final_model/ held the policy alone: the critic was lost
+    prompts = [s.decision.prompt_ids for s in _targeted_samples(trained.policy)]
+    saved = trained.critic.score(trained.policy, prompts, batch_size=4)
+    assert np.abs(saved).max() > 0  # the head learnt something to take back
+    again = _models(_lake(tmp_path / "next", model=str(final), tiny={}))
+    np.testing.assert_array_equal(again.critic.score(again.policy, prompts, batch_size=4), saved)
+    assert not _models(_lake(tmp_path / "fresh")).critic.head.weight.any()  # a model without a saved critic
+
+
+def _models(config):
+    """A trainer of ``config`` with its models built (what a run starts with), nothing trained."""
+    from ptgpo_algos.trainer import Trainer
+
+    trainer = Trainer(config, progress=False)
+    trainer.device = trainer.placement.device(config)
+    trainer.build_models()
+    return trainer
+
+
+def test_a_saved_critic_that_does_not_fit_is_refused_naming_the_file(tmp_path, policy):
+    from ptgpo_algos.critic.files import CRITIC_FILE, load_saved_critic, save_critic
+
+    save_critic(_critic(policy, shared_trunk=False), tmp_path)
+    assert load_saved_critic(_critic(policy, shared_trunk=False), tmp_path)
+    with pytest.raises(ValueError, match=rf"{CRITIC_FILE}: the saved critic does not fit this run's .*algorithm\.critic"):
+        load_saved_critic(_critic(policy), tmp_path)
+    assert not load_saved_critic(_critic(policy), tmp_path / "elsewhere")
+
+
+def _spo3_batch(policy, task):
+    from ptgpo_algos.spo3 import StateStats
+    from ptgpo_algos.spo3_rollout import collect_spo3_rollouts
+    from ptgpo_algos.spo3_settings import Spo3Config
+
+    return collect_spo3_rollouts(policy, [task], Spo3Config(g_max=2, trajectories=4), StateStats(),
+                                 generator=torch.Generator().manual_seed(0))[0]
+
+
+def _bpo_batch(policy, task):
+    from ptgpo_algos.bpo_rollout import collect_bpo_rollouts
+    from ptgpo_algos.bpo_settings import BpoConfig
+
+    return collect_bpo_rollouts(policy, [task], BpoConfig(), generator=torch.Generator().manual_seed(0))[0]
+
+
+@pytest.mark.parametrize("collect", [_spo3_batch, _bpo_batch], ids=["spo3", "bpo"])
+def test_a_truncated_3spo_or_bpo_episode_is_bootstrapped_from_its_final_state(policy, collect):
+    # 3SPO recorded no final state: its episodes cut off by the horizon counted as terminated in GAE.
+    from ptgpo_algos.advantages.ppo import ppo_targets
+    from ptgpo_algos.advantages.table import StepTable
+    from ptgpo_algos.data import Task
+    from ptgpo_algos.rollout import FINAL_CONTEXT
+
+    batch = collect(policy, Task(ENV, 5, dict(LAKE), max_steps=2))
+    trajectories = [t for group in batch for t in group]
+    cut = [t for t in trajectories if len(t) == 2 and t.steps[-1].reward == 0.0 and FINAL_CONTEXT in t.steps[-1].extras]
+    assert cut, "a 2-step horizon on a 3x3 lake cuts episodes off"
+    for trajectory in cut:
+        context = trajectory.steps[-1].extras[FINAL_CONTEXT]
+        assert context.history[-1][1] == trajectory.steps[-1].action and context.task == trajectory.steps[-1].context.task
+    critic = _critic(policy)
+    critic.annotate(batch, policy, batch_size=4)
+    assert all(t.meta["bootstrap_value"] != 0.0 for t in cut)
+    # The last step's GAE target is its reward plus gamma times the final state's value (lambda 1 on one step).
+    table = StepTable.from_batch(batch)
+    _, returns = ppo_targets(table, gamma=0.9, invalid_penalty=0.0, gae_lambda=1.0)
+    ends = np.cumsum([len(t) for t in trajectories]) - 1
+    for trajectory, end in zip(trajectories, ends):
+        if trajectory in cut:
+            assert returns[end] == pytest.approx(trajectory.steps[-1].reward + 0.9 * trajectory.meta["bootstrap_value"])
+
+
+def test_across_ranks_the_advantages_are_whitened_over_the_whole_batch():
+    # Each rank whitened its own groups: a rank's advantages had mean 0 alone, not the batch's.
+    from ptgpo_algos.advantages.estimate import GroupDiagnostics
+    from ptgpo_algos.trainer import whitened_over_ranks
+
+    ranks = [[[[1.0, 0.0], [3.0]]], [[[0.0, 0.0], [4.0, 2.0]]]]  # each rank's groups of trajectories
+    diagnostics = [GroupDiagnostics(2, 3, 2, False, False, {}), GroupDiagnostics(2, 4, 2, False, False, {})]
+    flat = [1.0, 0.0, 3.0, 0.0, 0.0, 4.0, 2.0]
+    mean, std = 10.0 / 7, float(np.std(flat))
+    parts = [[a for group in rank for t in group for a in t] for rank in ranks]
+    mine, counts = whitened_over_ranks(ranks[1], diagnostics[1:], lambda local: [np.asarray(parts[0]), local])
+    assert mine == [[[(0.0 - mean) / (std + 1e-8)] * 2, [(4.0 - mean) / (std + 1e-8), (2.0 - mean) / (std + 1e-8)]]]
+    assert counts[0].nonzero_steps == 4
+    first, _ = whitened_over_ranks(ranks[0], diagnostics[:1], lambda local: [local, np.asarray(parts[1])])
+    together = [a for rank in (first, mine) for group in rank for t in group for a in t]
+    assert np.mean(together) == pytest.approx(0.0, abs=1e-12) and np.std(together) == pytest.approx(1.0, abs=1e-7)

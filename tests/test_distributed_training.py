@@ -18,6 +18,11 @@ One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slo
   for bit (the same world size: the same sums in the same order); its 2-iteration checkpoint
   resumed on 1 rank gives the uninterrupted 2-rank run's metrics within the same tolerance.
 
+* PPO with its learned critic (the value head replicated, its gradients summed, the advantages
+  whitened over every rank's) on 2 ranks, 1 rank and in one process gives the same metrics within the
+  same tolerance; stopped after 2 iterations and resumed on 2 ranks it equals the uninterrupted run
+  bit for bit (the head and its AdamW moments in ``checkpoint/``).
+
 * The single-process trainer (no ``--nproc``) on the GiGPO, PTGPO and BabyAI configs gives the 1- and
   2-rank runs' metrics within the same tolerance: it plays each task with generators of its own,
   seeded as the ranks seed them (``rollouts.seeding: per_task``).
@@ -35,6 +40,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.distributed.launch import launch
@@ -50,6 +56,8 @@ GIGPO = {"total_decisions": BUDGET, "iterations": 4, "kl_coef": 0.01, "entropy_c
 PTGPO = {"lr_schedule": "cosine", "lr_warmup_steps": 1, "lr_decay_steps": 40}
 #: The strategies whose collections count more than the rollouts' common figures (PATR's, BPO's).
 STRATEGIES = [("patr", "grpo", {"rollout": "patr"}), ("bpo", "bpo", {})]
+#: PPO with its learned critic: a value head fast enough to learn something in 3 iterations.
+PPO = {"algorithm": {"critic": {"value_head_lr": 2e-2}}, "seed": 3}
 #: BabyAI's GoToLocal, 2 tasks of 4 episodes of at most 8 steps an iteration, 2 iterations.
 BABYAI = {"env_id": "ptgpo/BabyAI-v0", "env_kwargs": {"level": "GoToLocal"}, "max_steps": 8, "tasks_per_iteration": 2,
           "iterations": 2, "eval_every": 2}
@@ -88,16 +96,21 @@ def runs(tmp_path_factory):
                scenarios.training_config(str(root / "ptgpo-2"), "ptgpo", **PTGPO),
                scenarios.training_config(str(root / "cut-2"), "ptgpo", iterations=2, **PTGPO),
                scenarios.training_config(str(root / "cut-2"), "ptgpo", resume=True, **PTGPO),
-               *[{**run, "out_dir": run["out_dir"].format(ranks=2)} for run in babyai]]
+               *[{**run, "out_dir": run["out_dir"].format(ranks=2)} for run in babyai],
+               scenarios.training_config(str(root / "ppo-2"), "ppo", **PPO),
+               scenarios.training_config(str(root / "ppo-cut-2"), "ppo", **{**PPO, "iterations": 2}),
+               scenarios.training_config(str(root / "ppo-cut-2"), "ppo", resume=True, **PPO)]
         summaries_two = launch(scenarios.train_on_rank, 2, two, {2: str(root / "cut-1")})[0]
         one = [scenarios.training_config(str(root / "gigpo-1"), "gigpo", **GIGPO),
                scenarios.training_config(str(root / "ptgpo-1"), "ptgpo", **PTGPO),
                scenarios.training_config(str(root / "cut-1"), "ptgpo", resume=True, **PTGPO),
-               *[{**run, "out_dir": run["out_dir"].format(ranks=1)} for run in babyai]]
+               *[{**run, "out_dir": run["out_dir"].format(ranks=1)} for run in babyai],
+               scenarios.training_config(str(root / "ppo-1"), "ppo", **PPO)]
         summaries_one = launch(scenarios.train_on_rank, 1, one, {})[0]
         for run in [scenarios.training_config(str(root / "gigpo-0"), "gigpo", **GIGPO),
                     scenarios.training_config(str(root / "ptgpo-0"), "ptgpo", **PTGPO),
-                    *[{**run, "out_dir": run["out_dir"].format(ranks=0)} for run in babyai[:2]]]:
+                    *[{**run, "out_dir": run["out_dir"].format(ranks=0)} for run in babyai[:2]],
+                    scenarios.training_config(str(root / "ppo-0"), "ppo", **PPO)]:
             run_training(TrainConfig.from_dict(run), progress=False)  # one process: no --nproc
     return {"root": root, "two": summaries_two, "one": summaries_one}
 
@@ -155,6 +168,22 @@ def test_a_strategy_s_own_counts_are_combined_across_ranks(runs, name, prefix):
     two, one = _rows(runs["root"] / f"{name}-2"), _rows(runs["root"] / f"{name}-1")
     _assert_close(two, one)
     assert all(any(key.startswith(prefix) for key in row) for row in two)
+
+
+@pytest.mark.distributed
+def test_ppo_s_critic_across_ranks_gives_the_single_process_metrics_and_resumes_exactly(runs):
+    # PPO was refused with --nproc: its value head and value loss were not sharded.
+    root = runs["root"]
+    two, one, alone = _rows(root / "ppo-2"), _rows(root / "ppo-1"), _rows(root / "ppo-0")
+    _assert_close(two, one)
+    _assert_close(two, alone)
+    assert _rows(root / "ppo-2", "curve") == _rows(root / "ppo-1", "curve") == _rows(root / "ppo-0", "curve")
+    assert two[0]["value_mean"] == 0.0 and two[-1]["value_mean"] != 0.0  # the head learnt, the same on both
+    assert all(row["value_loss"] > 0 and row["adv_nonzero_fraction"] > 0 for row in two)
+    assert _rows(root / "ppo-cut-2") == two  # stopped after 2 iterations, resumed on 2 ranks: bit for bit
+    state = torch.load(root / "ppo-2" / "checkpoint" / "state.pt", weights_only=True)
+    assert state["extra"]["critic"]["head"]["weight"].any()
+    assert "value_head.weight" in (root / "ppo-2" / "checkpoint" / "manifest.json").read_text()  # and its moments
 
 
 @pytest.mark.distributed

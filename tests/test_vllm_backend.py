@@ -242,3 +242,25 @@ def test_lora_training_with_vllm_rollouts_and_a_kl_reference(tmp_path, monkeypat
     for row in rows:
         assert row["sync_mean_logprob_diff"] <= 1e-3
         assert row["sync_bytes"] < 2_000_000  # the adapters, not the model
+
+
+def test_ppo_s_critic_scores_on_the_trainer_s_model_with_vllm_rollouts(tmp_path, monkeypatch):
+    import json
+
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    config = TrainConfig.from_dict(dict(
+        env_id="ptgpo/FrozenLake-v0", env_kwargs={"desc": ["SFF", "FHF", "FFG"]}, max_steps=8, algo="ppo",
+        rollout_backend="vllm", group_size=6, tasks_per_iteration=4, iterations=2, eval_every=2, eval_seeds=2,
+        learning_rate=5e-3, seed=3, algorithm={"critic": {"value_head_lr": 2e-2}}, out_dir=str(tmp_path / "run"),
+        tiny={"pretrain_steps": 0},
+    ))
+    summary = run_training(config, progress=False)
+    rows = [json.loads(line) for line in open(summary.metrics_path)]
+    assert [r["iteration"] for r in rows] == [1, 2]
+    # The 3x3 lake's goal is reached: value targets that are not all 0, which the head learnt on the trainer's model.
+    assert rows[0]["value_return_mean"] != 0.0 and rows[0]["value_mean"] == 0.0 and rows[1]["value_mean"] != 0.0
+    assert all(row["value_loss"] > 0 and row["sync_mean_logprob_diff"] <= 1e-3 for row in rows)
+    assert (tmp_path / "run" / "final_model" / "critic.safetensors").is_file()

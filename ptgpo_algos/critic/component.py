@@ -21,7 +21,7 @@ starts (verl's separate critic model), which only the value loss trains.
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -75,9 +75,16 @@ class Critic:
         """``(len(prompts), n_values)`` values of the prompts' states, without gradients, ``batch_size``
         prompts a pass."""
         out: list[np.ndarray] = []
+        starts = range(0, len(prompts), batch_size)
+        # Sharded, every rank runs as many passes as the rank with the most (each is a round of
+        # collectives), the extra ones on one padding token.
+        agree = getattr(policy, "agree_passes", None)
+        ballast = agree(len(starts)) - len(starts) if agree is not None else 0
         with torch.no_grad():
-            for start in range(0, len(prompts), batch_size):
+            for start in starts:
                 out.append(self.values(policy, prompts[start:start + batch_size]).float().cpu().numpy())
+            for _ in range(ballast):
+                self.values(policy, [[policy.pad_id]])
         return np.concatenate(out) if out else np.zeros((0, self.head.n_values))
 
     def annotate(self, batch: Batch, policy: Any, batch_size: int) -> None:
@@ -99,11 +106,13 @@ class Critic:
         for trajectory, values in zip(cut, self.score(policy, prompts, batch_size)):
             trajectory.meta["bootstrap_value"] = float(values[0])
 
-    def set_targets(self, batch: Batch, samples: Sequence[TrainingSample], estimator: Mapping[str, Any]) -> dict[str, float]:
+    def set_targets(self, batch: Batch, samples: Sequence[TrainingSample], estimator: Mapping[str, Any],
+                    gather: Callable[[Any], list[Any]] = lambda local: [local]) -> dict[str, float]:
         """Each sample's old value and value target (the mean GAE return over the trajectories through
         its step, as its advantage is the mean), from the estimator's ``gamma``, ``invalid_penalty`` and
         ``gae_lambda``; the batch's value figures: ``value_mean``, ``value_return_mean`` and
-        ``value_explained_var`` (of the old values, over the distinct steps)."""
+        ``value_explained_var`` (of the old values, over the distinct steps; across ranks over every
+        rank's, which ``gather`` collects in rank order)."""
         table = StepTable.from_batch(batch)
         _, returns = ppo_targets(table, estimator["gamma"], estimator["invalid_penalty"], estimator["gae_lambda"])
         totals: dict[int, list[float]] = {}
@@ -120,6 +129,8 @@ class Critic:
             sample.old_value, sample.value_return = entry[0], entry[1] / entry[2]
             old.append(sample.old_value)
             targets.append(sample.value_return)
+        parts = gather((old, targets))
+        old, targets = [v for part in parts for v in part[0]], [v for part in parts for v in part[1]]
         return {"value_mean": float(np.mean(old)) if old else 0.0,
                 "value_return_mean": float(np.mean(targets)) if targets else 0.0,
                 "value_explained_var": explained_variance(np.asarray(old), np.asarray(targets))}

@@ -18,6 +18,12 @@ and which samples they train on:
   any world size. The decision budget (``run.total_decisions``) is shared out per task
   (:func:`~ptgpo_algos.distributed.work_split.share_budget`), so the ranks together spend it exactly.
 * **Advantages** are estimated where the groups are; the metrics row's figures are gathered.
+* **A learned critic** (``algorithm.name: ppo``): its value head is small and replicated, the same on
+  every rank (it starts at zero), read on the sharded trunk; each rank scores the values of its own
+  groups (GAE needs a trajectory's alone), its value loss is divided by the whole mini-batch's weights
+  and the head's gradients are summed across ranks, so every rank takes the same step as one process.
+  Its weights and AdamW moments go into ``checkpoint/`` beside the model's (``value_head.*``). A
+  critic model of its own (``shared_trunk: false``) is refused.
 * **The update** is :class:`~ptgpo_algos.distributed.updater.ShardedUpdater` on the FSDP2-sharded
   model; the rollout copies (or engines, streamed in bounded messages) then get the new weights,
   gathered from the shards.
@@ -28,8 +34,8 @@ and which samples they train on:
 
 Not across ranks (refused before anything is built, the setting and the operation named, by
 :func:`check_sharded_config`): asynchronous rollouts, rollout strategies that remember states across
-iterations, auxiliary objectives, rollout records, ``rollouts.seeding: shared`` and rollout backends
-other than transformers and vLLM.
+iterations, auxiliary objectives, rollout records, ``rollouts.seeding: shared``, rollout backends
+other than transformers and vLLM, and a critic model of its own (``algorithm.critic.shared_trunk: false``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import torch
 
 from ptgpo_algos.collectors import draw_per_task, env_horizon, play_per_task
 from ptgpo_algos.config import TrainConfig, label
+from ptgpo_algos.critic.files import save_critic
 from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Batch
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, combine_metrics, gather_in_order, gather_objects
@@ -87,9 +94,9 @@ def check_sharded_config(config: TrainConfig) -> None:
         raise ValueError(f"{label('algorithm.objectives')}: {names} do not run across ranks (their items are drawn "
                          "from the whole batch, which no rank holds); leave them out with --nproc, or train in one "
                          "process")
-    if uses_critic(config.algorithm.name):
-        raise ValueError(f"{label('algorithm.name')}: {config.algorithm.name}'s learned critic (its value head and "
-                         "value loss) is not sharded across ranks; train it in one process, without --nproc")
+    if uses_critic(config.algorithm.name) and not config.algorithm.critic.shared_trunk:
+        raise ValueError("algorithm.critic.shared_trunk: false gives the critic a model of its own, which is not "
+                         "sharded across ranks; set it to true with --nproc, or train in one process")
     if config.rollouts.seeding != "per_task":
         raise ValueError(f"{label('rollouts.seeding')}: {config.rollouts.seeding} draws every task's rollouts from one "
                          "generator in one pass, which ranks playing their own tasks do not share; set it to per_task")
@@ -211,20 +218,30 @@ class Ranks(Placement):
         """``checkpoint/``: each rank's shards of the weights and AdamW's moments, and rank 0's run state
         (the same on every rank); its size on rank 0."""
         folder = trainer.config.run_dir / SHARDED_CHECKPOINT
-        save_sharded(folder, self.root, trainer.optimizer, run_state)
+        save_sharded(folder, self.checkpointed(trainer), trainer.optimizer, run_state)
         return sum(path.stat().st_size for path in folder.iterdir()) if self.is_main else 0
 
     def load_checkpoint(self, trainer: Any) -> dict[str, Any]:
         """``checkpoint/`` (written on any number of ranks): weights and moments resharded; its run state."""
-        return load_sharded(trainer.config.run_dir / SHARDED_CHECKPOINT, self.root, trainer.optimizer)
+        return load_sharded(trainer.config.run_dir / SHARDED_CHECKPOINT, self.checkpointed(trainer), trainer.optimizer)
+
+    def checkpointed(self, trainer: Any) -> torch.nn.Module:
+        """What the optimiser trains, as one module: the sharded root, and with a critic the root and
+        its value head side by side (the optimiser's state is saved by the parameters' names in it)."""
+        if trainer.critic is None:
+            return self.root
+        return WithValueHead(self.root, trainer.critic.head)
 
     def save_final_model(self, trainer: Any) -> None:
         """``final_model/`` by rank 0: the weights gathered from the shards onto its CPU (a LoRA policy's
-        adapters alone), saved as one process saves them (at the compute dtype)."""
+        adapters alone), saved as one process saves them (at the compute dtype), with a learned
+        critic's value head (replicated: rank 0's) beside them."""
         state = gathered_state(trainer.policy, self.root, keep=self.is_main)
         if self.is_main:
             with atomic_folder(trainer.config.run_dir / "final_model") as folder:
                 trainer.policy.save_pretrained(folder, state_dict=state)
+                if trainer.critic is not None:
+                    save_critic(trainer.critic, folder)
 
     def drop_checkpoint(self, trainer: Any) -> None:
         """Delete ``checkpoint/`` (rank 0)."""
@@ -236,6 +253,14 @@ class Ranks(Placement):
         have started, which waits for its children (the engine's) before it exits."""
         if self.separate_engine and getattr(trainer, "rollout_policy", None) is not None:
             trainer.rollout_policy.close()
+
+
+class WithValueHead(torch.nn.Module):
+    """The sharded root and the replicated value head under one module, for the sharded checkpoint."""
+
+    def __init__(self, root: torch.nn.Module, head: torch.nn.Module):
+        super().__init__()
+        self.policy, self.value_head = root, head
 
 
 class RankCollector:

@@ -114,13 +114,16 @@ def gathered_state(policy: Any, root: RootRouted, keep: bool) -> dict[str, torch
     return state
 
 
-def idle_pass(policy: Any, backward: bool) -> None:
+def idle_pass(policy: Any, backward: bool, critic: Any = None) -> None:
     """A forward (and ``backward``) of the sharded policy on one padding token that adds nothing to any
-    gradient: a rank with fewer micro-batches than another takes part in FSDP's collectives with it."""
+    gradient: a rank with fewer micro-batches than another takes part in FSDP's collectives with it.
+    With a ``critic``, the value head's read of the trunk too, as each micro-batch of its update makes."""
     pad = policy.pad_id
     decision = Decision(text="", action=None, prompt_ids=[pad], response_ids=[pad], logprobs=[0.0], entropy=0.0,
                         candidate_ids=[[pad]], choice=0, choice_logprob=0.0)
     with torch.set_grad_enabled(backward):
-        scored = policy.score([decision], entropy_grad=False)
+        nothing = policy.score([decision], entropy_grad=False).logprobs.sum() * 0.0
+        if critic is not None:
+            nothing = nothing + critic.values(policy, [[pad]]).sum() * 0.0
         if backward:
-            (scored.logprobs.sum() * 0.0).backward()
+            nothing.backward()

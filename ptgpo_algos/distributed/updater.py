@@ -15,17 +15,25 @@ difference with :func:`~ptgpo_algos.distributed.policy.idle_pass`, which adds no
 pass. A pass is a chunk of the policy's scoring (``max_rows`` candidate rows, a recurring context
 once), and in the update each chunk takes its own backward, so that the collectives of a rank's
 passes line up with another rank's idle ones.
+
+With a learned critic each chunk also reads the trunk's states for the value head (a second forward,
+matched by the idle pass's own); the value loss is divided by the whole mini-batch's summed weights,
+and the replicated head's gradients are summed across ranks after the chunks' backwards.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_objects, reduce_metrics
 from ptgpo_algos.distributed.policy import idle_pass
 from ptgpo_algos.update import (COUNTS, TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs,
                                 scoring_parts, units)
-from ptgpo_algos.updater import BatchLayout, Updater
+from ptgpo_algos.updater import BatchLayout, Updater, value_weight_sum
 
 __all__ = ["ShardedUpdater", "passes", "whole_layout"]
 
@@ -93,13 +101,44 @@ class ShardedUpdater(Updater):
         the units)."""
         mine = passes(self.policy, micro_batches(chunk, self.optim.micro_batch_size), one_chunk_each=True)
         most, = all_reduce([mine], op="max")
-        stats = super().backward(chunk, total_units, one_chunk_each=True) if chunk else {}
-        _idle(self.policy, int(most) - mine, backward=True)
+        value_weights = None
+        if self.critic is not None:
+            value_weights, = all_reduce([value_weight_sum(chunk)])
+        stats = super().backward(chunk, total_units, one_chunk_each=True, value_weights=value_weights) if chunk else {}
+        _idle(self.policy, int(most) - mine, backward=True, critic=self.critic)
+        if self.critic is not None:
+            _sum_gradients(self.critic.head.parameters())
         count = sum(s.weight * units(s.decision, self.policy.mode) for s in chunk)
         return reduce_metrics({k: Metric(v, kind="sum") if k.endswith("loss") or k in COUNTS
                                else Metric(v, count=count) for k, v in stats.items()})
 
 
-def _idle(policy, count: int, backward: bool = False) -> None:
+    def clip_gradients(self, parameters: list[torch.nn.Parameter]) -> torch.Tensor:
+        """Clip the sharded parameters' gradients and a critic's replicated head's together (torch's clip
+        takes one kind of tensor at a time): their norm over all shards, and every rank scales by it."""
+        grads = [p.grad for p in parameters if p.grad is not None]
+        kinds = [[g for g in grads if isinstance(g, DTensor)], [g for g in grads if not isinstance(g, DTensor)]]
+        norms = [torch.nn.utils.get_total_norm(kind) for kind in kinds if kind]
+        norms = [n.full_tensor() if isinstance(n, DTensor) else n for n in norms]
+        if len(norms) > 1:
+            total = torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms]))
+        else:
+            total = norms[0] if norms else torch.zeros(())
+        scale = float(torch.clamp(self.optim.max_grad_norm / (total + 1e-6), max=1.0))
+        for grad in grads:
+            grad.mul_(scale)
+        return total
+
+
+def _idle(policy, count: int, backward: bool = False, critic=None) -> None:
     for _ in range(count):
-        idle_pass(policy, backward=backward)
+        idle_pass(policy, backward=backward, critic=critic)
+
+
+def _sum_gradients(parameters) -> None:
+    """Each replicated parameter's gradient summed over the ranks (a rank that computed none adds 0), as
+    FSDP sums the sharded ones'."""
+    for parameter in parameters:
+        if parameter.grad is None:
+            parameter.grad = torch.zeros_like(parameter)
+        dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
