@@ -283,8 +283,8 @@ def micro_batch_loss(policy, chunk: list[TrainingSample], loss: PolicyLoss,
     if chunk[0].ref_logprobs is not None:
         ref_logprobs = _pad([s.ref_logprobs for s in chunk], width).to(device)
     if any(s.token_advantages is not None for s in chunk):
-        advantages = _pad([s.token_advantages if s.token_advantages is not None else [s.advantage] * width
-                           for s in chunk], width).to(device)
+        advantages = _pad([s.token_advantages if s.token_advantages is not None
+                           else [s.advantage] * units(s.decision, policy.mode) for s in chunk], width).to(device)
     else:
         advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
     weight = torch.tensor([s.weight for s in chunk], dtype=torch.float32, device=device)

@@ -222,7 +222,7 @@ def _level_figures(credit: HiperCredit, episodes: Sequence[EpisodeTurns]) -> dic
     inside = np.arange(credit.starts.shape[1])[None, :] < credit.lengths[:, None]
     turns = max(1, int(inside.sum()))
     segments = int(credit.starts.sum())
-    figures = {"hiper_segments_per_episode": segments / max(1, len(episodes)),
+    figures = {"hiper_segments": segments / max(1, len(episodes)),
                "hiper_segment_length": float(inside.sum()) / max(1, segments),
                "hiper_plan_valid_rate": sum(r.error is None for e in episodes for r in e.responses) / turns,
                "hiper_adv_low_abs_mean": float(np.abs(credit.low_advantages[inside]).mean()) if inside.any() else 0.0,

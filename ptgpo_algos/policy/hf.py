@@ -146,7 +146,8 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
 
     Split by concept: this class loads the model and acts (``decide``, generation, the sync check's
     sampling); scoring is :class:`~ptgpo_algos.policy.hf_scoring.PolicyScoring`'s, the weights (export,
-    reference, saving) :class:`~ptgpo_algos.policy.hf_weights.PolicyWeights`'."""
+    reference, saving) :class:`~ptgpo_algos.policy.hf_weights.PolicyWeights`'. ``plan_format``: HiPER's
+    plan/execute prompt and parser (:mod:`ptgpo_algos.hiper.plan_format`) in ``generate`` mode."""
 
     def __init__(
         self,
@@ -197,14 +198,11 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self.decode_cache = decode_cache
         #: True on the KL reference of a LoRA policy: the same model with its adapters switched off.
         self.adapters_disabled = False
-        self.require_think = bool(require_think)
+        self.require_think, self.plan_format = bool(require_think), bool(plan_format)
         template = None if prompt_template is None else PromptTemplate.from_mapping(prompt_template)
-        #: HiPER's plan/execute responses (:mod:`ptgpo_algos.hiper.plan_format`): its prompt and parser.
-        self.plan_format = bool(plan_format)
-        builder = PlanPromptBuilder if self.plan_format else PromptBuilder
-        self.prompts = builder(tokenizer, mode, history_length, max_prompt_tokens, template)
-        self.pad_id = tokenizer.pad_token_id
-        self.eos_id = tokenizer.eos_token_id
+        self.prompts = (PlanPromptBuilder if self.plan_format else PromptBuilder)(
+            tokenizer, mode, history_length, max_prompt_tokens, template)
+        self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
         #: FSDP's root unit around ``model`` when it is sharded across ranks
         #: (:func:`ptgpo_algos.distributed.policy.shard_policy`); None otherwise.
         self.root: torch.nn.Module | None = None
