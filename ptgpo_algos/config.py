@@ -760,7 +760,7 @@ class TrainConfig:
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
         _check_slots(strategy, self.rollouts)
         if self.algorithm.name == "hiper":
-            check_hiper_run(self.policy.mode, self.algorithm.loss, strategy, self.algorithm.config)
+            check_hiper_run(self.policy.mode, self.algorithm, strategy)
         settings = dict(self.rollouts.settings)
         declared = ROLLOUT_STRATEGIES.get(strategy)
         if declared.resolve is not None:

@@ -98,6 +98,8 @@ def test_the_update_uses_a_samples_token_advantages_when_it_has_them():
     ({"policy": {"mode": "generate"}, "rollouts": {"strategy": "tree"}}, r"rollouts\.strategy: hiper"),
     ({"policy": {"mode": "generate"}, "algorithm": {"config": {"gamma": 0.9}}}, r"algorithm\.config: hiper takes no"),
     ({"policy": {"mode": "generate"}, "algorithm": {"hiper": {"lam_seg": 2}}}, r"algorithm\.hiper\.lam_seg"),
+    ({"policy": {"mode": "generate"}, "algorithm": {"placebo": True}}, r"algorithm\.placebo: it rewrites"),
+    ({"policy": {"mode": "generate"}, "algorithm": {"objectives": [{"name": "seed"}]}}, r"algorithm\.objectives: it"),
 ])
 def test_a_hiper_config_it_cannot_run_is_refused_naming_the_field(change, message):
     from ptgpo_algos.config import TrainConfig

@@ -224,7 +224,7 @@ def _level_figures(credit: HiperCredit, episodes: Sequence[EpisodeTurns]) -> dic
     segments = int(credit.starts.sum())
     figures = {"hiper_segments": segments / max(1, len(episodes)),
                "hiper_segment_length": float(inside.sum()) / max(1, segments),
-               "hiper_plan_valid_rate": sum(r.error is None for e in episodes for r in e.responses) / turns,
+               "hiper_plan_valid_rate": sum(r.valid for e in episodes for r in e.responses) / turns,
                "hiper_adv_low_abs_mean": float(np.abs(credit.low_advantages[inside]).mean()) if inside.any() else 0.0,
                "hiper_adv_high_abs_mean": _mean(np.abs(credit.high_advantages[credit.high_turns]).tolist())}
     if credit.switch_advantages is not None:

@@ -57,20 +57,26 @@ class HiperSettings:
         return settings_from_mapping(cls, values, "algorithm.hiper")
 
 
-def check_hiper_run(mode: str, loss: str, strategy: str, estimator_config: Any) -> None:
-    """Refuse, naming the field, what ``algorithm.name: hiper`` cannot run on: ``choose`` mode (the policy
-    picks a listed action, so there is no text to hold a switch or a subgoal), a loss that takes one
-    advantage per step (HiPER puts each level on its own tokens), a rollout strategy that shares steps
-    between episodes (HiPER credits each turn within its episode) and estimator keys (its own are here)."""
+def check_hiper_run(mode: str, algorithm: Any, strategy: str) -> None:
+    """Refuse, naming the field, what ``algorithm.name: hiper`` cannot run on (``algorithm``: the config's
+    section): ``choose`` mode (the policy picks a listed action, so there is no text to hold a switch or a
+    subgoal), a loss that takes one advantage per step (HiPER puts each level on its own tokens), a
+    rollout strategy that shares steps between episodes (HiPER credits each turn within its episode),
+    estimator keys (its own are ``algorithm.hiper``), and the placebo or auxiliary objectives, which
+    rewrite each step's advantage where HiPER trains on per-token ones."""
     if mode != "generate":
         raise ValueError(f"policy.mode: hiper needs generate mode (the policy writes <switch>, <subgoal> and <action> "
                          f"blocks; in {mode} mode it only picks a listed action); set policy.mode: generate")
-    if loss != "ppo-clip":
+    if algorithm.loss != "ppo-clip":
         raise ValueError(f"algorithm.loss: hiper puts each level's advantage on its own tokens, which only ppo-clip "
-                         f"takes; got {loss}, set algorithm.loss: ppo-clip")
+                         f"takes; got {algorithm.loss}, set algorithm.loss: ppo-clip")
     if strategy != "linear":
         raise ValueError(f"rollouts.strategy: hiper credits each turn within its own episode, but {strategy} shares "
                          "steps between episodes; set rollouts.strategy: linear")
-    if estimator_config:
-        raise ValueError(f"algorithm.config: hiper takes no estimator keys ({', '.join(sorted(estimator_config))}); "
+    if algorithm.config:
+        raise ValueError(f"algorithm.config: hiper takes no estimator keys ({', '.join(sorted(algorithm.config))}); "
                          "its discount, lambdas and penalties are algorithm.hiper's")
+    for field, given in (("algorithm.placebo", algorithm.placebo), ("algorithm.objectives", algorithm.objectives)):
+        if given:
+            raise ValueError(f"{field}: it rewrites each step's advantage, but hiper trains on per-token advantages "
+                             f"from its critic, which would not follow; leave {field} unset for hiper")
