@@ -204,20 +204,3 @@ def test_kill_and_resume_of_a_hiper_run_reproduces_the_uninterrupted_one(tmp_pat
     assert resumed.final_eval == whole.final_eval
     assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
 
-
-@pytest.mark.smollm2
-def test_smollm2_runs_an_iteration_of_hiper(tmp_path, monkeypatch):
-    """The real model in the loop (``-m smollm2``; skipped where its wheel is not installed): one
-    iteration of two tasks x two episodes of three steps, each head's loss recorded."""
-    from ptgpo_algos.policy.pretrained import PRETRAINED
-    from ptgpo_algos.trainer import run_training
-
-    if PRETRAINED["smollm2"].gguf_path() is None:
-        pytest.skip(f"SMOLLM2 NOT INSTALLED: {PRETRAINED['smollm2'].how_to_get()}")
-    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    config = _lake(tmp_path / "run", iterations=1, tiny=None, model="smollm2", eval_seeds=2,
-                   policy={"mode": "generate", "max_new_tokens": 48, "rollout_dtype": "bfloat16"},
-                   optim={"micro_batch_size": 4})
-    row = _rows(run_training(config, progress=False).metrics_path)[0]
-    for key in ("value_loss_low", "value_loss_high", "value_loss_switch", *LEVEL_FIGURES):
-        assert np.isfinite(row[key]), key
