@@ -121,6 +121,8 @@ class HiperCritic(Critic):
         level figures."""
         del estimator  # HiPER's discount and penalties are its own section's (algorithm.hiper)
         steps = {id(s.decision): s for group in batch for t in group for s in t.steps}
+        # The estimators' rule: a group of fewer than two played episodes is not compared, no advantage.
+        lone = {id(s.decision) for group in batch if sum(1 for t in group if t.steps) < 2 for t in group for s in t.steps}
         heads: dict[int, list[tuple[float, float]]] = {LOW: [], HIGH: [], SWITCH: []}
         for sample in samples:
             step = steps.get(id(sample.decision))
@@ -128,8 +130,8 @@ class HiperCritic(Critic):
                 continue
             turn = step.extras["hiper"]
             pieces = response_pieces(self.tokenizer, sample.decision.response_ids)
-            sample.token_advantages = token_advantages(pieces, turn["low_advantage"], turn["high_advantage"],
-                                                       turn["switch_advantage"])
+            sample.token_advantages = [0.0] * len(pieces) if id(sample.decision) in lone else token_advantages(
+                pieces, turn["low_advantage"], turn["high_advantage"], turn["switch_advantage"])
             sample.old_value, sample.value_return = step.extras["value"], turn["low_return"]
             sample.critic_targets = _targets(step, turn, low_value_index(pieces))
             for head, (old, target) in sample.critic_targets["heads"].items():
