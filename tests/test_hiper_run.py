@@ -204,3 +204,49 @@ def test_kill_and_resume_of_a_hiper_run_reproduces_the_uninterrupted_one(tmp_pat
     assert resumed.final_eval == whole.final_eval
     assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
 
+
+
+def test_the_critic_spreads_the_credit_over_blocks_and_a_lone_episodes_group_gets_none(tmp_path):
+    from ptgpo_algos.critic.settings import CriticSettings
+    from ptgpo_algos.data import Decision, Step, Trajectory
+    from ptgpo_algos.hiper.critic import HiperCritic
+    from ptgpo_algos.hiper.plan_format import format_plan_response
+    from ptgpo_algos.hiper.settings import HiperSettings
+    from ptgpo_algos.policy import load_policy
+    from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
+    from ptgpo_algos.update import flatten_batch
+
+    path = build_tiny_model(TinyModelSpec(seed=7, pretrain_steps=0, hidden_size=32), env_ids=[ENV], cache_dir=tmp_path)
+    policy = load_policy(str(path), mode="generate", plan_format=True)
+
+    def episode(*turns):
+        steps = []
+        for switch, subgoal, reward in turns:
+            text = format_plan_response("go right", subgoal, switch)
+            ids = policy.tokenizer.encode(text, add_special_tokens=False)
+            steps.append(Step("s", "go right", reward, decision=Decision(text, "go right", [1, 2, 3], ids,
+                                                                        [0.0] * len(ids), 0.0)))
+        return Trajectory(steps)
+
+    batch = [[episode(("SWITCH", "reach the goal", 0.0), ("KEEP", "reach the goal", 1.0)),
+              episode(("SWITCH", "go round", 0.0), ("SWITCH", "reach the goal", 0.0))],
+             [episode(("SWITCH", "wander", 0.0))]]
+    critic = HiperCritic(CriticSettings(), HiperSettings(), policy)
+    critic.annotate(batch, policy, batch_size=8)
+    samples = flatten_batch(batch, [[[s.extras["credit"] for s in t.steps] for t in g] for g in batch], mode="generate")
+    figures = critic.set_targets(batch, samples, {})
+    assert figures["hiper_segments"] == pytest.approx(4 / 3)  # 1 + 2 + 1 segments over three episodes
+    first, kept, _, second_start, lone = samples
+    pieces = [policy.tokenizer.decode([t]) for t in first.decision.response_ids]
+    ends = np.cumsum([len(p) for p in pieces])
+    in_subgoal = int(np.searchsorted(ends, len("<switch>SWITCH</switch><subgoal>r")))
+    turn = batch[0][0].steps[0].extras["hiper"]
+    # A segment start: the switch block carries the switch advantage, the subgoal block the high one,
+    # the action block the low one.
+    assert first.token_advantages[0] == turn["switch_advantage"] != 0.0
+    assert first.token_advantages[in_subgoal] == turn["high_advantage"] != 0.0
+    assert first.token_advantages[-1] == turn["low_advantage"] != 0.0
+    # A KEEP turn: no high advantage, so its subgoal block carries nothing.
+    assert 0.0 in kept.token_advantages and set(second_start.critic_targets["heads"]) == {0, 1, 2}
+    assert set(kept.critic_targets["heads"]) == {0, 2}  # the high head is fitted at segment starts only
+    assert lone.token_advantages == [0.0] * len(lone.decision.response_ids)  # a group of one: no advantage
