@@ -57,6 +57,7 @@ from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
 from ptgpo_algos.advantages.config import validate_config
 from ptgpo_algos.cost import Budget
 from ptgpo_algos.critic.settings import CriticSettings
+from ptgpo_algos.hiper.settings import HiperSettings, check_hiper_run
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
 from ptgpo_algos.policy.recipes import load_recipe, recipe_names
@@ -214,6 +215,8 @@ class AlgorithmConfig:
     critic: CriticSettings = _field(help="ppo: the learned critic (ptgpo_algos.critic.settings.CriticSettings: "
                                     "value_coef, value_clip, value_head_lr, detach_trunk...)", flat=False,
                                     factory=CriticSettings)
+    hiper: HiperSettings = _field(help="hiper: its credit and penalties (ptgpo_algos.hiper.settings.HiperSettings)",
+                                  flat=False, factory=HiperSettings)
 
     def __post_init__(self) -> None:
         # The losses and objectives import torch: imported here, they load only when a config is built,
@@ -237,6 +240,8 @@ class AlgorithmConfig:
                                                                    self.objectives))
         if not isinstance(self.critic, CriticSettings):
             object.__setattr__(self, "critic", CriticSettings.from_mapping(self.critic))
+        if not isinstance(self.hiper, HiperSettings):
+            object.__setattr__(self, "hiper", HiperSettings.from_mapping(self.hiper))
 
 
 def _loss_config(loss: str, given: Any) -> dict[str, Any]:
@@ -762,6 +767,8 @@ class TrainConfig:
         strategy = _rollout_strategy(self.algorithm.name, self.rollouts.strategy)
         initial = self.rollouts.initial_rollouts or max(1, self.rollouts.group_size // 2)
         _check_slots(strategy, self.rollouts)
+        if self.algorithm.name == "hiper":
+            check_hiper_run(self.policy.mode, self.algorithm, strategy)
         settings = dict(self.rollouts.settings)
         declared = ROLLOUT_STRATEGIES.get(strategy)
         if declared.resolve is not None:

@@ -126,7 +126,8 @@ def ppo_clip_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-unit PPO-clip loss ``-min(r A, clip(r, 1-e, 1+e) A)`` and whether it was clipped.
 
-    ``advantages`` has shape ``(batch,)`` (one advantage per step, shared by its units). The log-ratio
+    ``advantages`` has shape ``(batch,)`` (one advantage per step, shared by its units) or ``(batch,
+    units)`` (one per unit: HiPER's levels on their own tokens, 0 on tokens no level reaches). The log-ratio
     is clamped to +-:data:`LOG_RATIO_LIMIT` before it is exponentiated, so that a unit whose old
     log-probability is far off (a stale or mismatched behaviour policy) cannot overflow the ratio.
     ``clip_ratio_c`` (dual clip, Ye et al. 2020, > 1): where ``A < 0`` the loss is at most ``-c A``,
@@ -134,7 +135,7 @@ def ppo_clip_loss(
     """
     log_ratio = torch.clamp(logprobs - old_logprobs, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     ratio = torch.exp(log_ratio)
-    adv = advantages[:, None]
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio) * adv
     loss = -torch.minimum(unclipped, clipped)

@@ -34,6 +34,7 @@ import numpy as np
 
 from ptgpo_algos.data import Batch, Context, Decision, Step, Task, Trajectory
 from ptgpo_algos.episodes import Episode, EpisodeEngine, Transition, make_vector_env
+from ptgpo_algos.hiper.plan_format import PlanContext
 
 __all__ = ["FINAL_CONTEXT", "ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "Spend", "collect_rollouts",
            "expert_plans", "mark_cut_off"]
@@ -244,6 +245,9 @@ class Collection:
         """Decide for every live episode in one policy call (recording the expert's plan when asked)."""
         for episode in episodes:
             episode.state.context = episode.context()
+            if getattr(self.policy, "plan_format", False):
+                leaf = episode.state
+                leaf.context = PlanContext.after(leaf.context, [s.decision.text for s in leaf.steps])
         if self.expert:
             for episode, plan in zip(episodes, expert_plans(episodes)):
                 episode.state.plan = plan

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -68,6 +68,12 @@ class TrainingSample:
     #: return); None without a critic (:mod:`ptgpo_algos.critic`).
     old_value: float | None = None
     value_return: float | None = None
+    #: One advantage per response token, which the loss then uses instead of ``advantage`` (HiPER's
+    #: levels, each on its own block; the loss must take per-unit advantages, as ppo-clip does); None:
+    #: every unit gets ``advantage``.
+    token_advantages: list[float] | None = None
+    #: A critic's own targets for the sample when it has several heads (:mod:`ptgpo_algos.hiper.critic`).
+    critic_targets: Any = None
 
 
 def flatten_batch(
@@ -276,7 +282,11 @@ def micro_batch_loss(policy, chunk: list[TrainingSample], loss: PolicyLoss,
     ref_logprobs = None
     if chunk[0].ref_logprobs is not None:
         ref_logprobs = _pad([s.ref_logprobs for s in chunk], width).to(device)
-    advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
+    if any(s.token_advantages is not None for s in chunk):
+        advantages = _pad([s.token_advantages if s.token_advantages is not None
+                           else [s.advantage] * units(s.decision, policy.mode) for s in chunk], width).to(device)
+    else:
+        advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
     weight = torch.tensor([s.weight for s in chunk], dtype=torch.float32, device=device)
     value, stats = loss(scored.logprobs.float(), old, advantages, scored.mask.float(), weight,
                         entropy=scored.entropy.float(), ref_logprobs=ref_logprobs, total_units=total_units,

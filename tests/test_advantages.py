@@ -575,7 +575,7 @@ def test_coverage_beta_is_taken_by_signal_estimators_and_zero_disables_it():
     # g2po, planpo, covgpo and graphgpo read the outcomes from the table, 3spo its rollouts' own step
     # rewards: a substituted signal would be ignored.
     takes = [name for name in ESTIMATORS if "coverage_beta" in estimator_defaults(name)]
-    assert sorted(set(ESTIMATORS) - set(takes)) == ["3spo", "covgpo", "g2po", "graphgpo", "planpo", "ppo"]
+    assert sorted(set(ESTIMATORS) - set(takes)) == ["3spo", "covgpo", "g2po", "graphgpo", "hiper", "planpo", "ppo"]
     for name in takes:
         assert estimator_defaults(name)["coverage_when"] == "all_failed", name
         with_coverage = compute_advantages(name, [all_failed_group()], coverage_beta=0.3)
@@ -606,6 +606,7 @@ def test_summary_sums_each_estimators_own_counts_under_its_name():
     for step in {id(s): s for group in batch for trajectory in group for s in trajectory.steps}.values():
         step.extras["strategy_reward"] = 0.0  # what 3spo credits, recorded by its rollouts
         step.extras["value"] = 0.5  # what ppo reads, its critic's value recorded by the trainer
+        step.extras["credit"] = 0.25  # what hiper reads, the credit its critic records
     base = ["all_equal_groups", "coverage_groups", "groups", "nonzero_fraction", "steps"]
     own = {"ptgpo": ["backoff_steps", "branching_nodes"], "g2po": ["multi_edge_nodes"],
            "planpo": ["succeeded_trajectories"], "progpo": ["prefix_steps"], "covgpo": ["covgpo_groups"],

@@ -17,9 +17,10 @@ from ptgpo_algos.trainer import run_training
 def S(state: str, action: str, reward: float, entropy: float | None) -> Step:
     decision = None if entropy is None else Decision(action, action, [1], [2], [-0.1], entropy)
     # The strategy reward is what 3spo credits (its rollouts record it): x 0, y 1, z 2; the value is what
-    # ppo reads (its critic's, recorded by the trainer).
+    # ppo reads (its critic's, recorded by the trainer); the credit what hiper reads (its critic's).
     return Step(state, action, reward, decision=decision,
-                extras={"strategy_reward": float(ord(action) % 3), "value": 0.25 * len(state)})
+                extras={"strategy_reward": float(ord(action) % 3), "value": 0.25 * len(state),
+                        "credit": 0.5 - ord(action) % 2})
 
 
 def batch(entropies=((0.0, 1.0), (2.0,))) -> list[list[Trajectory]]:

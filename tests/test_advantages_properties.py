@@ -52,9 +52,11 @@ def random_group(rng: random.Random, share_objects: bool = True, action_of=None)
             own = ((3 * len(history) + ord(action) + 2 * ord(state)) % 8) / 4 - 0.75
             # A critic's value of the state (what ppo reads, recorded by the trainer), dyadic likewise.
             value = ((5 * len(history) + ord(state)) % 8) / 8
+            # A turn's credit computed before the estimator (HiPER's critic records it), dyadic likewise.
+            credit = ((3 * len(history) + ord(action)) % 8) / 4 - 1.0
             steps.append(Step(state, action, rng.choice(rewards), rng.random() > 0.2,
                               response_ids=[0] * tokens if tokens else None,
-                              extras={"strategy_reward": own, "value": value}))
+                              extras={"strategy_reward": own, "value": value, "credit": credit}))
         group.append(Trajectory(steps, meta=meta))
     return group
 
@@ -348,6 +350,13 @@ def ppo_reference(batch, *, gamma, invalid_penalty, gae_lambda, whiten, **_):
     return result
 
 
+def hiper_reference(batch, **_):
+    """hiper's docstring: the recorded credit of each turn, with the driver's zeros for groups of fewer
+    than two non-empty trajectories."""
+    return [[[s.extras["credit"] if sum(1 for t in group if t.steps) >= 2 else 0.0 for s in trajectory.steps]
+             for trajectory in group] for group in batch]
+
+
 def flat(nested) -> np.ndarray:
     return np.array([x for group in nested for traj in group for x in traj], dtype=float)
 
@@ -362,7 +371,8 @@ def test_matches_reference_on_random_groups(name):
         batch = random_batch(seed)
         config = random_config(name, rng)
         known = {**estimator_defaults(name), **config}
-        expected = ppo_reference(batch, **known) if name == "ppo" else reference(name, batch, **known)
+        own = {"ppo": ppo_reference, "hiper": hiper_reference}
+        expected = own[name](batch, **known) if name in own else reference(name, batch, **known)
         actual = compute_advantages(name, batch, **config)
         assert [[len(t) for t in g] for g in actual] == [[len(t) for t in g] for g in batch]
         np.testing.assert_allclose(flat(actual), flat(expected), rtol=1e-9, atol=1e-12,
@@ -424,8 +434,8 @@ def test_array_form_agrees_with_nested_form():
 
 
 def test_degenerate_batches_give_zeros():
-    lone = [Trajectory([Step("a", "x", 1.0, extras={"strategy_reward": 1.0, "value": 0.5}),
-                        Step("a", "x", 0.0, extras={"strategy_reward": 0.0, "value": 0.25})])]
+    lone = [Trajectory([Step("a", "x", 1.0, extras={"strategy_reward": 1.0, "value": 0.5, "credit": 0.5}),
+                        Step("a", "x", 0.0, extras={"strategy_reward": 0.0, "value": 0.25, "credit": -1.0})])]
     for name in ESTIMATORS:
         assert compute_advantages(name, []) == []
         assert compute_advantages(name, [[], [Trajectory()], [Trajectory(), Trajectory()]]) == [
@@ -438,7 +448,7 @@ def test_degenerate_batches_give_zeros():
 
 
 def test_unknown_estimator_lists_the_valid_names():
-    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo, graphgpo, 3spo, bpo, ppo"
+    names = "grpo, rloo, gigpo, hgpo, ptgpo, g2po, planpo, progpo, covgpo, graphgpo, 3spo, bpo, ppo, hiper"
     with pytest.raises(ValueError, match=f"unknown advantage estimator .ptgpx. \\(did you mean .ptgpo.\\?\\); choose one of {names}$"):
         compute_advantages("ptgpx", [])
 

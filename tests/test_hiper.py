@@ -315,10 +315,10 @@ def test_settings_default_to_the_published_alfworld_values():
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"lam_seg": 1.5}, "hiper.lam_seg"),
-    ({"keep_penalty_mode": "ratio"}, "hiper.keep_penalty_mode"),
+    ({"lam_seg": 1.5}, r"algorithm\.hiper\.lam_seg"),
+    ({"keep_penalty_mode": "ratio"}, r"algorithm\.hiper\.keep_penalty_mode"),
     ({"lam_sag": 0.9}, "lam_sag"),
-    ({"enabled": "yes"}, "hiper.enabled"),
+    ({"normalize": "yes"}, r"algorithm\.hiper\.normalize"),
 ])
 def test_settings_name_the_key_to_fix(values, message):
     with pytest.raises(ValueError, match=message):

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 # Importing the estimator modules registers them, in this order.
 from ptgpo_algos.advantages import grpo, rloo, gigpo, hgpo, ptgpo  # noqa: F401, I001
 from ptgpo_algos.advantages import g2po, planpo, progpo, covgpo  # noqa: F401, I001
-from ptgpo_algos.advantages import graphgpo, spo3, bpo, ppo  # noqa: F401, I001
+from ptgpo_algos.advantages import graphgpo, spo3, bpo, ppo, hiper  # noqa: F401, I001
 from ptgpo_algos.advantages.estimate import (
     AdvantageResult,
     GroupDiagnostics,

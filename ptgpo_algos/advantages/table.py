@@ -50,6 +50,9 @@ class StepTable:
     #: (n_steps,) float64: the critic's value of the state the step's decision was taken in
     #: (``Step.extras["value"]``, :mod:`ptgpo_algos.critic`), NaN where none was recorded
     value: np.ndarray
+    #: (n_steps,) float64: the turn's advantage a trainer component computed before the estimator ran
+    #: (``Step.extras["credit"]``: HiPER's low level, :mod:`ptgpo_algos.hiper.critic`), NaN where none
+    credit: np.ndarray
     trajectory_group: np.ndarray  # (n_trajectories,) int64: group of each trajectory
     #: (n_trajectories,) int64: the step at which a trajectory forked from another's prefix
     #: (``Trajectory.meta["branch_point"]``), -1 for one played from reset or given as a step list
@@ -93,6 +96,7 @@ class StepTable:
         strategy_reward = np.fromiter((step.extras.get("strategy_reward", np.nan) for step in steps),
                                       dtype=np.float64, count=len(steps))
         value = np.fromiter((step.extras.get("value", np.nan) for step in steps), dtype=np.float64, count=len(steps))
+        credit = np.fromiter((step.extras.get("credit", np.nan) for step in steps), dtype=np.float64, count=len(steps))
 
         lengths = np.asarray(trajectory_length, dtype=np.int64)
         n_trajectories = lengths.shape[0]
@@ -123,6 +127,7 @@ class StepTable:
             entropy=entropy,
             strategy_reward=strategy_reward,
             value=value,
+            credit=credit,
             trajectory_group=np.asarray(trajectory_group, dtype=np.int64),
             branch_point=np.asarray(branch_point, dtype=np.int64),
             trajectory_length=lengths,

@@ -13,7 +13,7 @@ __all__ = ["CRITIC_ESTIMATORS", "CriticSettings", "uses_critic"]
 
 _WHERE = "algorithm.critic."
 #: The estimators that read a learned critic's values (the trainer builds one for them).
-CRITIC_ESTIMATORS = ("ppo",)
+CRITIC_ESTIMATORS = ("ppo", "hiper")
 
 
 def uses_critic(estimator: str) -> bool:

@@ -216,6 +216,14 @@ class PlanContext(Context):
         return cls(context.task, context.observation, context.admissible_actions, list(context.history),
                    tracker.subgoal)
 
+    @classmethod
+    def after(cls, context: Context, responses: list[str]) -> PlanContext:
+        """The context of the decision that follows an episode's earlier ``responses`` (their texts)."""
+        tracker = PlanTracker()
+        for text in responses:
+            tracker.record(parse_plan_response(text))
+        return cls.of(context, tracker)
+
 
 class PlanPromptBuilder(PromptBuilder):
     """PTGPO's prompt for plan/execute turns: the plan instructions as system text and the subgoal in

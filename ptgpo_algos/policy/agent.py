@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Sequence
 
 from ptgpo_algos.episodes import EpisodeView
+from ptgpo_algos.hiper.plan_format import PlanContext, PlanTracker, parse_plan_response
 from ptgpo_algos.policy.base import RolloutPolicy
 
 __all__ = ["PolicyAgent"]
@@ -30,6 +32,8 @@ class PolicyAgent:
         self.temperature = temperature
         self.name = name
         self.generator = torch.Generator().manual_seed(seed)
+        #: A plan/execute policy's subgoal in force, per live episode (HiPER).
+        self.plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @classmethod
     def at_temperature(cls, policy: RolloutPolicy, temperature: float, name: str = "policy", seed: int = 0) -> "PolicyAgent":
@@ -38,10 +42,15 @@ class PolicyAgent:
 
     def act(self, episodes: Sequence[EpisodeView]) -> list[str]:
         """The policy's action for each episode (an empty action where it produced none)."""
-        decisions = self.policy.decide(
-            [view.context() for view in episodes], greedy=self.greedy, generator=self.generator,
-            temperature=self.temperature,
-        )
+        contexts = [view.context() for view in episodes]
+        if getattr(self.policy, "plan_format", False):
+            trackers = [self.plans.setdefault(view, PlanTracker()) for view in episodes]
+            contexts = [PlanContext.of(c, tracker) for c, tracker in zip(contexts, trackers)]
+        decisions = self.policy.decide(contexts, greedy=self.greedy, generator=self.generator,
+                                       temperature=self.temperature)
+        if getattr(self.policy, "plan_format", False):
+            for tracker, decision in zip(trackers, decisions):
+                tracker.record(parse_plan_response(decision.text))
         return [d.action if d.action is not None else "" for d in decisions]
 
     def __repr__(self) -> str:

@@ -66,6 +66,7 @@ def build_policy(config: TrainConfig, device: str):
         logprob_chunk=spec.logprob_chunk,
         decode_cache=spec.decode_cache,
         share_prefixes=spec.share_prefixes,
+        plan_format=config.algorithm.name == "hiper",
     )
 
 

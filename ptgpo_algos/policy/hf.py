@@ -40,6 +40,7 @@ from ptgpo_algos.policy.batching import (DECODE_CACHES, device_generator, forwar
                                          new_decode_cache, position_ids, sample_next)
 from ptgpo_algos.policy.hf_scoring import PolicyScoring
 from ptgpo_algos.policy.hf_weights import POLICY_SETTINGS_FILE, PolicyWeights, saved_policy_settings
+from ptgpo_algos.hiper.plan_format import PlanPromptBuilder, parse_plan_response
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.precision import Precision, precision_for, rollout_autocast
 from ptgpo_algos.policy.prompts import PromptBuilder
@@ -145,7 +146,8 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
 
     Split by concept: this class loads the model and acts (``decide``, generation, the sync check's
     sampling); scoring is :class:`~ptgpo_algos.policy.hf_scoring.PolicyScoring`'s, the weights (export,
-    reference, saving) :class:`~ptgpo_algos.policy.hf_weights.PolicyWeights`'."""
+    reference, saving) :class:`~ptgpo_algos.policy.hf_weights.PolicyWeights`'. ``plan_format``: HiPER's
+    plan/execute prompt and parser (:mod:`ptgpo_algos.hiper.plan_format`) in ``generate`` mode."""
 
     def __init__(
         self,
@@ -168,6 +170,7 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         logprob_chunk: int = 512,
         decode_cache: str = "dynamic",
         rollout_dtype: str | None = None,
+        plan_format: bool = False,
     ):
         check_sampling_settings(mode, score, temperature)
         if decode_cache not in DECODE_CACHES:
@@ -195,11 +198,11 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self.decode_cache = decode_cache
         #: True on the KL reference of a LoRA policy: the same model with its adapters switched off.
         self.adapters_disabled = False
-        self.require_think = bool(require_think)
+        self.require_think, self.plan_format = bool(require_think), bool(plan_format)
         template = None if prompt_template is None else PromptTemplate.from_mapping(prompt_template)
-        self.prompts = PromptBuilder(tokenizer, mode, history_length, max_prompt_tokens, template)
-        self.pad_id = tokenizer.pad_token_id
-        self.eos_id = tokenizer.eos_token_id
+        self.prompts = (PlanPromptBuilder if self.plan_format else PromptBuilder)(
+            tokenizer, mode, history_length, max_prompt_tokens, template)
+        self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
         #: FSDP's root unit around ``model`` when it is sharded across ranks
         #: (:func:`ptgpo_algos.distributed.policy.shard_policy`); None otherwise.
         self.root: torch.nn.Module | None = None
@@ -434,6 +437,6 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
                             entropies: list[float]) -> Decision:
         """A generated response as a decision: its text, the action parsed from it (None if none)."""
         text = self.tokenizer.decode(tokens, skip_special_tokens=False).replace(self.tokenizer.eos_token or "\0", "")
-        parsed = parse_response(text, require_think=self.require_think)
+        parsed = parse_plan_response(text) if self.plan_format else parse_response(text, require_think=self.require_think)
         return Decision(text=text, action=parsed.action, prompt_ids=prompt, response_ids=tokens, logprobs=logprobs,
                         entropy=float(sum(entropies) / max(1, len(entropies))), format_error=parsed.error)

@@ -16,7 +16,7 @@ __all__ = ["POLICY_SETTINGS_FILE", "SAVED_SETTINGS", "PolicyWeights", "saved_pol
 #: Written by :meth:`PolicyWeights.save_pretrained` beside the weights; read back by ``from_pretrained``.
 POLICY_SETTINGS_FILE = "ptgpo_policy.json"
 SAVED_SETTINGS = ("mode", "score", "temperature", "history_length", "max_prompt_tokens", "max_new_tokens",
-                  "prompt_template", "require_think")
+                  "prompt_template", "require_think", "plan_format")
 
 
 def saved_policy_settings(name_or_path: str | Path) -> dict[str, Any]:
@@ -145,6 +145,6 @@ class PolicyWeights:
             (folder / TINY_MARKER).write_text((source / TINY_MARKER).read_text())
         template = None if self.prompts.template is None else self.prompts.template.to_mapping()
         values = (self.mode, self.score_mode, self.temperature, self.prompts.history_length,
-                  self.prompts.max_tokens, self.max_new_tokens, template, self.require_think)
+                  self.prompts.max_tokens, self.max_new_tokens, template, self.require_think, self.plan_format)
         settings = dict(zip(SAVED_SETTINGS, values, strict=True))
         (folder / POLICY_SETTINGS_FILE).write_text(json.dumps(settings, indent=1))

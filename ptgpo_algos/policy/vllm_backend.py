@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ptgpo_algos.data import Context, Decision
 from ptgpo_algos.policy.base import SYNC_TOKENS, SyncReport, call_temperature, check_sampling_settings
+from ptgpo_algos.hiper.plan_format import PlanPromptBuilder, parse_plan_response
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
 from ptgpo_algos.policy.templates import PromptTemplate
@@ -95,6 +96,7 @@ class VLLMPolicy:
         require_think: bool = False,
         min_new_tokens: int = 0,
         sync_bucket_bytes: int = 2**30,
+        plan_format: bool = False,
         **engine_kwargs: Any,
     ):
         check_sampling_settings(mode, score, temperature)
@@ -118,7 +120,9 @@ class VLLMPolicy:
         self.tokenizer = tokenizer
         self.require_think = bool(require_think)
         template = None if prompt_template is None else PromptTemplate.from_mapping(prompt_template)
-        self.prompts = PromptBuilder(tokenizer, mode, history_length, max_prompt_tokens, template)
+        self.plan_format = bool(plan_format)
+        builder = PlanPromptBuilder if self.plan_format else PromptBuilder
+        self.prompts = builder(tokenizer, mode, history_length, max_prompt_tokens, template)
         settings = {
             "model": str(model),
             "tokenizer": str(model),
@@ -150,6 +154,7 @@ class VLLMPolicy:
             temperature=policy.temperature,
             prompt_template=None if policy.prompts.template is None else policy.prompts.template.to_mapping(),
             require_think=policy.require_think,
+            plan_format=policy.plan_format,
             **engine_kwargs,
         )
 
@@ -247,7 +252,8 @@ class VLLMPolicy:
                 logprobs = [completion.logprobs[k][t].logprob for k, t in enumerate(tokens)]
                 text = self.tokenizer.decode(tokens, skip_special_tokens=False)
                 text = text.replace(self.tokenizer.eos_token or "\0", "")
-                parsed = parse_response(text, require_think=self.require_think)
+                parsed = (parse_plan_response(text) if self.plan_format
+                          else parse_response(text, require_think=self.require_think))
                 decisions[i] = Decision(
                     text=text,
                     action=parsed.action,
