@@ -19,7 +19,7 @@ its last hidden state is the response token's.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -115,11 +115,12 @@ class HiperCritic(Critic):
                 step.extras["hiper"] = _turn(credit, b, t)
         self.figures = _level_figures(credit, episodes)
 
-    def set_targets(self, batch: Batch, samples: Sequence[TrainingSample], estimator: Mapping[str, Any]) -> dict[str, float]:
+    def set_targets(self, batch: Batch, samples: Sequence[TrainingSample], estimator: Mapping[str, Any],
+                    gather: Callable[[Any], list[Any]] = lambda local: [local]) -> dict[str, float]:
         """Each sample's per-token advantages (:func:`token_advantages`) and its heads' old values and
         targets (the low and switch heads every turn, the high head at segment starts); the value and
-        level figures."""
-        del estimator  # HiPER's discount and penalties are its own section's (algorithm.hiper)
+        level figures. One process only (ranks refuse ``hiper``), so ``gather`` is not called."""
+        del estimator, gather  # HiPER's discount and penalties are its own section's (algorithm.hiper)
         steps = {id(s.decision): s for group in batch for t in group for s in t.steps}
         # The estimators' rule: a group of fewer than two played episodes is not compared, no advantage.
         lone = {id(s.decision) for group in batch if sum(1 for t in group if t.steps) < 2 for t in group for s in t.steps}
