@@ -172,8 +172,11 @@ def test_registered_in_verls_registry_under_free_names(verl):
     names = register_estimators()
     assert names["gigpo"] == "gigpo" and names["ptgpo"] == "ptgpo" and names["hgpo"] == "hgpo"
     assert names["grpo"] == "ptgpo_grpo" and names["rloo"] == "ptgpo_rloo"  # verl's own keep theirs
-    # 3SPO's and BPO's rollouts (searched, forked) are not what verl's agent loops record; ppo reads our critic.
-    assert set(names) == set(bridged_estimators()) == set(ESTIMATORS.names()) - {"3spo", "bpo", "ppo"}
+    # 3SPO's and BPO's rollouts (searched, forked) are not what verl's agent loops record; ppo and hiper
+    # read our critic.
+    critic = {"ppo", "hiper"}
+    assert critic <= set(ESTIMATORS.names())
+    assert set(names) == set(bridged_estimators()) == set(ESTIMATORS.names()) - {"3spo", "bpo"} - critic
     for ours, theirs in names.items():
         assert core_algos.get_adv_estimator_fn(theirs).ptgpo_estimator == ours
     assert register_estimators({"gigpo": {"omega": 2.0}}) == names  # again: replaced, not refused
