@@ -401,6 +401,7 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     assert saved_policy_settings(run_dir / "final_model") == {
         "mode": "choose", "score": "mean", "temperature": 1.0, "history_length": 1,
         "max_prompt_tokens": 1024, "max_new_tokens": 7, "prompt_template": None, "require_think": False,
+        "plan_format": False,
     }
     keys = ("success", "return", "length", "invalid_rate")
 
