@@ -278,11 +278,16 @@ def test_ctrl_c_exits_quietly_with_the_resume_command(tmp_path, monkeypatch):
     argv = ["train", "--env", "ptgpo/FrozenLake-v0", "--set", "env_kwargs={desc: [SFF, FHF, FFG]}",
             "--set", "tiny={hidden_size: 32, pretrain_steps: 0}", "--iterations", "1000",
             "--out", str(tmp_path / "run")]
-    # Started as a terminal starts a foreground job, Ctrl-C at its default: an ignored SIGINT is inherited,
-    # so a test process that ignores it would make this run deaf to it.
+    # Started as a terminal starts a foreground job, Ctrl-C at its default and not blocked: an ignored or
+    # blocked SIGINT is inherited, so a test process whose libraries ignore or block it would make this
+    # run deaf to it.
+    def foreground() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     process = subprocess.Popen([sys.executable, "-m", "ptgpo_harness.cli", *argv, "--no-progress"],
                                stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1],
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               preexec_fn=foreground)
     try:
         deadline = time.monotonic() + 240
         while not (tmp_path / "run" / "metrics.jsonl").exists() and time.monotonic() < deadline:
