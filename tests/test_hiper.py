@@ -9,7 +9,8 @@ import pytest
 
 from leaderboard.reported import DEFAULT_REPORTED, load_reported
 from ptgpo_algos.data import Context
-from ptgpo_algos.hiper.credit import hae, segment_to_go, shaped_rewards, turn_gae, whiten
+from ptgpo_algos.critic.gae import chained_gae
+from ptgpo_algos.hiper.credit import hae, segment_to_go, shaped_rewards, whiten
 from ptgpo_algos.hiper.estimate import EpisodeTurns, hiper_credit
 from ptgpo_algos.hiper.plan_format import (NO_SUBGOAL, PlanContext, PlanPromptBuilder, PlanTracker, block_spans,
                                            format_plan_response, low_value_index, parse_plan_response,
@@ -143,11 +144,11 @@ def test_monte_carlo_limit_gives_rewards_to_go():
     np.testing.assert_allclose(credit.segment_returns, [[3.0, 2.0, 2.0]])
 
 
-def test_turn_gae_cuts_the_chain_where_told():
-    advantages = turn_gae(np.array([[1.0, 1.0]]), np.zeros((1, 2)), np.zeros((1, 2)),
+def test_chained_gae_cuts_the_chain_where_told():
+    advantages = chained_gae(np.array([[1.0, 1.0]]), np.zeros((1, 2)), np.zeros((1, 2)),
                           np.array([[False, False]]), 0.9, 1.0)
     np.testing.assert_allclose(advantages, [[1.0, 1.0]])
-    chained = turn_gae(np.array([[1.0, 1.0]]), np.zeros((1, 2)), np.zeros((1, 2)),
+    chained = chained_gae(np.array([[1.0, 1.0]]), np.zeros((1, 2)), np.zeros((1, 2)),
                        np.array([[True, False]]), 0.9, 1.0)
     np.testing.assert_allclose(chained, [[1.9, 1.0]])
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GaeResult", "turn_gae"]
+__all__ = ["GaeResult", "chained_gae", "turn_gae"]
 
 
 @dataclass(frozen=True)
@@ -48,17 +48,34 @@ def turn_gae(rewards: np.ndarray, values: np.ndarray, lengths: np.ndarray, boots
                          f"{bootstrap.shape}")
     if n_steps == 0:
         return GaeResult(np.zeros(0), np.zeros(0))
-    episode = np.repeat(np.arange(lengths.shape[0]), lengths)
+    n_episodes, horizon = lengths.shape[0], int(lengths.max())
+    episode = np.repeat(np.arange(n_episodes), lengths)
     time = np.arange(n_steps) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    horizon = int(lengths.max())
+    padded_rewards, padded_values = np.zeros((n_episodes, horizon)), np.zeros((n_episodes, horizon))
+    padded_rewards[episode, time], padded_values[episode, time] = rewards, values
     # Column t + 1 of an episode's row is V(s_{t+1}); its last turn's is the bootstrap value.
-    next_values = np.zeros((lengths.shape[0], horizon + 1))
-    next_values[episode, time] = values
-    next_values[np.arange(lengths.shape[0]), lengths] = bootstrap
-    deltas = rewards + gamma * next_values[episode, time + 1] - values
-    padded = np.zeros((horizon + 1, lengths.shape[0]))
-    padded[time, episode] = deltas
-    for t in range(horizon - 1, -1, -1):
-        padded[t] += gamma * lam * padded[t + 1]
-    advantages = padded[time, episode]
+    following = np.zeros((n_episodes, horizon + 1))
+    following[episode, time] = values
+    following[np.arange(n_episodes), lengths] = bootstrap
+    chained = np.arange(horizon)[None, :] < (lengths - 1)[:, None]
+    advantages = chained_gae(padded_rewards, padded_values, following[:, 1:], chained, gamma, lam)[episode, time]
     return GaeResult(advantages, advantages + values)
+
+
+def chained_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, chained: np.ndarray,
+                gamma: float, lam: float) -> np.ndarray:
+    """GAE with explicit successors over ``[episodes, turns]`` arrays: ``delta[t] = r[t] + gamma *
+    next_values[t] - values[t]`` and ``A[t] = delta[t] + gamma * lam * A[t+1]`` where ``chained[t]``, else
+    ``delta[t]``.
+
+    ``next_values[t]`` is the value turn t bootstraps from (0 after a terminal step), so one recursion
+    serves :func:`turn_gae` (chained everywhere but each episode's last turn) and GAE restarted at any
+    boundary, such as HiPER's subgoal segments (:mod:`ptgpo_algos.hiper.credit`).
+    """
+    deltas = rewards + gamma * next_values - values
+    advantages = np.zeros_like(deltas)
+    carry = np.zeros(deltas.shape[0])
+    for t in range(deltas.shape[1] - 1, -1, -1):
+        carry = deltas[:, t] + gamma * lam * np.where(chained[:, t], carry, 0.0)
+        advantages[:, t] = carry
+    return advantages

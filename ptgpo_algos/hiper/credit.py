@@ -13,7 +13,7 @@ For segment k, turns ``s_k .. e_k``, ``d_k`` of them:
 * segment-to-go return ``G[t] = r[t] + gamma * G[t+1]`` inside the segment and
   ``G[e_k] = r[e_k] + gamma * B_k``, where ``B_k`` is ``V_H[s_{k+1}]`` when a segment follows, 0 after a
   terminal step, and after a cut ``V_H[s_k]`` (``bootstrap_truncated``) or 0;
-* low level, GAE restarted in every segment (:func:`turn_gae`): ``delta[t] = r[t] + gamma * next[t] -
+* low level, GAE restarted in every segment (:func:`~ptgpo_algos.critic.gae.chained_gae`): ``delta[t] = r[t] + gamma * next[t] -
   V_L[t]`` with ``next[t] = V_L[t+1]`` inside the segment, ``B_k`` at its end (after a cut with
   ``bootstrap_truncated``: ``V_L[e_k]`` itself, as HiPER's code does);
   ``A_L[t] = delta[t] + gamma * lam_turn * A_L[t+1]`` inside, ``A_L[e_k] = delta[e_k]``; value target
@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["HaeCredit", "WHITEN_EPSILON", "hae", "segment_to_go", "shaped_rewards", "turn_gae", "whiten"]
+from ptgpo_algos.critic.gae import chained_gae
+
+__all__ = ["HaeCredit", "WHITEN_EPSILON", "hae", "segment_to_go", "shaped_rewards", "whiten"]
 
 #: The guard in (x - mean) / (std + eps) of the per-level normalisation (HiPER's value).
 WHITEN_EPSILON = 1e-8
@@ -93,24 +95,6 @@ def _tail_bootstrap(value_at_end, terminated, bootstrap_truncated: bool):
     return np.where(keep, value_at_end, 0.0)
 
 
-def turn_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray, chained: np.ndarray,
-             gamma: float, lam: float) -> np.ndarray:
-    """GAE over turns with explicit successors: ``delta[t] = r[t] + gamma * next_values[t] - values[t]``,
-    ``A[t] = delta[t] + gamma * lam * A[t+1]`` where ``chained[t]``, else ``delta[t]``.
-
-    ``next_values`` holds the value each turn bootstraps from (0 after a terminal step), so one
-    function serves flat GAE (``chained`` everywhere but the last turn) and HiPER's low level
-    (``chained`` false at every segment end). All arrays are ``[episodes, decisions]``.
-    """
-    deltas = rewards + gamma * next_values - values
-    advantages = np.zeros_like(deltas)
-    carry = np.zeros(deltas.shape[0])
-    for t in range(deltas.shape[1] - 1, -1, -1):
-        carry = deltas[:, t] + gamma * lam * np.where(chained[:, t], carry, 0.0)
-        advantages[:, t] = carry
-    return advantages
-
-
 def segment_to_go(rewards, v_high, starts, lengths, terminated, *, gamma: float,
                   bootstrap_truncated: bool) -> np.ndarray:
     """``G``, each turn's discounted reward to the end of its segment plus the bootstrap there
@@ -138,7 +122,7 @@ def _low_level(r, v_low, v_high, inside, last, segment_end, terminated, gamma, l
     tail = _tail_bootstrap(v_low, terminated[:, None], bootstrap_truncated)
     next_values = np.where(last, tail, np.where(segment_end, following_high, following_low))
     chained = inside & ~segment_end
-    advantages = turn_gae(r, v_low * inside, next_values * inside, chained, gamma, lam)
+    advantages = chained_gae(r, v_low * inside, next_values * inside, chained, gamma, lam)
     advantages = advantages * inside
     return advantages, (advantages + v_low) * inside
 
