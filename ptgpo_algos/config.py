@@ -36,7 +36,7 @@ line flag: ``ptgpo train``'s options are generated from it (:func:`cli_fields`).
 
 Building a config checks nothing of the machine (a model folder that exists, an optional package, a
 writable run folder): a config written on one machine builds on another, and
-:mod:`ptgpo_algos.preflight` checks the machine when a run starts. The one file it reads is a prompt
+:mod:`ptgpo_algos.training.preflight` checks the machine when a run starts. The one file it reads is a prompt
 template given by path, whose text the config keeps. The components' registries are
 read (an estimator's name and keys, a loss, the objectives, a recipe), since their rules convert the
 values the config keeps; none of those modules imports this one back.
@@ -63,8 +63,8 @@ from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES
 from ptgpo_algos.policy.recipes import load_recipe, recipe_names
 from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
 from ptgpo_algos.policy.tiny import TinyModelSpec
-from ptgpo_algos.rollout import BRANCH_STRATEGIES
-from ptgpo_algos.strategies import ROLLOUT_STRATEGIES, settings_sections
+from ptgpo_algos.rollouts.collection import BRANCH_STRATEGIES
+from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES, settings_sections
 from ptgpo_algos.validation import (
     check_bool,
     check_choice,
@@ -106,7 +106,7 @@ MAX_STEPS = 1_000_000
 #: model that never writes its end token generate for ever.
 MAX_NEW_TOKENS = 2**24
 #: The fields a resumed run may change: they say when to stop (and where the folder is, what it keeps),
-#: not what the run does. A resume with any other field changed is refused (:mod:`ptgpo_algos.run_folder`).
+#: not what the run does. A resume with any other field changed is refused (:mod:`ptgpo_algos.training.run_folder`).
 RESUMABLE_FIELDS = frozenset({"run.iterations", "run.total_decisions", "run.time_limit_s", "run.budget",
                               "run.resume", "run.out_dir", "run.keep_checkpoint", "run.keep_final_model"})
 
@@ -197,7 +197,7 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    """The advantage estimator (:mod:`ptgpo_algos.advantages`) and the policy loss (:mod:`ptgpo_algos.losses`)."""
+    """The advantage estimator (:mod:`ptgpo_algos.advantages`) and the policy loss (:mod:`ptgpo_algos.updates.losses`)."""
 
     name: str = _field("gigpo", "advantage estimator, e.g. grpo, rloo, gigpo, hgpo, ptgpo", flat="algo", flag="algo")
     config: dict[str, Any] = _field(help="the estimator's keys (gamma, norm, omega...)", flat="algo_config",
@@ -221,7 +221,7 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         # The losses and objectives import torch: imported here, they load only when a config is built,
         # not with every module that names TrainConfig (the leaderboard, the CLI's help).
-        from ptgpo_algos.losses import LOSS_AGGREGATIONS, LOSSES
+        from ptgpo_algos.updates.losses import LOSS_AGGREGATIONS, LOSSES
         from ptgpo_algos.objectives import validate_objectives
 
         object.__setattr__(self, "name", check_registered(label("algorithm.name"), self.name, ESTIMATORS))
@@ -246,7 +246,7 @@ class AlgorithmConfig:
 
 def _loss_config(loss: str, given: Any) -> dict[str, Any]:
     """The policy loss's own keys as given, each converted by its rule (a YAML "1e-3" is a number)."""
-    from ptgpo_algos.losses import COMMON_LOSS_KEYS, get_loss
+    from ptgpo_algos.updates.losses import COMMON_LOSS_KEYS, get_loss
 
     where = label("algorithm.loss_config")
     config = check_mapping(where, given)
@@ -362,7 +362,7 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class RolloutsConfig:
-    """How one iteration's rollouts are collected (:mod:`ptgpo_algos.rollout`)."""
+    """How one iteration's rollouts are collected (:mod:`ptgpo_algos.rollouts.collection`)."""
 
     backend: str = _field("transformers", "rollout backend: transformers or vllm", flat="rollout_backend")
     vllm: dict[str, Any] = _field(help="vLLM engine arguments", factory=dict)
@@ -464,12 +464,12 @@ def _gather_strategy_settings(given: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """The PPO update (:mod:`ptgpo_algos.update`). ``None`` values take the model's defaults."""
+    """The PPO update (:mod:`ptgpo_algos.updates.samples`). ``None`` values take the model's defaults."""
 
     lr: float | None = _field(None, "learning rate [5e-4 tiny, 1e-6 pretrained]", flat="learning_rate", flag="lr")
     weight_decay: float = _field(0.0, "AdamW weight decay")
     lr_schedule: str = _field("constant", "learning-rate schedule over optimiser steps: constant, linear or cosine "
-                              "(down to 0 at lr_decay_steps), after a linear warm-up (ptgpo_algos.optimizer)")
+                              "(down to 0 at lr_decay_steps), after a linear warm-up (ptgpo_algos.updates.optimizer)")
     lr_warmup_steps: int = _field(0, "optimiser steps of linear warm-up from 0 to lr")
     lr_decay_steps: int | None = _field(None, "the optimiser step at which linear and cosine reach 0 (needed by both)")
     clip_ratio: float = _field(0.2, "PPO clip range")
@@ -545,7 +545,7 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    """Held-out evaluation (:mod:`ptgpo_algos.evaluation`)."""
+    """Held-out evaluation (:mod:`ptgpo_algos.rollouts.evaluation`)."""
 
     every: int = _field(10, "evaluate every N iterations", flat="eval_every", flag="eval-every")
     every_fraction: float | None = _field(None, "evaluate instead at the first iteration boundary at or after each "
@@ -589,7 +589,7 @@ WANDB_MODES = ("online", "offline", "disabled")
 
 @dataclass(frozen=True)
 class WandbSettings:
-    """``run.wandb``: where :class:`~ptgpo_algos.callbacks.WandbLogger` logs. ``name`` None: the run
+    """``run.wandb``: where :class:`~ptgpo_algos.training.callbacks.WandbLogger` logs. ``name`` None: the run
     folder's name; ``mode`` None: wandb's own choice (``WANDB_MODE``, else online)."""
 
     project: str = "ptgpo"
@@ -695,7 +695,7 @@ class EnvWorkersConfig:
 
     @property
     def options(self) -> dict[str, Any]:
-        """What :func:`~ptgpo_algos.episodes.make_vector_env` passes to the backend."""
+        """What :func:`~ptgpo_algos.rollouts.episodes.make_vector_env` passes to the backend."""
         return {"address": self.address, "num_cpus": self.num_cpus} if self.backend == "ray" else {}
 
 

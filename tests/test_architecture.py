@@ -64,12 +64,12 @@ def test_every_package_has_a_layer():
 
 def test_an_upward_import_is_found():
     # The check itself, on a made-up graph: the core naming the harness or a baseline is refused.
-    graph = {"ptgpo_algos.trainer": {"ptgpo_harness.bench.grid": "deferred"},
+    graph = {"ptgpo_algos.training.trainer": {"ptgpo_harness.bench.grid": "deferred"},
              "ptgpo_algos.config": {"baselines.registry": "type-only"},
              "ptgpo_harness.bench.plan": {"ptgpo_harness.commands.bench": "top"},
              "ptgpo_harness.cli": {"ptgpo_harness.bench": "top", "leaderboard.records": "top"}}
     assert {module: _upward(graph, module) for module in graph} == {
-        "ptgpo_algos.trainer": ["ptgpo_harness.bench.grid"], "ptgpo_algos.config": ["baselines.registry"],
+        "ptgpo_algos.training.trainer": ["ptgpo_harness.bench.grid"], "ptgpo_algos.config": ["baselines.registry"],
         "ptgpo_harness.bench.plan": ["ptgpo_harness.commands.bench"], "ptgpo_harness.cli": []}
 
 

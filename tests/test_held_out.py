@@ -13,11 +13,11 @@ import pytest
 import ptgpo_envs  # noqa: F401 - registers the environments
 from ptgpo_harness.bench import BenchConfig, plan_cells, run_cell
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.evaluation import overlap
+from ptgpo_algos.rollouts.evaluation import overlap
 from ptgpo_algos.files import read_jsonl
 from ptgpo_algos.provenance import PACKAGES
-from ptgpo_algos.train_state import TrainState
-from ptgpo_algos.trainer import Trainer
+from ptgpo_algos.training.state import TrainState
+from ptgpo_algos.training.trainer import Trainer
 from ptgpo_envs import held_out
 
 DOORKEY = {"level": "DoorKey-5x5"}

@@ -117,7 +117,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     from ptgpo_algos.device import resolve_device
     from ptgpo_algos.files import check_writable
     from ptgpo_algos.policy.tiny import TINY_MARKER
-    from ptgpo_algos.run_folder import is_run_folder, load_run_config
+    from ptgpo_algos.training.run_folder import is_run_folder, load_run_config
     from ptgpo_envs import check_env_kwargs
 
     _check_flags(args)
@@ -188,8 +188,8 @@ def load_target(target: str | Path, device: str, history_length: int | None = No
     settings, ``history_length`` overriding its prompts' history), and where it came from: the one place
     the commands that evaluate a policy resolve it."""
     from ptgpo_algos.policy import load_policy
-    from ptgpo_algos.run_folder import is_run_folder
-    from ptgpo_algos.run_evaluation import load_trained_policy
+    from ptgpo_algos.training.run_folder import is_run_folder
+    from ptgpo_algos.training.run_evaluation import load_trained_policy
 
     if is_run_folder(target):
         policy, _, source = load_trained_policy(target, device)
@@ -245,9 +245,9 @@ def print_trials(trials) -> None:
 def run(args: argparse.Namespace) -> int:
     """Evaluate a run folder or a saved model on held-out seeds and print (and save) the result; the exit
     status."""
-    from ptgpo_algos.evaluation import evaluate
+    from ptgpo_algos.rollouts.evaluation import evaluate
     from ptgpo_algos.files import atomic_write_text
-    from ptgpo_algos.policy.agent import PolicyAgent
+    from ptgpo_algos.rollouts.agent import PolicyAgent
 
     # Everything but the weights first, so that a bad flag or environment fails before a model is loaded.
     try:

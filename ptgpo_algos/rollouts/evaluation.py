@@ -1,8 +1,8 @@
 """Evaluation of any agent on held-out seeds: success, return, length, invalid-action rate, per type.
 
 Every evaluated thing (random and expert baselines, SB3, the zero-shot and trained LLM policies) is an
-:class:`Agent`: it sees a batch of live episodes (:class:`~ptgpo_algos.episodes.EpisodeView`) and
-returns one action each. Episodes run in the same :class:`~ptgpo_algos.episodes.EpisodeEngine` as
+:class:`Agent`: it sees a batch of live episodes (:class:`~ptgpo_algos.rollouts.episodes.EpisodeView`) and
+returns one action each. Episodes run in the same :class:`~ptgpo_algos.rollouts.episodes.EpisodeEngine` as
 training rollouts (an evaluation episode is a group of one), so agents stay stateless and LLM
 policies batch all their decisions of a step into one forward pass.
 """
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence
 
 import ptgpo_envs
-from ptgpo_algos.episodes import Episode, EpisodeEngine, EpisodeView, Transition, make_vector_env
+from ptgpo_algos.rollouts.episodes import Episode, EpisodeEngine, EpisodeView, Transition, make_vector_env
 
 __all__ = ["PROTOCOL_INFO", "Agent", "EpisodeView", "EpisodeResult", "EvalResult", "evaluate", "overlap"]
 

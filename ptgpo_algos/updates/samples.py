@@ -1,6 +1,6 @@
 """The update's pieces as functions: a batch with its advantages becomes training samples, which are
 scored without gradients, cut into mini-batches and micro-batches, and trained on
-(:class:`ptgpo_algos.updater.Updater` runs them in order).
+(:class:`ptgpo_algos.updates.updater.Updater` runs them in order).
 
 1. :func:`flatten_batch` makes one sample per *distinct* step: a step shared by ``n`` trajectories of
    a prefix tree is trained once with weight ``n`` and the mean of the advantages it received. For
@@ -17,7 +17,7 @@ scored without gradients, cut into mini-batches and micro-batches, and trained o
    policy then computes once; :func:`accumulate_gradients` runs one forward and backward in
    micro-batches of ``micro_batch_size`` steps whose gradients add up to the mini-batch's (every term
    is divided by the mini-batch's weighted unit count). The loss is the update's
-   (:class:`~ptgpo_algos.losses.PolicyLoss`: the configured policy-gradient loss, importance
+   (:class:`~ptgpo_algos.updates.losses.PolicyLoss`: the configured policy-gradient loss, importance
    weights, KL and entropy). pi_old is the recomputed one when present, else the behaviour policy's
    recorded at rollout time; ``tis_cap`` weighs each unit by the truncated ratio of the two (Yao et
    al. 2025).
@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ptgpo_algos.data import Batch, Decision
-from ptgpo_algos.losses import PolicyLoss
+from ptgpo_algos.records import Batch, Decision
+from ptgpo_algos.updates.losses import PolicyLoss
 
 __all__ = ["COUNTS", "ExtraLoss", "TrainingSample", "accumulate_gradients", "flatten_batch", "micro_batch_loss", "micro_batches",
            "minibatches", "recompute_old_logprobs", "reference_logprobs", "same_prompt_groups", "scoring_parts",
@@ -85,7 +85,7 @@ def flatten_batch(
     trajectory counts once. ``trajectory-mean``: each trajectory through the step adds ``1 / units of
     that trajectory``, so every trajectory counts once whatever its length (a 7-step success weighs as
     much as a 30-step failure instead of a quarter of it). The loss divides by the summed weights, so
-    both are means. ``loss_agg`` is one of :data:`~ptgpo_algos.losses.LOSS_AGGREGATIONS`, as
+    both are means. ``loss_agg`` is one of :data:`~ptgpo_algos.updates.losses.LOSS_AGGREGATIONS`, as
     ``algorithm.loss_agg`` checks.
     """
     found: dict[int, list] = {}

@@ -4,7 +4,7 @@ A :class:`~ptgpo_algos.config.TrainConfig` is checked and resolved when it is bu
 values and the registries' rules; it asks nothing of the machine, so a config written on one machine
 builds on any other (a run folder copied from a GPU node, a benchmark planned on a laptop). What
 depends on the machine the run starts on is checked here, by the trainer's pre-flight
-(:meth:`ptgpo_algos.trainer.Trainer.train`): the model's folder or its place in the Hugging Face
+(:meth:`ptgpo_algos.training.trainer.Trainer.train`): the model's folder or its place in the Hugging Face
 cache, the optional packages the config asks for and the rollout backend (plugins register backends
 on the machine that runs them). The run folder is checked where it is locked
 (:func:`ptgpo_algos.files.folder_lock`).
@@ -22,7 +22,7 @@ from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.objectives import objective_needs
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
 from ptgpo_algos.policy.pretrained import check_pretrained, is_pretrained_source
-from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
+from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import check_registered
 from ptgpo_envs import check_env_kwargs, make_env
 

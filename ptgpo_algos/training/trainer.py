@@ -6,19 +6,19 @@ a method a subclass can replace::
     batch, stats = self.collect()                 # group rollouts of this iteration's tasks
     advantages, diagnostics = self.estimate(batch)   # the configured estimator, by name
     update = self.update(batch, advantages)       # pi_old and the reference scored without gradients,
-                                                  # then PPO epochs (ptgpo_algos.updater.Updater);
+                                                  # then PPO epochs (ptgpo_algos.updates.updater.Updater);
                                                   # components after it
     update |= self.sync(samples)                  # a separate rollout engine or copy gets the new weights
     self.end_iteration(row)                       # log, evaluate, checkpoint
 
 Collection runs here or, with ``rollouts.asynchronous``, in a second process
-(:mod:`ptgpo_algos.collectors`) while the update runs: those rollouts play the weights from
+(:mod:`ptgpo_algos.training.collectors`) while the update runs: those rollouts play the weights from
 before the previous update (``policy_lag`` 1 in the metrics, 0 otherwise), and the checkpoint keeps
 the request in flight so that a resumed run replays it. Everything else joins through callbacks
-(:mod:`ptgpo_algos.callbacks`): the logs, the progress bar, TensorBoard. Auxiliary signals are objectives
+(:mod:`ptgpo_algos.training.callbacks`): the logs, the progress bar, TensorBoard. Auxiliary signals are objectives
 (:mod:`ptgpo_algos.objectives`): hindsight relabelling is one.
 
-What must survive a resume is in plain sight: :class:`~ptgpo_algos.train_state.TrainState`, the
+What must survive a resume is in plain sight: :class:`~ptgpo_algos.training.state.TrainState`, the
 weights, the optimiser and its schedule, the callbacks', objectives' and collector's own state.
 
 Outputs in the run folder: ``config.json`` (with the processor and kernel settings of the process
@@ -30,10 +30,10 @@ wall times; a run stopped by ``time_limit_s`` is, by nature, not reproducible). 
 ``run.iterations``, at ``run.total_decisions`` (a matched budget across algorithms) or at
 ``run.time_limit_s``, whichever comes first.
 
-Where the run executes is a component, its :class:`~ptgpo_algos.placement.Placement`: this process
-(:class:`~ptgpo_algos.placement.OneProcess`), or one rank of N (``--nproc N``, ``torchrun``;
+Where the run executes is a component, its :class:`~ptgpo_algos.training.placement.Placement`: this process
+(:class:`~ptgpo_algos.training.placement.OneProcess`), or one rank of N (``--nproc N``, ``torchrun``;
 :class:`ptgpo_algos.distributed.placement.Ranks`, FSDP2). The trainer asks it the operations that
-differ (module :mod:`ptgpo_algos.placement`); the stages, set-up and resume are the same code.
+differ (module :mod:`ptgpo_algos.training.placement`); the stages, set-up and resume are the same code.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import numpy as np
 
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
 from ptgpo_algos.advantages.ppo import whitened
-from ptgpo_algos.callbacks import (
+from ptgpo_algos.training.callbacks import (
     Callback,
     JsonlLogger,
     ProgressBar,
@@ -58,30 +58,30 @@ from ptgpo_algos.callbacks import (
     TensorBoardLogger,
     WandbLogger,
 )
-from ptgpo_algos.checkpoint import CheckpointError
+from ptgpo_algos.training.checkpoint import CheckpointError
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.cost import standard_error
 from ptgpo_algos.critic.component import Critic
 from ptgpo_algos.critic.files import load_saved_critic
 from ptgpo_algos.critic.settings import uses_critic
-from ptgpo_algos.data import Batch, Task
+from ptgpo_algos.records import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
-from ptgpo_algos.evaluation import overlap
+from ptgpo_algos.rollouts.evaluation import overlap
 from ptgpo_algos.hiper.critic import HiperCritic
 from ptgpo_algos.files import atomic_write_text
 from ptgpo_algos.objectives import ObjectiveInputs, Objectives
-from ptgpo_algos.optimizer import build_optimizer, build_schedule
-from ptgpo_algos.placement import OneProcess, Placement
+from ptgpo_algos.updates.optimizer import build_optimizer, build_schedule
+from ptgpo_algos.training.placement import OneProcess, Placement
 from ptgpo_algos.policy.backends import SYNC_TOKENS, sync_prompts, sync_tolerance, sync_weights
 from ptgpo_algos.policy.precision import float32_rollouts, precision_for
-from ptgpo_algos.preflight import check_environment, check_machine
-from ptgpo_algos.rollout import RolloutStats
-from ptgpo_algos.run_folder import trim_logs
-from ptgpo_algos.run_evaluation import evaluation_result, evaluation_seeds
-from ptgpo_algos.strategies import new_memory
-from ptgpo_algos.train_state import TrainState, TrainSummary
-from ptgpo_algos.update import flatten_batch
-from ptgpo_algos.updater import Updater, old_logprobs_mode
+from ptgpo_algos.training.preflight import check_environment, check_machine
+from ptgpo_algos.rollouts.collection import RolloutStats
+from ptgpo_algos.training.run_folder import trim_logs
+from ptgpo_algos.training.run_evaluation import evaluation_result, evaluation_seeds
+from ptgpo_algos.rollouts.registry import new_memory
+from ptgpo_algos.training.state import TrainState, TrainSummary
+from ptgpo_algos.updates.samples import flatten_batch
+from ptgpo_algos.updates.updater import Updater, old_logprobs_mode
 from ptgpo_envs import held_out, make_env
 
 __all__ = ["Trainer", "run_training"]
@@ -109,7 +109,7 @@ class Trainer:
     # ================================================================== the run
     def train(self) -> TrainSummary:
         """Check everything that can be checked before a model is built or a file written (the device,
-        the placement's refusals, what the run needs of this machine (:mod:`ptgpo_algos.preflight`), the
+        the placement's refusals, what the run needs of this machine (:mod:`ptgpo_algos.training.preflight`), the
         environment, the run folder: one writer at a time, a resume only of the same run), then build,
         restore the checkpoint when resuming, and run until the budget is spent."""
         config = self.config
@@ -182,7 +182,7 @@ class Trainer:
     def build_models(self) -> None:
         """The trainable policy, the KL reference, the one that plays (the placement's: the policy itself,
         a separate engine, a rank's copy), the policy wrapped for the update (sharded across ranks), the
-        optimiser and its learning-rate schedule (:mod:`ptgpo_algos.optimizer`), and a learned critic's
+        optimiser and its learning-rate schedule (:mod:`ptgpo_algos.updates.optimizer`), and a learned critic's
         value head for the estimators that read one (:mod:`ptgpo_algos.critic`; its own parameter group)."""
         config = self.config
         self.policy = self.placement.build_policy(config, self.device)
@@ -431,7 +431,7 @@ class Trainer:
         return float(min(1.0, max(fractions)))
 
     def update(self, batch: Batch, advantages) -> tuple[list, dict[str, Any]]:
-        """The update on the batch's distinct steps (:class:`~ptgpo_algos.updater.Updater`), then the
+        """The update on the batch's distinct steps (:class:`~ptgpo_algos.updates.updater.Updater`), then the
         objectives' and each callback's ``after_update``; before it, the auxiliary objectives route the
         advantages and prepare their items (:mod:`ptgpo_algos.objectives`)."""
         auxiliary, stats = None, {}
@@ -533,7 +533,7 @@ class Trainer:
         return summary
 
     def evaluation_summary(self, curve: bool) -> dict[str, Any]:
-        """The held-out evaluation of the acting policy (:func:`~ptgpo_algos.run_evaluation.evaluate_policy`; across ranks each plays
+        """The held-out evaluation of the acting policy (:func:`~ptgpo_algos.training.run_evaluation.evaluate_policy`; across ranks each plays
         its block of the seeds)."""
         return self.placement.evaluation(evaluation_seeds(self.config, curve),
                                          lambda seeds: evaluation_result(self.rollout_policy, self.config, seeds))

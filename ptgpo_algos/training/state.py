@@ -1,6 +1,6 @@
 """What a training run carries and returns: :class:`TrainState`, everything besides the weights and the
 optimiser that changes during a run and must survive a resume, and :class:`TrainSummary`, what a run
-returns (:class:`~ptgpo_algos.trainer.Trainer`)."""
+returns (:class:`~ptgpo_algos.training.trainer.Trainer`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ptgpo_algos.checkpoint import COUNTERS
+from ptgpo_algos.training.checkpoint import COUNTERS
 from ptgpo_algos.cost import Cost
-from ptgpo_algos.rollout import Spend
+from ptgpo_algos.rollouts.collection import Spend
 
 __all__ = ["TrainState", "TrainSummary"]
 

@@ -1,7 +1,7 @@
 """Rollout strategies by name (``rollouts.strategy``): how one iteration's groups are played.
 
 A strategy is a :class:`RolloutStrategy`: a ``collect`` function over the shared collection
-(:class:`~ptgpo_algos.rollout.Collection`, which PATR's extends) and what it ``needs`` of the
+(:class:`~ptgpo_algos.rollouts.collection.Collection`, which PATR's extends) and what it ``needs`` of the
 environment (:data:`ptgpo_envs.FEATURES`: ``snapshot`` to fork episodes, ``progress``...), checked
 once before the run. A strategy that learns across iterations declares its ``memory``: a factory of
 the state it keeps (given the ``rollouts`` section), with ``state_dict()``/``load_state_dict()`` of
@@ -10,13 +10,13 @@ A strategy with settings of its own declares their dataclass (``settings``): the
 from ``rollouts.<name>`` (or the ``section`` it names), refuses a key the dataclass lacks, and hands
 them to ``collect`` within the ``rollouts`` section, as ``rollouts.<name>``; ``ptgpo algos`` lists
 their defaults. The built-in strategies' settings live apart from their collections
-(:mod:`ptgpo_algos.patr_settings`...), which are imported when a run first collects: checking a config
+(:mod:`ptgpo_algos.rollouts.patr.settings`...), which are imported when a run first collects: checking a config
 imports none of them.
 The built-in ones: ``linear`` (independent episodes), ``tree`` (a prefix tree branched from earlier
-steps; :mod:`ptgpo_algos.rollout`), ``patr`` (PATR's process-scored tree; :mod:`ptgpo_algos.patr`)
+steps; :mod:`ptgpo_algos.rollouts.collection`), ``patr`` (PATR's process-scored tree; :mod:`ptgpo_algos.rollouts.patr.collection`)
 ``3spo`` (3SPO's ranked backtracking over states scored across iterations;
-:mod:`ptgpo_algos.spo3_rollout`) and ``bpo`` (BPO's forks at high-entropy decisions;
-:mod:`ptgpo_algos.bpo_rollout`). Another package adds one with one line, through the
+:mod:`ptgpo_algos.rollouts.spo3.collection`) and ``bpo`` (BPO's forks at high-entropy decisions;
+:mod:`ptgpo_algos.rollouts.bpo.collection`). Another package adds one with one line, through the
 ``ptgpo.rollout_strategies`` entry points::
 
     ROLLOUT_STRATEGIES.register("mine", RolloutStrategy("mine", collect, needs, settings=MySettings))
@@ -28,19 +28,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ptgpo_algos.bpo_settings import BpoConfig
-from ptgpo_algos.data import Batch, Task
-from ptgpo_algos.patr_settings import PatrConfig
-from ptgpo_algos.rollout import RolloutStats, collect_rollouts
-from ptgpo_algos.spo3 import StateStats
-from ptgpo_algos.spo3_settings import Spo3Config
+from ptgpo_algos.rollouts.bpo.settings import BpoConfig
+from ptgpo_algos.records import Batch, Task
+from ptgpo_algos.rollouts.patr.settings import PatrConfig
+from ptgpo_algos.rollouts.collection import RolloutStats, collect_rollouts
+from ptgpo_algos.rollouts.spo3.search import StateStats
+from ptgpo_algos.rollouts.spo3.settings import Spo3Config
 from ptgpo_envs.plugins import Registry
 
 __all__ = ["ROLLOUT_STRATEGIES", "RolloutStrategy", "collect_with", "new_memory", "settings_sections"]
 
 #: ``collect(policy, tasks, rollouts, **common)``: ``rollouts`` is the config's section and ``common``
 #: the keywords every strategy takes (``rng``, ``generator``, ``env_backend``, ``env_workers``,
-#: ``env_options``, ``max_decisions``, ``expert``; see :func:`~ptgpo_algos.rollout.collect_rollouts`).
+#: ``env_options``, ``max_decisions``, ``expert``; see :func:`~ptgpo_algos.rollouts.collection.collect_rollouts`).
 Collect = Callable[..., tuple[Batch, RolloutStats]]
 
 
@@ -130,21 +130,21 @@ def _groups(mode: str) -> Collect:
 # PATR's, 3SPO's and BPO's collections are imported when a run collects, not when a config naming them
 # is checked: their settings live apart (patr_settings, spo3_settings, bpo_settings).
 def _patr(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
-    from ptgpo_algos.patr import collect_patr_rollouts
+    from ptgpo_algos.rollouts.patr.collection import collect_patr_rollouts
 
     return collect_patr_rollouts(policy, tasks, rollouts.patr, **common)
 
 
 def _spo3(policy: Any, tasks: Sequence[Task], rollouts: Any, *, memory: StateStats, rng: Any = None,
           **common: Any) -> tuple[Batch, RolloutStats]:
-    from ptgpo_algos.spo3_rollout import collect_spo3_rollouts
+    from ptgpo_algos.rollouts.spo3.collection import collect_spo3_rollouts
 
     # The search draws nothing of its own (ties keep the sampled order): rng is not needed.
     return collect_spo3_rollouts(policy, tasks, rollouts.spo3, memory, **common)
 
 
 def _bpo(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
-    from ptgpo_algos.bpo_rollout import collect_bpo_rollouts
+    from ptgpo_algos.rollouts.bpo.collection import collect_bpo_rollouts
 
     return collect_bpo_rollouts(policy, tasks, rollouts.bpo, **common)
 

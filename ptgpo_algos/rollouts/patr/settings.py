@@ -1,8 +1,8 @@
 """PATR's settings (``rollouts.patr``) and its process scorers' registry, apart from the collection
-(:mod:`ptgpo_algos.patr`): checking a config that names PATR imports none of it.
+(:mod:`ptgpo_algos.rollouts.patr.collection`): checking a config that names PATR imports none of it.
 
 The built-in scorers are named by import string (``progress``, ``value``, ``auto``: functions of
-:mod:`ptgpo_algos.patr`), imported the first time a run asks for one; another package adds one through
+:mod:`ptgpo_algos.rollouts.patr.collection`), imported the first time a run asks for one; another package adds one through
 the ``ptgpo.scorers`` entry points.
 """
 
@@ -25,13 +25,13 @@ __all__ = ["DEFAULT_EVERY", "EVERY", "SCORERS", "PatrConfig", "Scorer"]
 DEFAULT_EVERY: dict[str, int] = {"ptgpo/WebShop-v0": 3}
 EVERY = 5
 
-#: A process scorer: ``scorer(branches, finished) -> one score per branch`` (:class:`ptgpo_algos.patr.Branch`).
+#: A process scorer: ``scorer(branches, finished) -> one score per branch`` (:class:`ptgpo_algos.rollouts.patr.collection.Branch`).
 Scorer = Callable[[Sequence[Any], Sequence[Sequence[Any]]], Sequence[float]]
-#: Process scorers by name (see :mod:`ptgpo_algos.patr`); the built-in ones are imported when first asked for.
+#: Process scorers by name (see :mod:`ptgpo_algos.rollouts.patr.collection`); the built-in ones are imported when first asked for.
 SCORERS: Registry[Scorer] = Registry("process scorer", "ptgpo.scorers")
-SCORERS.register_lazy("progress", "ptgpo_algos.patr:progress_scorer")
-SCORERS.register_lazy("value", "ptgpo_algos.patr:value_scorer")
-SCORERS.register_lazy("auto", "ptgpo_algos.patr:auto_scorer")
+SCORERS.register_lazy("progress", "ptgpo_algos.rollouts.patr.collection:progress_scorer")
+SCORERS.register_lazy("value", "ptgpo_algos.rollouts.patr.collection:value_scorer")
+SCORERS.register_lazy("auto", "ptgpo_algos.rollouts.patr.collection:auto_scorer")
 
 
 @dataclass(frozen=True)

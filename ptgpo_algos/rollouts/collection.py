@@ -11,14 +11,14 @@ Two strategies (:data:`ROLLOUT_MODES`):
     decision points, ``entropy`` -- the highest policy entropy among points not yet branched from,
     ``novel`` -- uniform over points whose state was first seen in the group at that point). The
     environment is restored there with ``snapshot``/``restore`` and the new leaf *reuses* the prefix:
-    its first steps are the very same :class:`~ptgpo_algos.data.Step` objects (actions, tokens and
+    its first steps are the very same :class:`~ptgpo_algos.records.Step` objects (actions, tokens and
     log-probabilities), and only the continuation is sampled.
 
-A third strategy, PATR's process-scored tree (``patr``), lives in :mod:`ptgpo_algos.patr` and extends
+A third strategy, PATR's process-scored tree (``patr``), lives in :mod:`ptgpo_algos.rollouts.patr.collection` and extends
 this module's :class:`Collection` (the same leaves, steps, counts and batch).
 
-Episodes run in the :class:`~ptgpo_algos.episodes.EpisodeEngine`. The result is a
-:class:`~ptgpo_algos.data.Batch` (one group per task, in task order, leaves in the order they
+Episodes run in the :class:`~ptgpo_algos.rollouts.episodes.EpisodeEngine`. The result is a
+:class:`~ptgpo_algos.records.Batch` (one group per task, in task order, leaves in the order they
 finished) plus :class:`RolloutStats`, which counts the decisions and generated tokens spent and those
 that prefix reuse saved. Each step records the policy's decision, the context it decided in and what
 the environment's :meth:`~ptgpo_envs.core.TextEnv.achieved_tasks` said after it.
@@ -32,8 +32,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ptgpo_algos.data import Batch, Context, Decision, Step, Task, Trajectory
-from ptgpo_algos.episodes import Episode, EpisodeEngine, Transition, make_vector_env
+from ptgpo_algos.records import Batch, Context, Decision, Step, Task, Trajectory
+from ptgpo_algos.rollouts.episodes import Episode, EpisodeEngine, Transition, make_vector_env
 from ptgpo_algos.hiper.plan_format import PlanContext
 
 __all__ = ["FINAL_CONTEXT", "ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "Spend", "collect_rollouts",
@@ -50,7 +50,7 @@ BRANCH_STRATEGIES = ("uniform", "entropy", "novel")
 class Spend:
     """What acting cost: policy decisions and generated tokens, and those a prefix tree's shared
     prefixes saved. One collection's (:class:`RolloutStats`) and a run's, their sum
-    (:class:`~ptgpo_algos.train_state.TrainState`), count the same things, declared once here."""
+    (:class:`~ptgpo_algos.training.state.TrainState`), count the same things, declared once here."""
 
     decisions: int = 0
     tokens: int = 0
@@ -166,7 +166,7 @@ def collect_rollouts(
     """Play a group of ``group_size`` episodes for each task (see the module docstring).
 
     ``policy`` is a rollout policy (``decide``); ``env_backend``/``env_workers``/``env_options`` say
-    where the environments step (:func:`~ptgpo_algos.episodes.make_vector_env`). ``max_decisions`` caps the
+    where the environments step (:func:`~ptgpo_algos.rollouts.episodes.make_vector_env`). ``max_decisions`` caps the
     decisions spent (a matched budget's last iteration): once it is reached, the episodes still
     running stop unfinished and are left out of the batch (their decisions count as spent), and so
     are groups left without a finished episode. With ``expert``, each step also records the
@@ -206,7 +206,7 @@ def play(collection: Collection, vectors: list[tuple[Any, int]], max_decisions: 
 class Collection:
     """One call's groups, played in the episode engine: starts, the per-step bookkeeping, branching.
 
-    PATR's collection (:mod:`ptgpo_algos.patr`) extends it: the same starts, steps, leaves and batch,
+    PATR's collection (:mod:`ptgpo_algos.rollouts.patr.collection`) extends it: the same starts, steps, leaves and batch,
     with its own checkpoints between steps.
     """
 

@@ -8,7 +8,7 @@ Per task (a group), on the episode engine, in ``trunks`` slots:
    earlier step). The choice looks at the trunk only.
 3. At each chosen decision ``forks`` (K) fresh continuations are restored from its snapshot, one after
    the other in the trunk's slot, each sampling its own action there and playing to termination. A
-   fork reuses the trunk's prefix (the same :class:`~ptgpo_algos.data.Step` objects) and records
+   fork reuses the trunk's prefix (the same :class:`~ptgpo_algos.records.Step` objects) and records
    ``Trajectory.meta["branch_point"]``; the ``bpo`` estimator (:mod:`ptgpo_algos.advantages.bpo`)
    credits its steps from its siblings' returns.
 
@@ -29,10 +29,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ptgpo_algos.data import Batch, Task
-from ptgpo_algos.episodes import Episode
-from ptgpo_algos.bpo_settings import BpoConfig
-from ptgpo_algos.rollout import Collection, Leaf, Node, RolloutStats, play, task_vectors
+from ptgpo_algos.records import Batch, Task
+from ptgpo_algos.rollouts.episodes import Episode
+from ptgpo_algos.rollouts.bpo.settings import BpoConfig
+from ptgpo_algos.rollouts.collection import Collection, Leaf, Node, RolloutStats, play, task_vectors
 
 __all__ = ["BpoConfig", "BpoStats", "branch_points", "collect_bpo_rollouts"]
 
@@ -45,7 +45,7 @@ def branch_points(entropies: Sequence[float], count: int) -> list[int]:
 
 @dataclass(kw_only=True)
 class BpoStats(RolloutStats):
-    """:class:`~ptgpo_algos.rollout.RolloutStats` plus the branch points chosen and the mean policy
+    """:class:`~ptgpo_algos.rollouts.collection.RolloutStats` plus the branch points chosen and the mean policy
     entropy there (in the metrics row as ``bpo_*``)."""
 
     branch_points: int = 0
@@ -71,7 +71,7 @@ def collect_bpo_rollouts(
     expert: bool = False,
 ) -> tuple[Batch, BpoStats]:
     """BPO's groups for ``tasks`` (the module docstring); the other arguments as
-    :func:`~ptgpo_algos.rollout.collect_rollouts` takes them (the choice of branch points draws nothing,
+    :func:`~ptgpo_algos.rollouts.collection.collect_rollouts` takes them (the choice of branch points draws nothing,
     so ``rng`` is unused)."""
     collection = BpoCollection(policy, tasks, settings, generator, expert)
     return play(collection, task_vectors(tasks, settings.trunks, env_backend, env_workers, env_options), max_decisions)

@@ -40,7 +40,7 @@ __all__ = ["COMMON_LOSS_KEYS", "LOG_RATIO_LIMIT", "LOSSES", "LOSS_AGGREGATIONS",
 
 #: Log-ratios ``log pi - log pi_old`` are clamped to [-20, 20] before ``exp`` (as verl does).
 LOG_RATIO_LIMIT = 20.0
-#: How a batch's per-unit losses are averaged (:func:`ptgpo_algos.update.flatten_batch`).
+#: How a batch's per-unit losses are averaged (:func:`ptgpo_algos.updates.samples.flatten_batch`).
 LOSS_AGGREGATIONS = ("token-mean", "trajectory-mean")
 #: Keys every loss may take by naming them, whose values are the ``optim`` section's fields.
 COMMON_LOSS_KEYS = ("clip_ratio", "clip_ratio_c")
@@ -73,7 +73,7 @@ class LossSpec:
             raise RegistryError(
                 f"policy loss {name!r}: a loss takes (logprobs, old_logprobs, advantages, *, keys...) and returns "
                 f"(per-unit loss, clipped or None), got parameters ({', '.join(p.name for p in parameters)}); the "
-                "update applies mask, weight, entropy, KL and importance weights itself (see ptgpo_algos.losses)")
+                "update applies mask, weight, entropy, KL and importance weights itself (see ptgpo_algos.updates.losses)")
         named = {p.name: p.default for p in positional[_TENSORS:] + [p for p in parameters if p.kind is p.KEYWORD_ONLY]}
         rules = dict(keys or {})
         own = {key: default for key, default in named.items() if key not in COMMON_LOSS_KEYS}

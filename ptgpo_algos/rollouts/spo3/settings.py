@@ -1,4 +1,4 @@
-"""3SPO's settings (``rollouts.spo3``), apart from its search (:mod:`ptgpo_algos.spo3_rollout`):
+"""3SPO's settings (``rollouts.spo3``), apart from its search (:mod:`ptgpo_algos.rollouts.spo3.collection`):
 checking a config that names 3SPO imports none of it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ptgpo_algos.spo3 import Spo3Settings
+from ptgpo_algos.rollouts.spo3.search import Spo3Settings
 from ptgpo_algos.validation import check_choice, check_int, check_number, setting, settings_from_mapping
 
 __all__ = ["EXPLORED_SCOPES", "Spo3Config"]
@@ -48,7 +48,7 @@ class Spo3Config:
 
     @property
     def settings(self) -> Spo3Settings:
-        """The constants of the pure parts (:class:`~ptgpo_algos.spo3.Spo3Settings`)."""
+        """The constants of the pure parts (:class:`~ptgpo_algos.rollouts.spo3.search.Spo3Settings`)."""
         return Spo3Settings(alpha=float(self.alpha), xi=float(self.xi), zeta=float(self.zeta),
                             omega_k=float(self.omega_k), g_max=self.g_max, epsilon=float(self.epsilon))
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ptgpo_algos.checkpoint import load_checkpoint
+from ptgpo_algos.training.checkpoint import load_checkpoint
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.evaluation import EvalResult, evaluate
-from ptgpo_algos.placement import CHECKPOINT_FILE, restore_checkpoint_weights
-from ptgpo_algos.policy.agent import PolicyAgent
+from ptgpo_algos.rollouts.evaluation import EvalResult, evaluate
+from ptgpo_algos.training.placement import CHECKPOINT_FILE, restore_checkpoint_weights
+from ptgpo_algos.rollouts.agent import PolicyAgent
 from ptgpo_algos.policy.backends import build_policy, exported_config
-from ptgpo_algos.run_folder import load_run_config
+from ptgpo_algos.training.run_folder import load_run_config
 
 __all__ = ["evaluate_policy", "evaluation_agent", "evaluation_result", "evaluation_seeds", "load_trained_policy"]
 

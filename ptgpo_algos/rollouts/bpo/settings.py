@@ -1,4 +1,4 @@
-"""BPO's settings (``rollouts.bpo``), apart from its collection (:mod:`ptgpo_algos.bpo_rollout`):
+"""BPO's settings (``rollouts.bpo``), apart from its collection (:mod:`ptgpo_algos.rollouts.bpo.collection`):
 checking a config that names BPO imports none of it."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """3SPO's rollouts, the ``3spo`` rollout strategy: a ranked backtracking search per task, re-entering
 states through ``snapshot``/``restore``, steered by state scores kept across iterations.
 
-Per task (a group), :func:`~ptgpo_algos.spo3.backtracking_search` runs from the reset state.
+Per task (a group), :func:`~ptgpo_algos.rollouts.spo3.search.backtracking_search` runs from the reset state.
 Expanding a state restores its snapshot into ``n(s)`` slots of the task's vector environment, samples
 one decision in each and steps them: each candidate is a real transition, so it costs one decision of
 the budget, and its 3SPO reward ``R`` (novelty, score drop, success; from the state scores of that
@@ -10,10 +10,10 @@ snapshot of the state they lead to, and after each finished trajectory the searc
 latest state with an untried candidate. The tasks' searches run side by side: each round, one policy
 call decides for every candidate the waiting searches asked for (as linear rollouts decide for every
 live episode at once). A group is the search's finished trajectories; those after the first share
-their prefix (the same :class:`~ptgpo_algos.data.Step` objects) with the trajectory they branched
+their prefix (the same :class:`~ptgpo_algos.records.Step` objects) with the trajectory they branched
 from, as prefix-tree rollouts do.
 
-The state statistics (:class:`~ptgpo_algos.spo3.StateStats`) are the strategy's memory: the trainer
+The state statistics (:class:`~ptgpo_algos.rollouts.spo3.search.StateStats`) are the strategy's memory: the trainer
 keeps them across iterations and in its checkpoint, so a resumed run searches as the uninterrupted one
 would. A state's key is its ``state_key`` within its start (:func:`start_key`: the start's
 ``info["layout"]`` and observation): the official code keys by the observation, which tells tasks
@@ -36,11 +36,11 @@ from typing import Any, Generator, Mapping, Sequence
 
 import numpy as np
 
-from ptgpo_algos.data import Batch, Step, Task, Trajectory
-from ptgpo_algos.episodes import Episode, EpisodeEngine
-from ptgpo_algos.rollout import RolloutStats, expert_plans, mark_cut_off, sent_action, task_vectors
-from ptgpo_algos.spo3 import Candidate, SearchResult, StateStats, backtracking_search, state_scores, step_rewards
-from ptgpo_algos.spo3_settings import EXPLORED_SCOPES, Spo3Config
+from ptgpo_algos.records import Batch, Step, Task, Trajectory
+from ptgpo_algos.rollouts.episodes import Episode, EpisodeEngine
+from ptgpo_algos.rollouts.collection import RolloutStats, expert_plans, mark_cut_off, sent_action, task_vectors
+from ptgpo_algos.rollouts.spo3.search import Candidate, SearchResult, StateStats, backtracking_search, state_scores, step_rewards
+from ptgpo_algos.rollouts.spo3.settings import EXPLORED_SCOPES, Spo3Config
 from ptgpo_envs import layout_hash
 
 __all__ = ["EXPLORED_SCOPES", "Point", "Search", "Spo3Config", "Spo3Stats", "collect_spo3_rollouts", "start_key"]
@@ -48,7 +48,7 @@ __all__ = ["EXPLORED_SCOPES", "Point", "Search", "Spo3Config", "Spo3Stats", "col
 
 @dataclass
 class Spo3Stats(RolloutStats):
-    """:class:`~ptgpo_algos.rollout.RolloutStats` plus the search's counts (in the metrics row as ``spo3_*``)."""
+    """:class:`~ptgpo_algos.rollouts.collection.RolloutStats` plus the search's counts (in the metrics row as ``spo3_*``)."""
 
     groups: int = 0
     expansions: int = 0
@@ -96,7 +96,7 @@ def collect_spo3_rollouts(
     expert: bool = False,
 ) -> tuple[Batch, Spo3Stats]:
     """3SPO's groups for ``tasks`` (the module docstring); ``memory`` (the statistics) is updated in
-    place. The other arguments as :func:`~ptgpo_algos.rollout.collect_rollouts` takes them."""
+    place. The other arguments as :func:`~ptgpo_algos.rollouts.collection.collect_rollouts` takes them."""
     collection = Spo3Collection(policy, settings, memory, generator, max_decisions, expert)
     vectors = task_vectors(tasks, settings.g_max, env_backend, env_workers, env_options)
     try:

@@ -1,11 +1,11 @@
-"""Adapter from a policy to :class:`ptgpo_algos.evaluation.Agent`, for evaluation and baselines."""
+"""Adapter from a policy to :class:`ptgpo_algos.rollouts.evaluation.Agent`, for evaluation and baselines."""
 
 from __future__ import annotations
 
 import weakref
 from typing import Sequence
 
-from ptgpo_algos.episodes import EpisodeView
+from ptgpo_algos.rollouts.episodes import EpisodeView
 from ptgpo_algos.hiper.plan_format import PlanContext, PlanTracker, parse_plan_response
 from ptgpo_algos.policy.base import RolloutPolicy
 

@@ -1,7 +1,7 @@
 """The policy update of an iteration, built once from the ``optim`` and ``algorithm`` sections.
 
 :class:`Updater` holds what every iteration's update shares: the policy and its optimiser, the loss
-(:class:`~ptgpo_algos.losses.PolicyLoss`, resolved once from ``algorithm.loss``,
+(:class:`~ptgpo_algos.updates.losses.PolicyLoss`, resolved once from ``algorithm.loss``,
 ``algorithm.loss_config`` and the ``optim`` terms), the frozen KL reference, and how pi_old is taken
 (decided once, :func:`old_logprobs_mode`). Each iteration the trainer calls::
 
@@ -16,7 +16,7 @@ only places that see the batch as a whole or touch the model's gradients, the op
 metrics across steps: :meth:`Updater.layout` (the whole batch as the loop sees it: prompts, unit
 counts, which samples train), :meth:`Updater.backward` (forward and backward of a mini-batch, in
 micro-batches), :meth:`Updater.optimizer_step` (gradient clipping, the AdamW step and the learning-rate
-schedule's, :mod:`ptgpo_algos.optimizer`) and
+schedule's, :mod:`ptgpo_algos.updates.optimizer`) and
 :meth:`Updater.reduce` (the step figures into the iteration's metrics).
 """
 
@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from ptgpo_algos.config import AlgorithmConfig, OptimConfig
-from ptgpo_algos.losses import PolicyLoss, get_loss
-from ptgpo_algos.update import (
+from ptgpo_algos.updates.losses import PolicyLoss, get_loss
+from ptgpo_algos.updates.samples import (
     TrainingSample,
     accumulate_gradients,
     minibatches,
@@ -75,7 +75,7 @@ def old_logprobs_mode(setting: str, *, elsewhere: bool, float32_scores: bool) ->
 class BatchLayout:
     """What the update's loop reads of the whole batch, by sample index: the samples grouped by prompt
     (``groups``), each one's weighted unit count, whether a forward pass runs on it (``trained``,
-    :func:`~ptgpo_algos.update.trained_samples`) and its tokens. ``offset`` and ``count``: the indices
+    :func:`~ptgpo_algos.updates.samples.trained_samples`) and its tokens. ``offset`` and ``count``: the indices
     of the samples this process holds (all of them in one process; a block when ranks share a batch)."""
 
     groups: list[list[int]]
@@ -111,7 +111,7 @@ class Updater:
         self.reference = reference
         self.old_logprobs = old_logprobs
         self.report_drift = report_drift
-        #: The learning-rate schedule, stepped after each optimiser step (:mod:`ptgpo_algos.optimizer`; None: constant).
+        #: The learning-rate schedule, stepped after each optimiser step (:mod:`ptgpo_algos.updates.optimizer`; None: constant).
         self.schedule = schedule
         #: The learned critic whose value loss joins the policy's (:class:`ptgpo_algos.critic.component.Critic`;
         #: None: critic-free). It trains on every sample, zero advantage or not.
@@ -126,7 +126,7 @@ class Updater:
         return self.optim.micro_batch_size or self.optim.minibatch_size
 
     def trained(self, samples: Sequence[TrainingSample]) -> list[TrainingSample]:
-        """The samples the update runs forward passes on (:func:`~ptgpo_algos.update.trained_samples`)."""
+        """The samples the update runs forward passes on (:func:`~ptgpo_algos.updates.samples.trained_samples`)."""
         return trained_samples(samples, entropy_coef=self.loss.entropy_coef, kl=self.reference is not None,
                                values=self.critic is not None)
 

@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Batch, Task
+from ptgpo_algos.records import Batch, Task
 from ptgpo_algos.distributed.work_split import share_budget
 from ptgpo_algos.objectives import needs_expert
-from ptgpo_algos.rollout import RolloutStats
-from ptgpo_algos.strategies import collect_with
+from ptgpo_algos.rollouts.collection import RolloutStats
+from ptgpo_algos.rollouts.registry import collect_with
 from ptgpo_envs import make_env
 
 __all__ = ["AsyncCollector", "CollectingRun", "RolloutRequest", "RolloutWorker", "SyncCollector", "TaskDraws",
@@ -44,7 +44,7 @@ __all__ = ["AsyncCollector", "CollectingRun", "RolloutRequest", "RolloutWorker",
 
 def collect_iteration(config: TrainConfig, policy, tasks: list[Task], *, rng, generator,
                       max_decisions: int | None = None, memory: Any = None) -> tuple[Batch, RolloutStats]:
-    """One iteration's rollouts of ``tasks`` by the configured strategy (:mod:`ptgpo_algos.strategies`),
+    """One iteration's rollouts of ``tasks`` by the configured strategy (:mod:`ptgpo_algos.rollouts.registry`),
     spending at most ``max_decisions`` (what is left of a matched budget); ``memory`` is the strategy's
     state across iterations, where it keeps one."""
     workers = config.env_workers

@@ -1,6 +1,6 @@
 """Recorded rollouts: an iteration's groups as rows of plain data, one row per decision.
 
-With ``run.record_rollouts: N`` the trainer's :class:`~ptgpo_algos.callbacks.RolloutRecorder` writes
+With ``run.record_rollouts: N`` the trainer's :class:`~ptgpo_algos.training.callbacks.RolloutRecorder` writes
 every Nth iteration's groups to ``rollouts/iteration-NNNNNN.jsonl`` in the run folder, one file per
 iteration, written atomically; ``ptgpo export`` gathers them (:mod:`ptgpo_algos.export`).
 
@@ -20,7 +20,7 @@ once and trained once, so it is one row, not one per trajectory through it. Its 
   step's JSON-safe extras); the two figures are what estimators read besides the rewards (PlanPO's
   per-token credit, EMPG), so that ``ptgpo show`` computes any estimator on the recorded groups;
 * what it was trained with: ``advantages`` (the estimator's, one per trajectory in ``trajectories``)
-  and ``advantage``, their mean, which the loss used (:func:`~ptgpo_algos.update.flatten_batch`).
+  and ``advantage``, their mean, which the loss used (:func:`~ptgpo_algos.updates.samples.flatten_batch`).
 
 :func:`groups_from_rows` rebuilds the groups, a shared step once, as the same object in every
 trajectory through it, so that recording and reading back give the groups the trainer held.
@@ -34,7 +34,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ptgpo_algos.data import Batch, Context, Group, Step, Trajectory
+from ptgpo_algos.records import Batch, Context, Group, Step, Trajectory
 from ptgpo_algos.files import atomic_write_text, read_jsonl
 
 __all__ = ["RECORDING", "group_rows", "groups_from_rows", "read_recordings", "recording_paths",
@@ -106,7 +106,7 @@ def group_rows(iteration: int, index: int, env_id: str, group: Group,
 
 def groups_from_rows(rows: Iterable[dict[str, Any]]) -> tuple[Batch, list[list[list[float]]]]:
     """The groups (in ``(iteration, group)`` order) and their advantages that ``rows`` were made from;
-    a step shared by trajectories is one :class:`~ptgpo_algos.data.Step` in all of them."""
+    a step shared by trajectories is one :class:`~ptgpo_algos.records.Step` in all of them."""
     by_group: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for row in rows:
         by_group.setdefault((row["iteration"], row["group"]), []).append(row)

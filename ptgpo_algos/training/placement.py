@@ -1,6 +1,6 @@
 """Where a training run executes: the few operations that differ between one process and N ranks.
 
-:class:`~ptgpo_algos.trainer.Trainer` is one class; what it does not decide itself it asks its
+:class:`~ptgpo_algos.training.trainer.Trainer` is one class; what it does not decide itself it asks its
 placement. :class:`OneProcess` is this process alone; :class:`ptgpo_algos.distributed.placement.Ranks`
 is one rank of a run across processes, the model sharded by FSDP2. The operations:
 
@@ -26,16 +26,16 @@ import shutil
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
-from ptgpo_algos.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from ptgpo_algos.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
+from ptgpo_algos.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ptgpo_algos.training.collectors import AsyncCollector, SyncCollector, restore_weights, snapshot_weights
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.critic.files import save_critic
 from ptgpo_algos.device import resolve_device
-from ptgpo_algos.evaluation import EvalResult
+from ptgpo_algos.rollouts.evaluation import EvalResult
 from ptgpo_algos.files import atomic_folder, folder_lock
 from ptgpo_algos.policy.backends import build_policy, build_rollout_policy, push_weights
-from ptgpo_algos.run_folder import SHARDED_CHECKPOINT, continued_config, prepare_run_folder
-from ptgpo_algos.updater import Updater
+from ptgpo_algos.training.run_folder import SHARDED_CHECKPOINT, continued_config, prepare_run_folder
+from ptgpo_algos.updates.updater import Updater
 
 __all__ = ["CHECKPOINT_FILE", "OneProcess", "Placement", "check_disk", "check_memory", "claim_folder",
            "restore_checkpoint_weights"]
@@ -45,7 +45,7 @@ CHECKPOINT_FILE = "checkpoint.pt"
 
 
 class Placement(ABC):
-    """The operations a :class:`~ptgpo_algos.trainer.Trainer` asks of where it runs (module docstring).
+    """The operations a :class:`~ptgpo_algos.training.trainer.Trainer` asks of where it runs (module docstring).
     ``trainer`` in each is the run (its config, device, state, policies, optimiser, logger)."""
 
     world_size: int = 1
@@ -81,19 +81,19 @@ class Placement(ABC):
     @abstractmethod
     def plays_elsewhere(self, trainer: Any) -> bool:
         """Whether the rollouts are played by other weights than the trainer's (a separate engine, a
-        collector running ahead): pi_old is then recomputed by default (:func:`~ptgpo_algos.updater.old_logprobs_mode`)."""
+        collector running ahead): pi_old is then recomputed by default (:func:`~ptgpo_algos.updates.updater.old_logprobs_mode`)."""
 
     def wrap(self, trainer: Any) -> None:
         """Prepare the trainable policy (and its reference) for the update: here, as they are."""
 
     def updater(self, trainer: Any, **keywords: Any) -> Updater:
-        """The update of this placement, built with ``keywords`` (:class:`~ptgpo_algos.updater.Updater`'s)."""
+        """The update of this placement, built with ``keywords`` (:class:`~ptgpo_algos.updates.updater.Updater`'s)."""
         config = trainer.config
         return Updater(trainer.policy, trainer.optimizer, config.optim, config.algorithm, **keywords)
 
     @abstractmethod
     def collector(self, trainer: Any) -> Any:
-        """What collects each iteration's rollouts (:mod:`ptgpo_algos.collectors`)."""
+        """What collects each iteration's rollouts (:mod:`ptgpo_algos.training.collectors`)."""
 
     def push_weights(self, trainer: Any) -> dict[str, Any]:
         """The trained weights into what plays; what was sent."""
@@ -150,7 +150,7 @@ class OneProcess(Placement):
     def claim(self, trainer: Any, stack: contextlib.ExitStack) -> bool:
         """The memory plan (GPUs) and the disk checked, the lock taken, the folder checked: one writer at
         a time, a resume only of a single process's checkpoint, which plays its rollouts as the run
-        began (:func:`~ptgpo_algos.run_folder.continued_config`)."""
+        began (:func:`~ptgpo_algos.training.run_folder.continued_config`)."""
         config = trainer.config
         resumed = claim_folder(trainer, stack)
         if resumed and not (config.run_dir / CHECKPOINT_FILE).is_file():
@@ -195,7 +195,7 @@ class OneProcess(Placement):
 
 def claim_folder(trainer: Any, stack: contextlib.ExitStack) -> bool:
     """Check the memory plan (GPUs) and the disk, take the run folder's lock (held in ``stack``) and
-    prepare the folder (:func:`~ptgpo_algos.run_folder.prepare_run_folder`); whether the run resumes."""
+    prepare the folder (:func:`~ptgpo_algos.training.run_folder.prepare_run_folder`); whether the run resumes."""
     if trainer.device.startswith("cuda"):
         check_memory(trainer.config, trainer.device, trainer.placement.world_size, trainer.progress)
     check_disk(trainer.config, trainer.device)
@@ -205,9 +205,9 @@ def claim_folder(trainer: Any, stack: contextlib.ExitStack) -> bool:
 
 def check_memory(config: TrainConfig, device: str, world_size: int, progress: bool) -> None:
     """Predict the run's peak GPU memory (one rank's of ``world_size``) from the model's config before
-    loading it (:mod:`ptgpo_algos.memory`); print the plan with ``progress``, and refuse one that cannot
+    loading it (:mod:`ptgpo_algos.training.memory_plan`); print the plan with ``progress``, and refuse one that cannot
     fit unless ``run.memory_check`` is off."""
-    from ptgpo_algos.memory import GpuDoesNotFit, plan_for_config, total_device_memory
+    from ptgpo_algos.training.memory_plan import GpuDoesNotFit, plan_for_config, total_device_memory
 
     plan = plan_for_config(config, device, total_device_memory(device), world_size)
     if progress:
@@ -219,7 +219,7 @@ def check_memory(config: TrainConfig, device: str, world_size: int, progress: bo
 def check_disk(config: TrainConfig, device: str) -> None:
     """Refuse a run whose checkpoints and final model cannot fit the free disk of its folder (unless
     ``run.memory_check`` is off): found before the model is built, not hours later at a checkpoint."""
-    from ptgpo_algos.memory import DiskDoesNotFit, disk_plan_for_config
+    from ptgpo_algos.training.memory_plan import DiskDoesNotFit, disk_plan_for_config
 
     plan = disk_plan_for_config(config, device)
     folder = config.run_dir

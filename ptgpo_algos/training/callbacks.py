@@ -1,6 +1,6 @@
 """What the trainer tells the outside world: callbacks, observers of the run.
 
-A :class:`Callback` is called at fixed points of :class:`~ptgpo_algos.trainer.Trainer.train` with a
+A :class:`Callback` is called at fixed points of :class:`~ptgpo_algos.training.trainer.Trainer.train` with a
 :class:`RunView` (the config and a read-only view of the run's state, not the trainer itself):
 ``on_train_start`` (after the run's state is built or restored), ``on_rollouts`` (the iteration's
 groups and their advantages, after the estimator), ``after_update`` (after the update of
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.data import Batch
+    from ptgpo_algos.records import Batch
 
 __all__ = ["Callback", "JsonlLogger", "ProgressBar", "ReadOnly", "RolloutRecorder", "RunView", "TensorBoardLogger",
            "WandbLogger"]
@@ -43,7 +43,7 @@ class ReadOnly:
 
 class RunView:
     """What a callback sees of the run: its ``config`` and ``state`` (counters, the last evaluation;
-    :class:`~ptgpo_algos.train_state.TrainState`), read-only."""
+    :class:`~ptgpo_algos.training.state.TrainState`), read-only."""
 
     def __init__(self, config: TrainConfig, state: Any):
         self.config = config
@@ -189,7 +189,7 @@ class WandbLogger(Callback):
     def _log_viewer(self) -> None:
         import wandb
 
-        from ptgpo_algos.rollout_records import recording_paths
+        from ptgpo_algos.rollouts.recordings import recording_paths
         from ptgpo_algos.viewer import write_pages
 
         if not recording_paths(self.out_dir / "rollouts"):
@@ -212,7 +212,7 @@ class WandbLogger(Callback):
 
 class RolloutRecorder(Callback):
     """Every ``every``-th iteration's groups, with their advantages, in ``rollouts/iteration-NNNNNN.jsonl``
-    (:mod:`ptgpo_algos.rollout_records`), each file written atomically; the recordings of the iterations
+    (:mod:`ptgpo_algos.rollouts.recordings`), each file written atomically; the recordings of the iterations
     a resumed run plays again are removed when it starts, as its logs are cut back."""
 
     def __init__(self, out_dir: Path, every: int):
@@ -221,13 +221,13 @@ class RolloutRecorder(Callback):
 
     def on_train_start(self, run: RunView) -> None:
         """Remove the recordings of iterations after the one the run starts from."""
-        from ptgpo_algos.rollout_records import remove_recordings
+        from ptgpo_algos.rollouts.recordings import remove_recordings
 
         remove_recordings(self.folder, after=run.state.iteration)
 
     def on_rollouts(self, run: RunView, iteration: int, batch: Batch, advantages: Any) -> None:
         """Write the iteration's groups when it is a multiple of ``every``."""
-        from ptgpo_algos.rollout_records import write_iteration
+        from ptgpo_algos.rollouts.recordings import write_iteration
 
         if iteration % self.every == 0:
             write_iteration(self.folder, iteration, run.config.env.id, batch, advantages)

@@ -18,7 +18,7 @@ wrong kind (``checkpoint`` a file, ``checkpoint.pt`` a folder) is refused, namin
 before its first checkpoint was due kept nothing a resume could use, and starts over; so does, with a
 warning, a run that deleted its checkpoint when it finished (``run.keep_checkpoint`` off, as a
 benchmark's cells run). Whether a
-checkpoint's files are intact is checked when it is loaded (:mod:`ptgpo_algos.checkpoint`,
+checkpoint's files are intact is checked when it is loaded (:mod:`ptgpo_algos.training.checkpoint`,
 :mod:`ptgpo_algos.distributed.sharded_checkpoint`).
 """
 

@@ -10,7 +10,7 @@ task, on the episode engine:
 3. A branch scoring below ``median(s) - alpha`` is pruned (:func:`score_prunes`).
 4. The ``top_k`` best of the others (ties in random order) are each replaced by ``children`` (M)
    branches forked from their state: the branch goes on as one child and M - 1 new ones are restored
-   from its snapshot into free slots, sharing its steps (the same :class:`~ptgpo_algos.data.Step`
+   from its snapshot into free slots, sharing its steps (the same :class:`~ptgpo_algos.records.Step`
    objects, as prefix-tree rollouts do). Expansion stops once the group would exceed ``max_leaves``
    leaves (:func:`expansions`).
 5. The others go on. After every turn, a branch whose last ``repeat_limit`` (Θ) actions were the same
@@ -45,10 +45,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ptgpo_algos.data import Batch, Step, Task
-from ptgpo_algos.episodes import Episode
-from ptgpo_algos.patr_settings import DEFAULT_EVERY, EVERY, SCORERS, PatrConfig
-from ptgpo_algos.rollout import Collection, Leaf, RolloutStats, play, sent_action, task_vectors
+from ptgpo_algos.records import Batch, Step, Task
+from ptgpo_algos.rollouts.episodes import Episode
+from ptgpo_algos.rollouts.patr.settings import DEFAULT_EVERY, EVERY, SCORERS, PatrConfig
+from ptgpo_algos.rollouts.collection import Collection, Leaf, RolloutStats, play, sent_action, task_vectors
 
 __all__ = ["DEFAULT_EVERY", "SCORERS", "Branch", "PatrConfig", "PatrStats", "auto_scorer", "collect_patr_rollouts",
            "expansions", "process_scores", "progress_scorer", "repeats", "score_prunes", "value_scorer", "value_scores"]
@@ -142,7 +142,7 @@ def _scores(name: str, branches: Sequence[Branch], finished: Sequence[Sequence[S
 
 @dataclass
 class PatrStats(RolloutStats):
-    """:class:`~ptgpo_algos.rollout.RolloutStats` plus PATR's counts (in the metrics row as ``patr_*``)."""
+    """:class:`~ptgpo_algos.rollouts.collection.RolloutStats` plus PATR's counts (in the metrics row as ``patr_*``)."""
 
     groups: int = 0
     leaves: int = 0
@@ -176,7 +176,7 @@ def collect_patr_rollouts(
     expert: bool = False,
 ) -> tuple[Batch, PatrStats]:
     """PATR's groups for ``tasks`` (the module docstring), the arguments as
-    :func:`~ptgpo_algos.rollout.collect_rollouts` takes them; ``settings.every`` None means 5."""
+    :func:`~ptgpo_algos.rollouts.collection.collect_rollouts` takes them; ``settings.every`` None means 5."""
     settings = settings if settings.every is not None else dataclasses.replace(settings, every=EVERY)
     collection = PatrCollection(policy, tasks, settings, rng if rng is not None else np.random.default_rng(0),
                                 generator, expert=expert)

@@ -1,6 +1,6 @@
 """The episode engine: many episodes side by side, one batched decision per step, for rollouts and evaluation.
 
-Training rollouts (:mod:`ptgpo_algos.rollout`) and held-out evaluation (:mod:`ptgpo_algos.evaluation`)
+Training rollouts (:mod:`ptgpo_algos.rollouts.collection`) and held-out evaluation (:mod:`ptgpo_algos.rollouts.evaluation`)
 play episodes the same way, here: environments live in vector environments
 (:class:`~ptgpo_envs.vector.InProcessVectorTextEnv`, or for slow engines
 :class:`~ptgpo_envs.vector.ProcessVectorTextEnv` and :class:`~ptgpo_envs.ray_vector.RayVectorTextEnv`), each made by ``gymnasium.make`` with its wrappers (a reward wrapper applies to
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
-from ptgpo_algos.data import Context
+from ptgpo_algos.records import Context
 
 __all__ = ["Episode", "EpisodeView", "Transition", "EpisodeEngine", "make_vector_env"]
 
