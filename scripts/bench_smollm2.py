@@ -42,7 +42,8 @@ def measure(model: str, mode: str, rollout_dtype: str, update_dtype: str, args: 
     import torch
 
     from ptgpo_algos.advantages import compute_advantages
-    from ptgpo_algos.config import OptimConfig, TrainConfig
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.updates.settings import OptimConfig
     from ptgpo_algos.records import Task
     from ptgpo_algos.policy.backends import build_policy
     from ptgpo_algos.rollouts.collection import collect_rollouts

@@ -43,7 +43,7 @@ def throughput(config, policy=None) -> dict:
     from ptgpo_algos.records import Task
     from ptgpo_algos.policy.backends import build_policy
     from ptgpo_algos.rollouts.collection import collect_rollouts
-    from ptgpo_algos.config import OptimConfig
+    from ptgpo_algos.updates.settings import OptimConfig
     from ptgpo_algos.updates.samples import flatten_batch
     from ptgpo_algos.updates.updater import ppo_update
 

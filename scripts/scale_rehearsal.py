@@ -144,7 +144,7 @@ OPTIM = dict(clip_ratio=0.2, clip_ratio_c=3.0, entropy_coef=0.0, kl_coef=0.0, ti
 
 def rehearsal_loss():
     """The update's loss under :data:`OPTIM` (PPO-clip)."""
-    from ptgpo_algos.config import AlgorithmConfig, OptimConfig
+    from ptgpo_algos.updates.settings import AlgorithmConfig, OptimConfig
     from ptgpo_algos.updates.updater import policy_loss_for
 
     return policy_loss_for(OptimConfig(**OPTIM), AlgorithmConfig())
@@ -171,7 +171,7 @@ def measured_update(policy, samples, micro_batch: int, lr: float) -> dict[str, f
     import numpy as np
     import torch
 
-    from ptgpo_algos.config import OptimConfig
+    from ptgpo_algos.updates.settings import OptimConfig
     from ptgpo_algos.updates.updater import ppo_update
 
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=lr, weight_decay=0.0)

@@ -80,7 +80,7 @@ def update(policy, samples: list, info=None, micro_batch_size: int | None = None
 
     SGD by default, not AdamW: Adam's first step is about ``lr * sign(gradient)``, which would hide a
     gradient scaled wrongly; SGD's moves each weight by ``lr`` times its gradient."""
-    from ptgpo_algos.config import AlgorithmConfig, OptimConfig
+    from ptgpo_algos.updates.settings import AlgorithmConfig, OptimConfig
     from ptgpo_algos.distributed.updater import ShardedUpdater
     from ptgpo_algos.updates.updater import Updater
 

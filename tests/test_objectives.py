@@ -341,7 +341,7 @@ def test_mcgpo_pair_loss_numbers_and_direction():
 
 # ----------------------------------------------------------------------------- in the trainer
 def test_objectives_add_their_loss_to_every_ppo_step():
-    from ptgpo_algos.config import OptimConfig
+    from ptgpo_algos.updates.settings import OptimConfig
     from ptgpo_algos.updates.samples import TrainingSample
     from ptgpo_algos.updates.updater import ppo_update
 

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from ptgpo_algos.config import OptimConfig, TrainConfig
+from ptgpo_algos.config import TrainConfig
+from ptgpo_algos.updates.settings import OptimConfig
 from ptgpo_algos.updates.optimizer import build_optimizer, build_schedule, lr_factor
 
 import resume_scenarios

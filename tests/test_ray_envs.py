@@ -121,7 +121,8 @@ def test_the_ray_backend_plays_an_evaluation_as_in_process(ray_cluster):
 
 
 def test_env_workers_config_checks_rays_fields():
-    from ptgpo_algos.config import EnvWorkersConfig, TrainConfig
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.rollouts.settings import EnvWorkersConfig
 
     config = TrainConfig.from_dict({"env_workers": {"backend": "ray", "num_workers": 64, "address": "auto"}})
     assert config.env_workers.options == {"address": "auto", "num_cpus": 1.0}

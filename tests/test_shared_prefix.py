@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import distributed_scenarios as scenarios
-from ptgpo_algos.config import OptimConfig
+from ptgpo_algos.updates.settings import OptimConfig
 from ptgpo_algos.records import Decision
 from ptgpo_algos.policy.hf import CausalLMPolicy
 from ptgpo_algos.policy.hf_scoring import shared_row_tokens

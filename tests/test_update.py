@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from ptgpo_algos.config import OptimConfig
+from ptgpo_algos.updates.settings import OptimConfig
 from ptgpo_algos.updates.losses import PolicyLoss, get_loss, policy_loss, ppo_clip_loss
 from ptgpo_algos.policy import Context, load_policy
 from ptgpo_algos.updates.samples import (
@@ -170,7 +170,7 @@ def test_reference_logprobs_are_computed_before_the_update(tiny_path):
 
 
 def test_the_first_steps_pi_old_comes_from_its_own_forward_and_equals_a_recomputed_one(tiny_path):
-    from ptgpo_algos.config import AlgorithmConfig
+    from ptgpo_algos.updates.settings import AlgorithmConfig
     from ptgpo_algos.updates.updater import Updater
 
     optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=1.0, epochs=2, minibatch_size=3,
@@ -229,7 +229,7 @@ def _gradients(loss, logprobs, entropy):
 
 
 def test_kl_and_entropy_coefficients_act_on_the_gradient_of_every_registered_loss(scaled_pg):
-    from ptgpo_algos.config import AlgorithmConfig
+    from ptgpo_algos.updates.settings import AlgorithmConfig
     from ptgpo_algos.updates.losses import LOSSES, low_var_kl, weighted_token_mean
     from ptgpo_algos.updates.updater import policy_loss_for
 

@@ -29,7 +29,8 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from ptgpo_algos.config import RESUMABLE_FIELDS, TrainConfig
+from ptgpo_algos.config import TrainConfig
+from ptgpo_algos.training.settings import RESUMABLE_FIELDS
 from ptgpo_algos.files import LOCK_FILE, FileFormatError, atomic_write_text, read_jsonl
 
 __all__ = ["RANKS_LOG", "RUN_ARTEFACTS", "RUN_OWN_FIELDS", "SHARDED_CHECKPOINT", "continued_config", "is_run_folder",

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ptgpo_algos.config import OptimConfig
+from ptgpo_algos.updates.settings import OptimConfig
 
 __all__ = ["build_optimizer", "build_schedule", "lr_factor"]
 

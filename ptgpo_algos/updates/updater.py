@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ptgpo_algos.config import AlgorithmConfig, OptimConfig
+from ptgpo_algos.updates.settings import AlgorithmConfig, OptimConfig
 from ptgpo_algos.updates.losses import PolicyLoss, get_loss
 from ptgpo_algos.updates.samples import (
     TrainingSample,

@@ -83,7 +83,9 @@ class _Plan:
 
 
 def _check_flags(args: argparse.Namespace) -> None:
-    from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION as MAX_EPISODES, MAX_SEED, MAX_STEPS
+    from ptgpo_algos.config import MAX_STEPS
+    from ptgpo_algos.rollouts.settings import MAX_EPISODES_PER_ITERATION as MAX_EPISODES
+    from ptgpo_algos.training.settings import MAX_SEED
 
     from ptgpo_algos.policy.pretrained import is_pretrained_source
 
@@ -113,7 +115,8 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _plan(args: argparse.Namespace) -> _Plan:
     """The flags over the run's own evaluation (or a model folder's defaults), every part checked."""
-    from ptgpo_algos.config import EVAL_SEED_BASE, MAX_SEED, default_evaluation_temperature
+    from ptgpo_algos.rollouts.settings import EVAL_SEED_BASE, default_evaluation_temperature
+    from ptgpo_algos.training.settings import MAX_SEED
     from ptgpo_algos.device import resolve_device
     from ptgpo_algos.files import check_writable
     from ptgpo_algos.policy.tiny import TINY_MARKER
