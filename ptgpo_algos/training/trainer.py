@@ -79,16 +79,13 @@ from ptgpo_algos.rollouts.collection import RolloutStats
 from ptgpo_algos.training.run_folder import trim_logs
 from ptgpo_algos.training.run_evaluation import evaluation_result, evaluation_seeds
 from ptgpo_algos.rollouts.registry import new_memory
+from ptgpo_algos.training.resume import component_state, restore_components
 from ptgpo_algos.training.state import TrainState, TrainSummary
+from ptgpo_algos.training.tasks import TaskDrawer
 from ptgpo_algos.updates.samples import flatten_batch
 from ptgpo_algos.updates.updater import Updater, old_logprobs_mode
-from ptgpo_envs import held_out, make_env
 
 __all__ = ["Trainer", "run_training"]
-
-
-#: Training seeds drawn in a row into held-out layouts before a run gives up (a share near 1).
-_REDRAWS = 1000
 
 
 class Trainer:
@@ -145,8 +142,7 @@ class Trainer:
                 self.run_iteration()
         finally:
             self.collector.close()
-            if self.layout_probe is not None:
-                self.layout_probe.close()
+            self.tasks.close()
         return self.finish()
 
     def setup(self, resumed: bool) -> None:
@@ -169,7 +165,7 @@ class Trainer:
         self.sync_floor: float | None = None
         #: Seconds and bytes of the last checkpoint written.
         self.last_checkpoint: dict[str, float] = {}
-        self.layout_probe = None  # an environment to read training seeds' layouts from (env.held_out)
+        self.tasks = TaskDrawer(config.env)
         if resumed:
             self.restore()
         if self.device.startswith("cuda") and self.state.cost.gpu_s is None:
@@ -249,15 +245,7 @@ class Trainer:
         checkpoint = self.placement.load_checkpoint(self)
         self.state.restore(checkpoint)
         try:
-            if self.schedule is not None:
-                self.schedule.load_state_dict(checkpoint["lr_schedule"])
-            for callback in self.callbacks:
-                if callback.state_key is not None:
-                    callback.load_state_dict(checkpoint.get(callback.state_key))
-            self.objectives.load_state_dict(_objective_state(checkpoint))
-            self.collector.load_state_dict(checkpoint.get("pending_rollout"))
-            if self.critic is not None:
-                self.critic.load_state_dict(checkpoint["critic"])
+            restore_components(self, checkpoint)
         except (TypeError, KeyError, ValueError, RuntimeError) as error:
             path = self.config.run_dir / self.placement.checkpoint_name
             raise CheckpointError(f"{path}: a component's saved state does not fit this run ({type(error).__name__}: "
@@ -297,25 +285,7 @@ class Trainer:
     def next_tasks(self) -> list[Task]:
         """This iteration's tasks: training seeds drawn from the run's generator (each redrawn while
         its layout is held out, with ``env.held_out``)."""
-        env = self.config.env
-        low, high = env.train_seeds
-        seeds = [int(s) for s in self.state.rng.integers(low, high, size=self.config.rollouts.tasks_per_iteration)]
-        if env.held_out is not None:
-            seeds = [self.training_seed(seed) for seed in seeds]
-        return [Task(env.id, s, dict(env.kwargs), env.max_steps) for s in seeds]
-
-    def training_seed(self, seed: int) -> int:
-        """``seed``, or the first redraw from the run's generator whose start layout is outside the
-        ``env.held_out`` share of layouts that evaluation keeps for itself."""
-        env = self.config.env
-        if self.layout_probe is None:
-            self.layout_probe = make_env(env.id, env.kwargs, env.max_steps)
-        for _ in range(_REDRAWS):
-            if not held_out(self.layout_probe.reset(seed=seed)[1]["layout"], env.held_out):
-                return seed
-            seed = int(self.state.rng.integers(*env.train_seeds))
-        raise ValueError(f"{label('env.held_out')}: {_REDRAWS} training seeds in a row started in a held-out layout; "
-                         f"lower the share {env.held_out} or widen env.train_seeds {env.train_seeds}")
+        return self.tasks.draw(self.state.rng, self.config.rollouts.tasks_per_iteration)
 
     # ================================================================== one iteration
     def run_iteration(self) -> None:
@@ -540,36 +510,11 @@ class Trainer:
 
     def checkpoint(self) -> None:
         """Write the checkpoint (the placement's: ``checkpoint.pt``, or ``checkpoint/`` shard by shard):
-        weights, optimiser, and :meth:`run_state`."""
-        run_state = self.run_state()
+        weights, optimiser, and the rest (:func:`~ptgpo_algos.training.resume.component_state`)."""
+        run_state = component_state(self)
         start = time.perf_counter()
         size = self.placement.save_checkpoint(self, run_state)
         self.last_checkpoint = {"seconds": time.perf_counter() - start, "bytes": size}
-
-    def run_state(self) -> dict[str, Any]:
-        """What a checkpoint keeps besides the weights and the optimiser: the state, the config, and
-        what the collector, the objectives and the callbacks hold (plain data)."""
-        state = self.state
-        state.wall_time_s = self.elapsed()
-        payload = {
-            "rng": state.rng_state(),
-            "counters": state.counters(),
-            "last_eval": state.last_eval,
-            "train_layouts": None if state.train_layouts is None else sorted(state.train_layouts),
-            "config": self.config.to_dict(),
-            "pending_rollout": self.collector.state_dict(),
-            "rollout_memory": None if state.rollout_memory is None else state.rollout_memory.state_dict(),
-            "objectives": self.objectives.state_dict(),
-            "cost": state.cost.state_dict(),
-        }
-        if self.schedule is not None:
-            payload["lr_schedule"] = self.schedule.state_dict()
-        if self.critic is not None:
-            payload["critic"] = self.critic.state_dict()
-        for callback in self.callbacks:
-            if callback.state_key is not None:
-                payload[callback.state_key] = callback.state_dict()
-        return payload
 
     def finish(self) -> TrainSummary:
         """Evaluate and checkpoint if the last iteration did not, tell the callbacks, save ``final_model/``
@@ -617,14 +562,6 @@ def run_training(config: TrainConfig, progress: bool = True) -> TrainSummary:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def _objective_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The objectives' saved state; a checkpoint of an older run kept hindsight's buffer on its own."""
-    state = dict(checkpoint.get("objectives") or {})
-    if "hindsight_buffer" in checkpoint:
-        state.setdefault("hindsight", checkpoint["hindsight_buffer"])
-    return state
-
-
 def _marks_passed(progress: float, fraction: float) -> int:
     """How many multiples of ``fraction`` the run's ``progress`` has reached."""
     # The guard keeps 0.3 of a budget on its mark when 0.3 / 0.1 is 2.9999999999999996.
