@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from leaderboard.aggregate import Cell, Column, Comparison, Leaderboard, Row
+from leaderboard.board import Cell, Column, Comparison, Leaderboard, Row
 from leaderboard.audit import COMPUTE_FIELDS, OVERLAP_MARK
 from leaderboard.inference import ALPHA
 from leaderboard.protocols import MARK

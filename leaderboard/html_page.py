@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from leaderboard.aggregate import Cell, Leaderboard, SMOKE_NOTICE
+from leaderboard.board import Cell, Leaderboard, SMOKE_NOTICE
 from leaderboard.audit import OVERLAP_MARK
 from leaderboard.formatting import (
     COMPARISONS,

@@ -5,7 +5,7 @@ writes ``leaderboard.tex``)."""
 from __future__ import annotations
 
 
-from leaderboard.aggregate import Cell, Column, Leaderboard, SMOKE_NOTICE
+from leaderboard.board import Cell, Column, Leaderboard, SMOKE_NOTICE
 from leaderboard.formatting import (
     COMPARISONS,
     COMPARISON_HEADER,

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leaderboard.aggregate import Cell, Column, Leaderboard, Row, SMOKE_NOTICE
+from leaderboard.board import Cell, Column, Leaderboard, Row, SMOKE_NOTICE
 from leaderboard.audit import COMPUTE_FIELDS
 from leaderboard.formatting import (
     COMPARISONS,
