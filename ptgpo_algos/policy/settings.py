@@ -116,7 +116,6 @@ class PolicyConfig:
         return self.model == "tiny"
 
 
-
 def _prompt_template(value: Any) -> dict[str, str]:
     """A template file's text (or a saved template, checked again), as the config keeps it."""
     where = f"{label('policy.prompt_template')}"
@@ -128,5 +127,5 @@ def _prompt_template(value: Any) -> dict[str, str]:
         raise ValueError(f"{where}: {error}") from None
 
 
-
+#: How messages name a field of this module's sections: its path and the flat name files spell it by.
 label = field_labels({"policy": PolicyConfig})

@@ -30,8 +30,8 @@ EVAL_SEED_BASE = 1_000_000
 #: How one process draws an iteration's rollouts (``rollouts.seeding``): from one generator per task
 #: seeded from a seed per task, as the ranks of ``--nproc`` do, or from the run's generators, shared.
 SEEDINGS = ("per_task", "shared")
-#: Episodes of one iteration (group_size x tasks_per_iteration), of one evaluation:
-#: far beyond any recipe (128 episodes), and refused before a model is built, since
+#: Episodes of one iteration (group_size x tasks_per_iteration) and of one evaluation: far beyond any
+#: recipe (128 episodes), and refused before a model is built, since
 #: the buffers they size would otherwise be allocated after it (terabytes for a mistyped 1e12).
 MAX_EPISODES_PER_ITERATION = 2**20
 
@@ -48,7 +48,6 @@ def check_slots(strategy: str, rollouts: RolloutsConfig) -> None:
                              f"than {MAX_EPISODES_PER_ITERATION} episodes an iteration; lower one of them")
 
 
-
 def default_evaluation_temperature(tiny: bool) -> float:
     """The evaluation protocol when none is given: sampled at 0.4 for the tiny model, greedy otherwise.
 
@@ -57,7 +56,6 @@ def default_evaluation_temperature(tiny: bool) -> float:
     Sokoban, 0.0 greedy against 0.20 sampled at 0.4. A pretrained LLM is evaluated greedily, as usual.
     """
     return 0.4 if tiny else 0.0
-
 
 
 @dataclass(frozen=True)
@@ -147,7 +145,6 @@ def _strategy_settings(given: Any) -> dict[str, Any]:
     return built
 
 
-
 def gather_strategy_settings(given: Mapping[str, Any]) -> dict[str, Any]:
     """The rollouts section's keys with each strategy's settings (``rollouts.patr``...) gathered under the
     ``settings`` field, which a config spells by the sections themselves."""
@@ -161,7 +158,6 @@ def gather_strategy_settings(given: Mapping[str, Any]) -> dict[str, Any]:
     gathered = {key: value for key, value in given.items() if key not in sections}
     gathered["settings"] = {key: value for key, value in given.items() if key in sections}
     return gathered
-
 
 
 @dataclass(frozen=True)
@@ -204,7 +200,6 @@ class EvaluationConfig:
             check_number(label("evaluation.temperature"), self.temperature, 0.0)
 
 
-
 @dataclass(frozen=True)
 class EnvWorkersConfig:
     """Where environments step: ``in-process`` (fast environments), ``processes`` (slow engines such as
@@ -237,5 +232,5 @@ class EnvWorkersConfig:
         return {"address": self.address, "num_cpus": self.num_cpus} if self.backend == "ray" else {}
 
 
-
+#: How messages name a field of this module's sections: its path and the flat name files spell it by.
 label = field_labels({"rollouts": RolloutsConfig, "evaluation": EvaluationConfig, "env_workers": EnvWorkersConfig})

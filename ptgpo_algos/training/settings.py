@@ -103,5 +103,5 @@ class RunConfig:
         check_bool(label("run.reproducible"), self.reproducible)
 
 
-
+#: How messages name a field of this module's sections: its path and the flat name files spell it by.
 label = field_labels({"run": RunConfig})

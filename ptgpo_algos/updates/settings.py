@@ -89,7 +89,6 @@ def _loss_config(loss: str, given: Any) -> dict[str, Any]:
     return {key: checked[key] for key in config}
 
 
-
 @dataclass(frozen=True)
 class OptimConfig:
     """The PPO update (:mod:`ptgpo_algos.updates.samples`). ``None`` values take the model's defaults."""
@@ -171,5 +170,5 @@ class OptimConfig:
         return dataclasses.replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
 
 
-
+#: How messages name a field of this module's sections: its path and the flat name files spell it by.
 label = field_labels({"algorithm": AlgorithmConfig, "optim": OptimConfig})
