@@ -6,7 +6,7 @@ first, and under ``machine`` the processor and kernel settings it ran with), ``m
 One process writes into it at a time (:func:`ptgpo_algos.files.folder_lock`).
 
 A resume continues *the same run*: a folder is resumed only with a config equal to the one it was
-started with, except the fields that say when to stop (:data:`~ptgpo_algos.config.RESUMABLE_FIELDS`)
+started with, except the fields that say when to stop (:data:`~ptgpo_algos.training.settings.RESUMABLE_FIELDS`)
 and those a resume takes from the run itself (:data:`RUN_OWN_FIELDS`: how one process draws its
 rollouts, ``shared`` for a folder older than the field), and a folder that is not a run folder (a saved model's folder, which also has a ``config.json``) is
 never written into.
