@@ -76,7 +76,8 @@ class _Alias(importlib.abc.Loader):
         self.new = new
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        _warn(spec.name, self.new, stacklevel=8)
+        # Past _warn and this loader to the line that imports (warnings skips the import machinery's frames).
+        _warn(spec.name, self.new, stacklevel=3)
         return importlib.import_module(self.new)
 
     def exec_module(self, module: ModuleType) -> None:

@@ -249,3 +249,13 @@ def test_nothing_imports_a_module_by_its_older_path():
                                   if match.group(2) else [])
             found += [f"{path.relative_to(ROOT)}: {m}" for m in modules if pattern.fullmatch(m)]
     assert found == []
+
+
+def test_an_older_path_warns_at_the_line_that_imports_it():
+    # Python shows a DeprecationWarning of the main script by default: it must name the user's import
+    # line, not a frame of the import machinery.
+    done = subprocess.run([sys.executable, "-c", "import ptgpo_algos.trainer"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert ("<string>:1: DeprecationWarning: ptgpo_algos.trainer moved to ptgpo_algos.training.trainer; "
+            "import it from there") in done.stderr
