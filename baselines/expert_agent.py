@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ptgpo_algos.evaluation import EpisodeView
+from ptgpo_algos.rollouts.evaluation import EpisodeView
 
 __all__ = ["ExpertAgent"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
-from ptgpo_algos.evaluation import EpisodeView
+from ptgpo_algos.rollouts.evaluation import EpisodeView
 
 __all__ = ["RandomAgent"]
 

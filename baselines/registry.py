@@ -2,7 +2,7 @@
 
 A baseline is a function ``run(job: BaselineRun) -> BaselineOutcome``: it may train (within
 ``job.budget`` policy decisions, on ``job.train_seeds``), must evaluate on exactly ``job.eval_seeds``
-through :func:`ptgpo_algos.evaluation.evaluate`, and reports what it spent. The harness turns the
+through :func:`ptgpo_algos.rollouts.evaluation.evaluate`, and reports what it spent. The harness turns the
 outcome into the same result record as an RL method's, so baselines and methods share one leaderboard.
 
 Entries name their function as ``"module:function"`` (like Gymnasium's entry points), so listing

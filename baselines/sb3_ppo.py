@@ -16,7 +16,7 @@ unmodified SB3 model can train on it:
 :func:`run` trains ``PPO("MlpPolicy", env).learn(total_timesteps=...)`` where one timestep is one
 policy decision: the harness's matched budget, rounded down to whole PPO rollouts (SB3 never stops
 mid-rollout). It evaluates the greedy policy on the held-out seeds at a few points along the way (the
-learning curve) and at the end, through the same :func:`ptgpo_algos.evaluation.evaluate` loop as
+learning curve) and at the end, through the same :func:`ptgpo_algos.rollouts.evaluation.evaluate` loop as
 every other method.
 """
 
@@ -32,7 +32,7 @@ from gymnasium import spaces
 from baselines.registry import BaselineOutcome, BaselineRun
 from baselines.text_features import SlotFeaturizer
 from ptgpo_algos.files import atomic_write_text
-from ptgpo_algos.evaluation import EpisodeView, evaluate
+from ptgpo_algos.rollouts.evaluation import EpisodeView, evaluate
 from ptgpo_envs import make_env
 
 __all__ = ["SlotActionEnv", "SB3Agent", "slot_action", "run", "DEFAULT_PPO_KWARGS"]
@@ -104,7 +104,7 @@ class SlotActionEnv(gym.Wrapper):
 
 
 class SB3Agent:
-    """An evaluation :class:`~ptgpo_algos.evaluation.Agent` that plays a trained SB3 slot policy greedily."""
+    """An evaluation :class:`~ptgpo_algos.rollouts.evaluation.Agent` that plays a trained SB3 slot policy greedily."""
 
     def __init__(self, model: Any, featurizer: SlotFeaturizer, name: str = "sb3_ppo"):
         self.model = model

@@ -8,7 +8,7 @@ from __future__ import annotations
 from baselines.expert_agent import ExpertAgent
 from baselines.random_agent import RandomAgent
 from baselines.registry import BaselineOutcome, BaselineRun
-from ptgpo_algos.evaluation import Agent, evaluate
+from ptgpo_algos.rollouts.evaluation import Agent, evaluate
 
 __all__ = ["run_random", "run_expert"]
 

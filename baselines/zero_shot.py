@@ -8,7 +8,7 @@ method's iteration-0 evaluation and shows what training added.
 from __future__ import annotations
 
 from baselines.registry import BaselineOutcome, BaselineRun
-from ptgpo_algos.evaluation import evaluate
+from ptgpo_algos.rollouts.evaluation import evaluate
 
 __all__ = ["run"]
 
@@ -22,7 +22,7 @@ def run(job: BaselineRun) -> BaselineOutcome:
     # trained methods' start.
     from ptgpo_algos.device import resolve_device
     from ptgpo_algos.policy.backends import build_policy
-    from ptgpo_algos.run_evaluation import evaluation_agent
+    from ptgpo_algos.training.run_evaluation import evaluation_agent
 
     from ptgpo_algos.config import merge_overrides
 

@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 import ptgpo_envs
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.training.trainer import run_training
 
 
 class Corridor(ptgpo_envs.TextEnv):

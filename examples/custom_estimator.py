@@ -14,8 +14,8 @@ import numpy as np
 from ptgpo_algos.advantages import Estimate, compute_advantages, estimator_defaults, register_estimator
 from ptgpo_algos.advantages.config import ConfigKey
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Step
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.records import Step
+from ptgpo_algos.training.trainer import run_training
 
 
 def _positive(value):

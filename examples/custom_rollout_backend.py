@@ -16,7 +16,7 @@ import torch
 
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.training.trainer import run_training
 
 
 class CopyEngine:

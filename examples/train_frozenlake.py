@@ -17,7 +17,7 @@ import argparse
 import json
 
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.training.trainer import run_training
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--iterations", type=int, default=15)

@@ -70,18 +70,35 @@ import hashlib
 import math
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import yaml
 
+from leaderboard.board import (
+    ALFWORLD_TYPE_ORDER,
+    DECISIONS_TOLERANCE,
+    DEFAULT_REFERENCE_METHODS,
+    SMOKE_MARKER,
+    SMOKE_NOTICE,
+    Cell,
+    Column,
+    Comparison,
+    Improvement,
+    Leaderboard,
+    LeaderboardError,
+    Row,
+    mean_se,
+    overall_metric,
+    task_columns,
+    trials_k,
+)
+from leaderboard.checks import check_records
 from leaderboard.protocols import MARK, column_key, measured_protocol, reported_protocol
 from leaderboard.records import RecordProblem, ResultRecord, read_input, read_records_with_paths
 from leaderboard.reported import ReportedResults, ReportedSource
 from leaderboard.audit import OVERLAP_MARK, commit_note, commits, compute_means, overlap_mean, provenance
 from leaderboard.inference import (
-    ALPHA,
     Welch,
     holm,
     mean_of_means_interval,
@@ -89,7 +106,7 @@ from leaderboard.inference import (
     separated_best,
     welch,
 )
-from leaderboard.stats import Estimate, improvement_probabilities, iqm_estimate
+from leaderboard.stats import improvement_probabilities, iqm_estimate
 from ptgpo_algos.yaml_safe import load_yaml
 
 __all__ = [
@@ -114,194 +131,6 @@ __all__ = [
     "task_columns",
 ]
 
-ALFWORLD_TYPE_ORDER = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
-DEFAULT_REFERENCE_METHODS = ("expert",)
-# RL runs stop after the iteration that reaches the budget, so spent decisions differ a little; more
-# than this (a fraction of the smallest) and the column would compare unequal amounts of training.
-DECISIONS_TOLERANCE = 0.02
-#: A file a results folder holds when its cells are a smoke run (``ptgpo bench --quick``): every table
-#: built from it then says so (:data:`SMOKE_NOTICE`).
-SMOKE_MARKER = "SMOKE_RUN"
-SMOKE_NOTICE = ("Smoke run (ptgpo bench --quick): a tiny budget that checks that every stage runs; its numbers "
-                "do not compare the methods (run ptgpo bench without --quick for that).")
-
-
-class LeaderboardError(ValueError):
-    """The records cannot be put in one table; the message names the files and the fix."""
-
-
-@dataclass(frozen=True)
-class Column:
-    """A leaderboard column: an environment label and a metric (a task type, ``All``, ``success`` or
-    ``score``)."""
-
-    env_label: str
-    metric: str
-
-
-@dataclass
-class Cell:
-    """``mean`` in % (or score units); ``se`` the standard error over ``n`` seeds (None when n = 1);
-    ``low``/``high`` the 95 % interval over seeds and ``over`` what it resampled (None: no interval).
-
-    For reported cells ``n`` is None and ``se`` holds the ± printed in the paper, if any.
-    """
-
-    mean: float
-    se: float | None
-    n: int | None
-    best: bool = False
-    low: float | None = None
-    high: float | None = None
-    over: str | None = None
-    protocol_mark: bool = False  # measured under another protocol than a reported number of its column
-    # The mean fraction of evaluation episodes that started in a trained layout (None: not measured).
-    overlap: float | None = None
-
-    @property
-    def overlap_mark(self) -> bool:
-        """Whether the cell's evaluation was not held out (some overlap with training)."""
-        return self.overlap is not None and self.overlap > 0
-
-
-@dataclass
-class Row:
-    """A leaderboard row: one method's cells, its mean success (with its interval and IQM), rank and, for
-    reported rows, model and source."""
-
-    method: str
-    kind: str  # "rl" | "baseline" | "reported"
-    section: str  # "measured" | "reference" | "reported"
-    cells: dict[Column, Cell] = field(default_factory=dict)
-    mean_success: float | None = None
-    envs_covered: int = 0
-    rank: int | None = None
-    # Why a measured row has no rank (see the module docstring): UNRANKED_SINGLE_SEED or UNRANKED_NO_SPREAD.
-    unranked: str | None = None
-    best_mean_success: bool = False
-    model: str | None = None
-    source: str | None = None
-    mean_success_estimate: Estimate | None = None
-    iqm: Estimate | None = None
-    # Per-seed values of each measured column, for the IQM, the probability of improvement and plots.
-    values: dict[Column, list[float]] = field(default_factory=dict)
-    # The protocol a row was measured under, per environment label (leaderboard.protocols); a
-    # reported row's under the key "" (its source's or its own).
-    protocols: dict[str, str] = field(default_factory=dict)
-    # Per environment label, the mean compute of the row's records (leaderboard.audit.compute_means).
-    compute: dict[str, dict[str, float | None]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Welch's test of ``better`` against ``worse`` (``better`` has the higher mean) in one family:
-    ``scope`` is ``"mean success"`` (over the environments both cover) or a column. ``difference`` is
-    in points with its 95 % t interval; ``p`` the two-sided p-value and ``p_holm`` its Holm-adjusted
-    value over the family (both None when a side has a single seed); ``separated`` when ``p_holm`` is
-    below :data:`leaderboard.inference.ALPHA`."""
-
-    scope: str
-    column: Column | None
-    better: str
-    worse: str
-    difference: float
-    low: float | None
-    high: float | None
-    p: float | None
-    p_holm: float | None
-
-    @property
-    def separated(self) -> bool:
-        """Whether the family-wise corrected test separates the pair."""
-        return self.p_holm is not None and self.p_holm < ALPHA
-
-
-@dataclass(frozen=True)
-class Improvement:
-    """P(``better`` > ``worse``) over the ``tasks`` both methods have (see
-    :func:`leaderboard.stats.improvement_probability`)."""
-
-    better: str
-    worse: str
-    estimate: Estimate
-    tasks: int
-
-
-@dataclass
-class Leaderboard:
-    """The aggregated table: columns, ranked and reference rows, the reported table, failed and unreadable
-    records, budgets and the records behind the curves."""
-
-    columns: list[Column]
-    rows: list[Row]  # measured rows in rank order, then reference rows
-    reported_columns: list[Column] = field(default_factory=list)
-    reported_rows: list[Row] = field(default_factory=list)
-    failed: list[tuple[Path, ResultRecord]] = field(default_factory=list)
-    problems: list[RecordProblem] = field(default_factory=list)
-    budgets: dict[str, int | None] = field(default_factory=dict)  # env label -> RL budget
-    budget_units: dict[str, str] = field(default_factory=dict)  # env label -> its budget's unit
-    # One legend line per environment whose measured cells carry the protocol mark.
-    protocol_notes: list[str] = field(default_factory=list)
-    sources: dict[str, ReportedSource] = field(default_factory=dict)
-    caveat: str | None = None
-    # The ok measured records with their files, for the learning curves.
-    records: list[tuple[Path, ResultRecord]] = field(default_factory=list)
-    results_dir: Path | None = None
-    #: The records come from a smoke run (a folder holds :data:`SMOKE_MARKER`).
-    smoke_run: bool = False
-    # Every ordered pair of ranked methods sharing a task, in rank order of ``better`` then ``worse``.
-    improvements: list[Improvement] = field(default_factory=list)
-    # Welch tests of the ranked methods, family by family: mean success first, then each column.
-    comparisons: list[Comparison] = field(default_factory=list)
-    # How many measured records each commit wrote (leaderboard.audit.commits), and the warning when
-    # there is more than one.
-    commits: dict[str, int] = field(default_factory=dict)
-    commit_note: str | None = None
-    # One legend line per environment with a cell whose evaluation was not held out.
-    overlap_notes: list[str] = field(default_factory=list)
-    # Where the numbers come from, as (item, text) pairs (leaderboard.audit.provenance), then each
-    # results folder's benchmark config.
-    provenance: list[tuple[str, str]] = field(default_factory=list)
-
-    def ranked(self) -> list[Row]:
-        """The measured rows, in rank order, the unranked ones last (reference rows left out)."""
-        return [row for row in self.rows if row.section == "measured"]
-
-    def task_scores(self, row: Row) -> list[tuple[Column, list[float]]]:
-        """The row's per-seed values of each task column it has (see :func:`task_columns`)."""
-        return [(c, row.values[c]) for c in task_columns(self.columns) if c in row.values]
-
-
-def mean_se(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and standard error ``std(ddof=1) / sqrt(n)``; the SE is None for a single value."""
-    n = len(values)
-    if n == 0:
-        raise ValueError("mean_se needs at least one value")
-    mean = math.fsum(values) / n
-    if n == 1:
-        return mean, None
-    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(variance / n)
-
-
-def overall_metric(env_columns: Iterable[Column]) -> str:
-    """The overall metric of an environment's columns: ``All`` where it has task types, else ``success``."""
-    metrics = {c.metric for c in env_columns}
-    return "All" if "All" in metrics else "success"
-
-
-def task_columns(columns: Sequence[Column]) -> list[Column]:
-    """Each environment's tasks: its task-type columns, or its ``success`` column without types."""
-    tasks = []
-    for env in dict.fromkeys(c.env_label for c in columns):
-        env_columns = [c for c in columns if c.env_label == env]
-        if overall_metric(env_columns) == "All":
-            tasks += [c for c in env_columns if c.metric not in ("All", "score") and _trials_k(c.metric) is None]
-        else:
-            tasks += [c for c in env_columns if c.metric == "success"]
-    return tasks
-
-
 def _env_columns(env_label: str, records: list[ResultRecord]) -> list[Column]:
     types = {t for r in records for t in r.success_by_type}
     ordered = [t for t in ALFWORLD_TYPE_ORDER if t in types] + sorted(types - set(ALFWORLD_TYPE_ORDER))
@@ -317,14 +146,6 @@ def _env_columns(env_label: str, records: list[ResultRecord]) -> list[Column]:
     if measured:
         metrics += [f"pass@{min(measured)}", f"pass^{min(measured)}"]
     return [Column(env_label, m) for m in metrics]
-
-
-def _trials_k(metric: str) -> tuple[str, str] | None:
-    """``("pass_at" or "pass_hat", k)`` for a ``pass@k`` or ``pass^k`` column's metric, else None."""
-    for prefix, name in (("pass@", "pass_at"), ("pass^", "pass_hat")):
-        if metric.startswith(prefix) and metric[len(prefix):].isdigit():
-            return name, metric[len(prefix):]
-    return None
 
 
 def _ordered(columns: list[Column]) -> list[Column]:
@@ -346,152 +167,11 @@ def _value(record: ResultRecord, column: Column, overall: str) -> float | None:
         return None if record.final_success is None else 100.0 * record.final_success
     if column.metric == "score":
         return record.score
-    passk = _trials_k(column.metric)
+    passk = trials_k(column.metric)
     if passk is not None:
         return None if record.trials is None else 100.0 * record.trials[passk[0]][passk[1]]
     fraction = record.success_by_type.get(column.metric)
     return None if fraction is None else 100.0 * fraction
-
-
-def _files(items: Iterable[tuple[Path, ResultRecord]]) -> str:
-    return ", ".join(sorted(p.name for p, _ in items))
-
-
-def _spent_decisions_message(
-    env_label: str, items: list[tuple[Path, ResultRecord]], tolerance: float
-) -> str | None:
-    """The refusal for RL runs of one column whose spent decisions differ by more than ``tolerance``
-    of the smallest, or None."""
-    spent = defaultdict(list)
-    for path, record in items:
-        spent[record.decisions].append((path, record))
-    if not spent:
-        return None
-    low, high = min(spent), max(spent)
-    if high - low <= tolerance * low or tolerance == math.inf:  # inf * 0 is NaN
-        return None
-    lines = [f"  {decisions} decisions: {_files(group)}" for decisions, group in sorted(spent.items())]
-    return (
-        f"RL records for {env_label!r} spent different numbers of policy decisions ({low} to {high}, "
-        f"more than {tolerance:.0%} apart), so the column would compare unequal amounts of training "
-        "(re-run the cells to a matched budget, move the outliers to their own results directory, or "
-        "accept the spread knowingly with a larger decisions tolerance):\n" + "\n".join(lines)
-    )
-
-
-def _iterations_message(env_label: str, items: list[tuple[Path, ResultRecord]]) -> str | None:
-    """The refusal for RL runs of an iteration budget that trained another number of iterations
-    (stopped early), or None. Their spent decisions differ by design: the matched unit is iterations."""
-    short = [(p, r) for p, r in items if r.iterations is not None and r.iterations != r.budget]
-    return _unequal_training(env_label, "did not train their budget's iterations", short,
-                             lambda r: f"{r.iterations} of {r.budget} iterations")
-
-
-def _cost_budget_message(env_label: str, items: list[tuple[Path, ResultRecord]]) -> str | None:
-    """The refusal for RL runs of a cost budget (``train_cpu_s``...) that something else stopped (an
-    iteration cap, a time limit: no ``budget_overshoot``), or None. Their decisions differ by design: the
-    matched unit is the cost, spent to an iteration boundary at or near the budget."""
-    unit = items[0][1].budget_unit
-    short = [(p, r) for p, r in items if r.budget_overshoot is None or getattr(r, unit) is None]
-    return _unequal_training(env_label, f"stopped before their budget of {unit} stopped them", short,
-                             lambda r: f"{getattr(r, unit)} of {r.budget} {unit}")
-
-
-def _unequal_training(env_label: str, what: str, short: list[tuple[Path, ResultRecord]],
-                      spent: Callable[[ResultRecord], str]) -> str | None:
-    """The refusal naming each of the ``short`` records with what it ``spent``, or None when there is none."""
-    if not short:
-        return None
-    lines = [f"  {spent(r)}: {p.name}" for p, r in sorted(short, key=lambda item: item[0])]
-    return (
-        f"RL records for {env_label!r} {what}, so the column would compare unequal amounts of training (re-run "
-        "the cells, or move them to their own results directory):\n" + "\n".join(lines)
-    )
-
-
-def _environment_refusals(env_label: str, items: list[tuple[Path, ResultRecord]],
-                          decisions_tolerance: float) -> list[str]:
-    """What refuses one environment's records: one label for two environments, mixed RL budgets, or
-    spent budgets that differ."""
-    messages = []
-    identities = defaultdict(list)
-    for path, record in items:
-        key = (record.env_id, repr(sorted(record.env_kwargs.items())))
-        identities[key].append((path, record))
-    if len(identities) > 1:
-        lines = [
-            f"  {env_id} {kwargs}: {_files(group)}" for (env_id, kwargs), group in identities.items()
-        ]
-        messages.append(
-            f"env label {env_label!r} is used for different environments (give each its own "
-            "label):\n" + "\n".join(lines)
-        )
-    rl = [(p, r) for p, r in items if r.method_kind == "rl" and r.status == "ok"]
-    budgets = defaultdict(list)
-    for path, record in rl:
-        budgets[record.budget, record.budget_unit].append((path, record))
-    if len(budgets) > 1:
-        lines = [f"  budget {b} {unit}: {_files(group)}" for (b, unit), group in sorted(budgets.items(), key=str)]
-        messages.append(
-            f"RL records for {env_label!r} have different budgets; a column compares methods at one "
-            "budget (move the others to their own results directory):\n" + "\n".join(lines)
-        )
-    elif rl and rl[0][1].budget_unit == "iterations":
-        if (message := _iterations_message(env_label, rl)) is not None:
-            messages.append(message)
-    elif rl and rl[0][1].budget_unit != "decisions":
-        if (message := _cost_budget_message(env_label, rl)) is not None:
-            messages.append(message)
-    elif (message := _spent_decisions_message(env_label, rl, decisions_tolerance)) is not None:
-        messages.append(message)
-    return messages
-
-
-def _cell_refusals(records: list[tuple[Path, ResultRecord]]) -> list[str]:
-    """Two records of one cell (environment, method, seed), and a method recorded as two kinds."""
-    messages = []
-    cells = defaultdict(list)
-    kinds = defaultdict(lambda: defaultdict(list))
-    for path, record in records:
-        # Reported records live in their own table, so they may reuse a measured method's name.
-        reported = record.method_kind == "reported"
-        cells[(record.env_label, record.method, record.seed, reported)].append((path, record))
-        if not reported:
-            kinds[record.method][record.method_kind].append((path, record))
-    for (env_label, method, seed, _), group in sorted(cells.items()):
-        if len(group) > 1:
-            messages.append(
-                f"{len(group)} records for env {env_label!r}, method {method!r}, seed {seed} "
-                f"(keep one): {_files(group)}"
-            )
-    for method, by_kind in sorted(kinds.items()):
-        if len(by_kind) > 1:
-            lines = [f"  {kind}: {_files(group)}" for kind, group in sorted(by_kind.items())]
-            messages.append(f"method {method!r} is recorded with different method_kind:\n" + "\n".join(lines))
-    return messages
-
-
-def check_records(
-    records: list[tuple[Path, ResultRecord]],
-    problems: Sequence[RecordProblem] = (),
-    decisions_tolerance: float = DECISIONS_TOLERANCE,
-) -> None:
-    """Raise :class:`LeaderboardError` listing every refusal found (see the module docstring)."""
-    messages = []
-    wrong_version = [p for p in problems if p.kind == "schema_version"]
-    if wrong_version:
-        messages.append(
-            "records written under another schema version (re-run those cells or move the files "
-            "out of the results directory):\n" + "\n".join(f"  {p}" for p in wrong_version)
-        )
-    by_env: dict[str, list[tuple[Path, ResultRecord]]] = defaultdict(list)
-    for item in records:
-        by_env[item[1].env_label].append(item)
-    for env_label, items in sorted(by_env.items()):
-        messages += _environment_refusals(env_label, items, decisions_tolerance)
-    messages += _cell_refusals(records)
-    if messages:
-        raise LeaderboardError("refusing to build the leaderboard:\n" + "\n".join(messages))
 
 
 # Success and scores are in % (WebShop's score too): an interval is clipped to what a mean can be.

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from leaderboard.aggregate import Leaderboard
+from leaderboard.board import Leaderboard
 from leaderboard.plots import legend_beside, line_figure_size, new_figure, save_png
 from leaderboard.records import InputFileError, RecordProblem, finite_number, read_input, slug
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from leaderboard.aggregate import Leaderboard
+from leaderboard.board import Leaderboard
 from leaderboard.curves import AXES, Curve, method_curves
 
 __all__ = ["MatchedCost", "MatchedMethod", "common_cost", "matched_costs", "matched_csv", "matched_markdown",

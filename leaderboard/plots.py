@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from leaderboard.aggregate import Leaderboard
+from leaderboard.board import Leaderboard
 from ptgpo_algos.files import atomic_write_bytes
 from leaderboard.stats import CONFIDENCE, Estimate, performance_profile
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ptgpo_algos.old_paths import install
+
 _EXPORTS = {
     "ESTIMATORS": "ptgpo_algos.advantages",
     "GroupDiagnostics": "ptgpo_algos.advantages",
@@ -17,18 +19,21 @@ _EXPORTS = {
     "estimator_defaults": "ptgpo_algos.advantages",
     "register_estimator": "ptgpo_algos.advantages",
     "summarize_diagnostics": "ptgpo_algos.advantages",
-    "Batch": "ptgpo_algos.data",
-    "Context": "ptgpo_algos.data",
-    "Decision": "ptgpo_algos.data",
-    "Group": "ptgpo_algos.data",
-    "Step": "ptgpo_algos.data",
-    "Task": "ptgpo_algos.data",
-    "Trajectory": "ptgpo_algos.data",
+    "Batch": "ptgpo_algos.records",
+    "Context": "ptgpo_algos.records",
+    "Decision": "ptgpo_algos.records",
+    "Group": "ptgpo_algos.records",
+    "Step": "ptgpo_algos.records",
+    "Task": "ptgpo_algos.records",
+    "Trajectory": "ptgpo_algos.records",
     "TrainConfig": "ptgpo_algos.config",
-    "Trainer": "ptgpo_algos.trainer",
+    "Trainer": "ptgpo_algos.training.trainer",
 }
 
 __all__ = sorted(_EXPORTS)
+
+# The modules moved into the stage packages still import by their older paths, for one release.
+install()
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,7 @@ the rest as the run goes, cumulatively (``cost.jsonl`` in the run folder, one ro
                         CPU)
 ======================  ==================================================================================
 
-Policy decisions and generated tokens are the run's own counters (:class:`~ptgpo_algos.rollout.Spend`).
+Policy decisions and generated tokens are the run's own counters (:class:`~ptgpo_algos.rollouts.collection.Spend`).
 Model building (the tiny model's pretraining included) counts in none of them.
 
 ``run.budget`` (:class:`Budget`) stops a run once its spend in one unit reaches an amount. A run stops at

@@ -1,7 +1,7 @@
 """A run's recorded rollouts as a data set: JSON lines, and a Hugging Face ``datasets`` folder.
 
 ``ptgpo export RUN`` reads the iterations a run recorded (``run.record_rollouts``,
-:mod:`ptgpo_algos.rollout_records`) and writes them as one ``rollouts.jsonl`` (the rows as recorded,
+:mod:`ptgpo_algos.rollouts.recordings`) and writes them as one ``rollouts.jsonl`` (the rows as recorded,
 one per decision) and, where the ``datasets`` package is installed, a ``dataset/`` folder that
 ``datasets.load_from_disk`` reads. Arrow wants one type per column, so there ``extras`` and
 ``outcomes`` (mappings whose keys vary by rollout strategy) are JSON text.
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ptgpo_algos.files import atomic_folder, atomic_write_text
-from ptgpo_algos.rollout_records import read_recordings, recording_paths
+from ptgpo_algos.rollouts.recordings import read_recordings, recording_paths
 
 __all__ = ["ExportSummary", "JSON_TEXT_COLUMNS", "dataset_rows", "export_run"]
 

@@ -9,7 +9,7 @@ An entry is added in code::
 or named by its import string, imported the first time the entry itself is asked for, so that checking
 a name imports nothing of its implementation::
 
-    SCORERS.register_lazy("value", "ptgpo_algos.patr:value_scorer")
+    SCORERS.register_lazy("value", "ptgpo_algos.rollouts.patr.collection:value_scorer")
 
 or by another installed package, without editing this one, through the registry's entry-point group
 (``pyproject.toml`` of that package)::

@@ -24,7 +24,7 @@ from pathlib import Path
 from baselines.expert_agent import ExpertAgent
 from baselines.random_agent import RandomAgent
 from leaderboard.records import atomic_write_text
-from ptgpo_algos.evaluation import evaluate
+from ptgpo_algos.rollouts.evaluation import evaluate
 from ptgpo_envs.babyai.levels import LEVELS, get_level
 
 ENV_ID = "ptgpo/BabyAI-v0"

@@ -48,7 +48,7 @@ class CpuClock:
         self.seconds = dict.fromkeys(self.STAGES, 0.0)
 
     def install(self):
-        from ptgpo_algos.trainer import Trainer
+        from ptgpo_algos.training.trainer import Trainer
 
         originals = {stage: getattr(Trainer, stage) for stage in self.STAGES}
         clock = self
@@ -68,7 +68,7 @@ class CpuClock:
 
     @staticmethod
     def uninstall(originals):
-        from ptgpo_algos.trainer import Trainer
+        from ptgpo_algos.training.trainer import Trainer
 
         for stage, method in originals.items():
             setattr(Trainer, stage, method)
@@ -76,7 +76,7 @@ class CpuClock:
 
 def run(method: str, share: bool, decisions: int, seed: int, out_dir: Path) -> dict:
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     config = TrainConfig.from_dict({**SETTINGS, **METHODS[method], "share_prefixes": share, "seed": seed,
                                     "total_decisions": decisions, "iterations": 10_000, "out_dir": str(out_dir)})

@@ -42,12 +42,13 @@ def measure(model: str, mode: str, rollout_dtype: str, update_dtype: str, args: 
     import torch
 
     from ptgpo_algos.advantages import compute_advantages
-    from ptgpo_algos.config import OptimConfig, TrainConfig
-    from ptgpo_algos.data import Task
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.updates.settings import OptimConfig
+    from ptgpo_algos.records import Task
     from ptgpo_algos.policy.backends import build_policy
-    from ptgpo_algos.rollout import collect_rollouts
-    from ptgpo_algos.update import flatten_batch, recompute_old_logprobs
-    from ptgpo_algos.updater import ppo_update
+    from ptgpo_algos.rollouts.collection import collect_rollouts
+    from ptgpo_algos.updates.samples import flatten_batch, recompute_old_logprobs
+    from ptgpo_algos.updates.updater import ppo_update
 
     # The tiny model untrained: its speed is its pretrained twin's, without minutes of pretraining first.
     tiny = {"tiny": {"pretrain_steps": 0}} if model == "tiny" else {}

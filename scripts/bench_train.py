@@ -40,12 +40,12 @@ def throughput(config, policy=None) -> dict:
     import torch
 
     from ptgpo_algos.advantages import compute_advantages
-    from ptgpo_algos.data import Task
+    from ptgpo_algos.records import Task
     from ptgpo_algos.policy.backends import build_policy
-    from ptgpo_algos.rollout import collect_rollouts
-    from ptgpo_algos.config import OptimConfig
-    from ptgpo_algos.update import flatten_batch
-    from ptgpo_algos.updater import ppo_update
+    from ptgpo_algos.rollouts.collection import collect_rollouts
+    from ptgpo_algos.updates.settings import OptimConfig
+    from ptgpo_algos.updates.samples import flatten_batch
+    from ptgpo_algos.updates.updater import ppo_update
 
     policy = policy if policy is not None else build_policy(config, "cpu")
     tasks = [Task(config.env.id, seed, dict(config.env.kwargs)) for seed in range(8)]
@@ -114,7 +114,7 @@ def main() -> int:
         parser.error("--profile profiles the throughput part: drop --skip-throughput")
 
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     out = Path(args.out)
     run_dir = out / "run"

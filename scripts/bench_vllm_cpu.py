@@ -21,7 +21,7 @@ def _contexts(n: int):
     import gymnasium as gym
 
     import ptgpo_envs  # noqa: F401
-    from ptgpo_algos.data import Context
+    from ptgpo_algos.records import Context
 
     contexts = []
     seed = 0

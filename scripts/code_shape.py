@@ -1,4 +1,4 @@
-"""The code's shape, measured from its source with ``ast``: import cycles and the longest functions.
+"""The code's shape, measured from its source with ``ast``: import cycles, the longest functions and modules.
 
 An import counts wherever it stands: at the top of a module, inside a function (deferred) or under
 ``if TYPE_CHECKING:`` (type-only). A type-only or deferred import still ties the two modules: neither
@@ -11,7 +11,8 @@ Usage::
 
 Prints one JSON object: ``cycles`` (each a sorted list of the modules of one strongly connected
 component, with ``kinds``: which kinds of import close it), ``longest`` (per package, the longest
-function and its lines, docstrings left out) and ``over_60`` (per package, functions over 60 lines).
+function and its lines, docstrings left out), ``over_60`` (per package, functions over 60 lines) and
+``over_600`` (modules over 600 lines, with their lines).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ptgpo_envs", "ptgpo_algos", "baselines", "leaderboard", "ptgpo_harness")
 MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 600
 
 
 def read_sources(rev: str | None) -> dict[str, str]:
@@ -147,6 +149,11 @@ def functions(sources: dict[str, str]):
                 yield name, node.name, node.lineno, code_lines(node), ast.get_docstring(node) or ""
 
 
+def module_lines(sources: dict[str, str]) -> dict[str, int]:
+    """Each module's lines as a reader scrolls through them, documentation included."""
+    return {name: len(source.splitlines()) for name, source in sources.items()}
+
+
 def shape(sources: dict[str, str]) -> dict:
     graph = import_graph(sources)
     found = cycles(graph)
@@ -163,6 +170,7 @@ def shape(sources: dict[str, str]) -> dict:
                    for c in found],
         "longest": longest,
         "over_60": over,
+        "over_600": {module: lines for module, lines in module_lines(sources).items() if lines > MAX_MODULE_LINES},
     }
 
 

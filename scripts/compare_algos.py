@@ -37,7 +37,7 @@ def _cell(args: tuple[str, int, dict]) -> dict:
 
     torch.set_num_threads(1)
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     config = TrainConfig.from_dict({**base, "algo": algo, "seed": seed,
                                     "run.out_dir": str(Path(base["run.out_dir"]) / f"{algo}-s{seed}")})

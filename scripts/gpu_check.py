@@ -25,7 +25,7 @@ a folder (``iteration``, vLLM's).
   :data:`~ptgpo_algos.policy.backends.SYNC_PROMPTS` prompts of 1,500 tokens, 32 tokens sampled through
   the cached generation path and scored by one full forward pass, both at the recipe's precision (the
   noise floor a sync check is held to); (2) one PPO update of 128 samples (16 tasks x 8) of 1,500-token
-  prompts and 512-token responses through the trainer's update (:class:`~ptgpo_algos.updater.Updater`:
+  prompts and 512-token responses through the trainer's update (:class:`~ptgpo_algos.updates.updater.Updater`:
   pi_old, the KL reference, micro-batches, lr of the recipe), cold and then warm (AdamW's moments
   exist): ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` next to the planner's
   trainer figure, seconds, tokens/s, MFU over every pass (:func:`update_passes`), the share of weights
@@ -61,7 +61,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from ptgpo_algos.callbacks import Callback  # noqa: E402
+from ptgpo_algos.training.callbacks import Callback  # noqa: E402
 from ptgpo_algos.files import atomic_write_text  # noqa: E402
 
 MODELS = ("qwen2.5-1.5b", "qwen2.5-7b")
@@ -180,7 +180,7 @@ def planned(spec: dict, device: str, total_bytes: int, rollouts: bool = False) -
     """The planner's figures for a flat training spec (the transformers rollouts' KV cache only with
     ``rollouts``)."""
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.memory import model_shape, plan_memory, run_shape
+    from ptgpo_algos.training.memory_plan import model_shape, plan_memory, run_shape
 
     config = TrainConfig.from_dict(spec)
     run = run_shape(config, device, total_bytes)
@@ -229,7 +229,7 @@ def pass_flops(matrix_params: int, head_params: int, sequence_tokens: int, score
 
 def update_passes(*, old_share: float, reference: bool, checkpointing: bool, lora: bool) -> dict[str, float]:
     """Forward-pass equivalents of an update, by kind: pi_old's pass over ``old_share`` of the samples
-    (the first mini-batch takes its own, :class:`~ptgpo_algos.update.TrainingSample`), the KL
+    (the first mini-batch takes its own, :class:`~ptgpo_algos.updates.samples.TrainingSample`), the KL
     reference's, the training forward, its recomputation under gradient checkpointing, and the
     backward (two forwards' worth with weight gradients, one for a frozen LoRA base: input gradients only)."""
     return {"pi_old": old_share, "reference": 1.0 if reference else 0.0, "forward": 1.0,
@@ -294,9 +294,9 @@ def update(out: Path, model: str, device: str, samples: int, prompt_tokens: int,
     import torch
 
     from ptgpo_algos.config import TrainConfig, merge_overrides
-    from ptgpo_algos.memory import run_shape, total_device_memory
+    from ptgpo_algos.training.memory_plan import run_shape, total_device_memory
     from ptgpo_algos.policy.backends import SYNC_PROMPTS, SYNC_TOKENS
-    from ptgpo_algos.updater import Updater
+    from ptgpo_algos.updates.updater import Updater
     from scale_rehearsal import random_samples
 
     name = f"update_{model}"
@@ -471,7 +471,7 @@ def tiny_cells(out: Path, devices: list[str], iterations: int) -> None:
 def micro_batch_gradient_error(policy, samples: list) -> float:
     """``|g_micro - g_whole| / |g_whole|``: the gradient accumulated over micro-batches of
     :data:`GRADIENT_MICRO_BATCH` against one pass over ``samples``."""
-    from ptgpo_algos.update import accumulate_gradients, units
+    from ptgpo_algos.updates.samples import accumulate_gradients, units
     from scale_rehearsal import rehearsal_loss, relative_error
 
     total = sum(s.weight * units(s.decision, policy.mode) for s in samples)
@@ -531,8 +531,8 @@ def iteration(out: Path, model: str, backend: str, device: str, tasks: int = TAS
               response_tokens: int | None = None) -> None:
     """One training iteration of the recipe (see the module docstring)."""
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.memory import total_device_memory
-    from ptgpo_algos.trainer import Trainer
+    from ptgpo_algos.training.memory_plan import total_device_memory
+    from ptgpo_algos.training.trainer import Trainer
 
     name = "iteration" if backend == "transformers" else "vllm_iteration"
     if response_tokens is None:

@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     from ptgpo_harness.commands.train import parse_set
     from ptgpo_algos.config import TrainConfig
     from ptgpo_envs import make_env
-    from ptgpo_algos.data import Context
+    from ptgpo_algos.records import Context
     from ptgpo_algos.policy.backends import build_policy
-    from ptgpo_algos.run_evaluation import evaluate_policy
+    from ptgpo_algos.training.run_evaluation import evaluate_policy
 
     try:
         config = TrainConfig.from_yaml(args.config, parse_set(args.set))

@@ -3,7 +3,7 @@ iteration's seconds, on two seeded tiny-model runs (PTGPO on FrozenLake 4x4 with
 on the easy Household with linear rollouts; 4 groups of 8, 2 evaluation episodes).
 
 The recorder's call is timed inside the run (a subclass of
-:class:`~ptgpo_algos.callbacks.RolloutRecorder`), so the share is the recording's, not the difference
+:class:`~ptgpo_algos.training.callbacks.RolloutRecorder`), so the share is the recording's, not the difference
 of two noisy runs. Usage: ``python scripts/recording_cost.py [--iterations 6] [--out DIR]``; one JSON
 line per run. The untrained tiny model (no pretraining) plays; the figures are costs, not learning.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ptgpo_algos.callbacks import RolloutRecorder  # noqa: E402
+from ptgpo_algos.training.callbacks import RolloutRecorder  # noqa: E402
 from ptgpo_algos.config import TrainConfig  # noqa: E402
 
 RUNS = {
@@ -46,7 +46,7 @@ class TimedRecorder(RolloutRecorder):
 
 def measure(name: str, settings: dict, iterations: int, out_dir: Path) -> dict:
     """Train one run recording every iteration; its seconds and the recording's, per iteration."""
-    from ptgpo_algos.trainer import Trainer
+    from ptgpo_algos.training.trainer import Trainer
 
     config = TrainConfig.from_dict({
         **settings, "group_size": 8, "tasks_per_iteration": 4, "iterations": iterations, "eval_every": iterations,

@@ -14,7 +14,7 @@ Prints one JSON line:
 
 * ``peak_rss_gib``: the process's peak resident memory during pi_old's recomputation and the update
   (``VmHWM``, reset before each; the checks' own copies are made outside those windows);
-* ``planned_gib``: :func:`ptgpo_algos.memory.plan_memory`'s CPU prediction for the same run (it
+* ``planned_gib``: :func:`ptgpo_algos.training.memory_plan.plan_memory`'s CPU prediction for the same run (it
   counts AdamW's moments, which the first step allocates only at its end, so it is an upper bound
   for a first update);
 * ``weights_changed_frac``: the share of weight entries the update changed (float32 weights at lr
@@ -92,8 +92,8 @@ def random_samples(vocab: int, samples: int, prompt_tokens: int, response_tokens
     """``samples`` training samples with distinct random prompts and responses, advantages of both signs."""
     import numpy as np
 
-    from ptgpo_algos.data import Decision
-    from ptgpo_algos.update import TrainingSample
+    from ptgpo_algos.records import Decision
+    from ptgpo_algos.updates.samples import TrainingSample
 
     rng = np.random.default_rng(seed)
     out = []
@@ -109,7 +109,7 @@ def random_samples(vocab: int, samples: int, prompt_tokens: int, response_tokens
 
 def planned_gib(config, samples: int, micro_batch: int, sequence: int, chunk: int) -> float:
     """The planner's CPU prediction for the rehearsal's run."""
-    from ptgpo_algos.memory import GIB, ModelShape, RunShape, plan_memory, total_device_memory
+    from ptgpo_algos.training.memory_plan import GIB, ModelShape, RunShape, plan_memory, total_device_memory
     from ptgpo_algos.policy.precision import precision_for
 
     run = RunShape(device="cpu", precision=precision_for("cpu", "bfloat16"), micro_batch=min(micro_batch, samples),
@@ -144,8 +144,8 @@ OPTIM = dict(clip_ratio=0.2, clip_ratio_c=3.0, entropy_coef=0.0, kl_coef=0.0, ti
 
 def rehearsal_loss():
     """The update's loss under :data:`OPTIM` (PPO-clip)."""
-    from ptgpo_algos.config import AlgorithmConfig, OptimConfig
-    from ptgpo_algos.updater import policy_loss_for
+    from ptgpo_algos.updates.settings import AlgorithmConfig, OptimConfig
+    from ptgpo_algos.updates.updater import policy_loss_for
 
     return policy_loss_for(OptimConfig(**OPTIM), AlgorithmConfig())
 MAX_GRAD_NORM = 1.0
@@ -155,7 +155,7 @@ def whole_batch_gradient(policy, samples, scratch: Path) -> Path:
     """One pass over the whole mini-batch; its gradient is saved to disk (out of the measured memory)."""
     import torch
 
-    from ptgpo_algos.update import accumulate_gradients, units
+    from ptgpo_algos.updates.samples import accumulate_gradients, units
 
     total = sum(s.weight * units(s.decision, policy.mode) for s in samples)
     policy.model.zero_grad(set_to_none=True)
@@ -171,8 +171,8 @@ def measured_update(policy, samples, micro_batch: int, lr: float) -> dict[str, f
     import numpy as np
     import torch
 
-    from ptgpo_algos.config import OptimConfig
-    from ptgpo_algos.updater import ppo_update
+    from ptgpo_algos.updates.settings import OptimConfig
+    from ptgpo_algos.updates.updater import ppo_update
 
     optimizer = torch.optim.AdamW(list(policy.parameters()), lr=lr, weight_decay=0.0)
     optim = OptimConfig(max_grad_norm=MAX_GRAD_NORM, epochs=1, minibatch_size=len(samples),
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     """The rehearsal (see the module docstring); returns the JSON line's figures."""
     import torch
 
-    from ptgpo_algos.update import recompute_old_logprobs
+    from ptgpo_algos.updates.samples import recompute_old_logprobs
 
     begin = time.perf_counter()
     model, config = random_model(args.config, seed=args.seed, layers=args.layers, vocab=args.vocab)

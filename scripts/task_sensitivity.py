@@ -33,7 +33,7 @@ def sample_contexts(episodes: int, first_seed: int, seed: int, difficulty: str =
 
     import ptgpo_envs  # noqa: F401  (registers the environments)
     from ptgpo_envs import make_env
-    from ptgpo_algos.data import Context
+    from ptgpo_algos.records import Context
 
     rng = np.random.default_rng(seed)
     env = make_env("ptgpo/Household-v0", {"difficulty": difficulty}).unwrapped

@@ -63,7 +63,7 @@ def make_samples(policy, count: int = 7, seed: int = 0) -> list:
     """``count`` training samples of ``policy``'s own decisions (sampled with ``seed``: the same on every
     rank) among 2 or 3 actions, advantages of both signs, weights 1 to 3; two prompts recur (their samples share a mini-batch)."""
     from ptgpo_algos.policy import Context
-    from ptgpo_algos.update import TrainingSample
+    from ptgpo_algos.updates.samples import TrainingSample
 
     contexts = [Context("Walk across the frozen lake to the goal G.", _BOARD + "\n" * k,
                         ["go left", "go right", "go up"][: 2 + k % 2]) for k in range(5)]
@@ -74,15 +74,15 @@ def make_samples(policy, count: int = 7, seed: int = 0) -> list:
 
 def update(policy, samples: list, info=None, micro_batch_size: int | None = None, max_grad_norm: float = 0.05,
            optimizer=None, seed: int = 0) -> dict:
-    """The trainer's update (:class:`~ptgpo_algos.updater.Updater`, or across ranks the
+    """The trainer's update (:class:`~ptgpo_algos.updates.updater.Updater`, or across ranks the
     :class:`~ptgpo_algos.distributed.updater.ShardedUpdater` on ``policy`` already sharded) on ``samples``
     (this rank's block), one optimiser step (a mini-batch holds them all); its figures.
 
     SGD by default, not AdamW: Adam's first step is about ``lr * sign(gradient)``, which would hide a
     gradient scaled wrongly; SGD's moves each weight by ``lr`` times its gradient."""
-    from ptgpo_algos.config import AlgorithmConfig, OptimConfig
+    from ptgpo_algos.updates.settings import AlgorithmConfig, OptimConfig
     from ptgpo_algos.distributed.updater import ShardedUpdater
-    from ptgpo_algos.updater import Updater
+    from ptgpo_algos.updates.updater import Updater
 
     optim = OptimConfig(lr=0.5, epochs=1, minibatch_size=64, micro_batch_size=micro_batch_size,
                         max_grad_norm=max_grad_norm, kl_coef=0.0)
@@ -226,7 +226,7 @@ def train_on_rank(info, runs: list[dict], copies: dict[int, str]) -> list[dict]:
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.distributed.collectives import all_reduce
     from ptgpo_algos.distributed.placement import Ranks
-    from ptgpo_algos.trainer import Trainer
+    from ptgpo_algos.training.trainer import Trainer
 
     out = []
     for index, run in enumerate(runs):
@@ -250,7 +250,7 @@ def vllm_sync_on_rank(info, folder: str, bucket: int, lora: bool, saved: str) ->
     import time
 
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.data import Decision
+    from ptgpo_algos.records import Decision
     from ptgpo_algos.distributed.engine import build_rank_engine, push_gathered
     from ptgpo_algos.distributed.policy import gathered_state, shard_policy
     from ptgpo_algos.policy.backends import WeightSyncError, sync_tolerance, sync_weights

@@ -38,9 +38,9 @@ def metric_rows(path: Path) -> list[dict]:
 
 def killed_and_resumed(monkeypatch, make_config: Callable[..., object], collector: str) -> tuple[list, list]:
     """Run 4 iterations (checkpoints every 2) whole; run them again killed in the 4th iteration's first
-    call of ``collector`` (``module.function``, e.g. ``ptgpo_algos.patr.collect_patr_rollouts``: one call per
+    call of ``collector`` (``module.function``, e.g. ``ptgpo_algos.rollouts.patr.collection.collect_patr_rollouts``: one call per
     task) and resume; the two runs' metric rows."""
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     module_name, _, function = collector.rpartition(".")
     module = importlib.import_module(module_name)

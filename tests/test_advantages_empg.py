@@ -10,8 +10,8 @@ import pytest
 
 from ptgpo_algos import ESTIMATORS, Step, Trajectory, compute_advantages
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Decision
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.records import Decision
+from ptgpo_algos.training.trainer import run_training
 
 
 def S(state: str, action: str, reward: float, entropy: float | None) -> Step:

@@ -10,7 +10,7 @@ from ptgpo_algos import Step, Trajectory, compute_advantages
 from ptgpo_algos.advantages import StepTable
 from ptgpo_algos.advantages.graphgpo import success_distances
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.training.trainer import run_training
 
 
 def T(*steps: Step) -> Trajectory:

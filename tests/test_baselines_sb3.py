@@ -10,7 +10,7 @@ from stable_baselines3.common.env_checker import check_env
 from baselines.registry import BASELINES, BaselineRun, get_baseline, run_baseline
 from baselines.sb3_ppo import SB3Agent, SlotActionEnv, slot_action
 from baselines.text_features import HashedBagOfWords, SlotFeaturizer, words
-from ptgpo_algos.evaluation import evaluate
+from ptgpo_algos.rollouts.evaluation import evaluate
 from ptgpo_envs import make_env
 
 HOUSEHOLD = "ptgpo/Household-v0"

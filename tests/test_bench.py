@@ -246,7 +246,7 @@ def test_baselines_evaluate_with_eval_kwargs(tmp_path):
 
 
 def test_a_quick_run_marks_its_folder_and_leaderboard_as_a_smoke_run(tmp_path):
-    from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
+    from leaderboard.board import SMOKE_MARKER, SMOKE_NOTICE
 
     data = _config(baselines=["random"], quick={"seeds": [0]})
     assert not BenchConfig.from_dict(data).smoke_run

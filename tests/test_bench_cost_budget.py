@@ -8,7 +8,8 @@ import json
 import pytest
 import yaml
 
-from leaderboard.aggregate import LeaderboardError, build_leaderboard
+from leaderboard.aggregate import build_leaderboard
+from leaderboard.board import LeaderboardError
 from leaderboard.records import ResultRecord, read_records, write_record
 from leaderboard.render import to_markdown
 from ptgpo_harness.bench import BenchConfig, BenchError, plan_cells, run_bench

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from ptgpo_algos.advantages import compute_advantages, compute_advantages_with_diagnostics
-from ptgpo_algos.bpo_rollout import BpoConfig, branch_points, collect_bpo_rollouts
+from ptgpo_algos.rollouts.bpo.collection import BpoConfig, branch_points, collect_bpo_rollouts
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Decision, Step, Task, Trajectory
+from ptgpo_algos.records import Decision, Step, Task, Trajectory
 from ptgpo_envs import make_env
 
 
@@ -305,7 +305,7 @@ def test_algos_lists_bpo_with_its_paper_and_strategy(capsys):
 
 # ----------------------------------------------------------------------------- training
 def test_training_with_bpo_on_frozenlake_end_to_end(tmp_path, monkeypatch):
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     config = TrainConfig.from_dict(dict(

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
+from ptgpo_algos.training.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_harness.cli import main
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.run_folder import prepare_run_folder
+from ptgpo_algos.training.run_folder import prepare_run_folder
 
 import distributed_scenarios as scenarios
 from resume_scenarios import small_lake_config
@@ -227,7 +227,7 @@ def test_resume_starts_over_when_no_checkpoint_was_due(tmp_path):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """One short single-process run, finished (checkpoint.pt kept)."""
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     root = tmp_path_factory.mktemp("run")
     with pytest.MonkeyPatch.context() as patch:

@@ -18,7 +18,7 @@ from leaderboard.matched import common_cost, matched_costs, matched_csv, matched
 from leaderboard.records import ResultRecord, read_records_with_paths, write_record
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.cost import Budget, standard_error
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.training.trainer import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 

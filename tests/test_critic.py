@@ -14,7 +14,7 @@ from ptgpo_algos.advantages import compute_advantages, get_estimator
 from ptgpo_algos.critic.gae import turn_gae
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
 from ptgpo_algos.critic.settings import CriticSettings
-from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.records import Step, Trajectory
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
 TINY = {"hidden_size": 32, "pretrain_steps": 0}
@@ -135,8 +135,8 @@ def policy(tmp_path_factory):
 
 
 def _targeted_samples(policy):
-    from ptgpo_algos.data import Context
-    from ptgpo_algos.update import TrainingSample
+    from ptgpo_algos.records import Context
+    from ptgpo_algos.updates.samples import TrainingSample
 
     base = "You stand on the start S.\nP F F\nF H F\nF F G"
     contexts = [Context("Walk to the goal G.", base + "\n" * k, ["go left", "go right", "go up"][: 1 + k % 3])
@@ -163,8 +163,8 @@ def _zero_grads(policy, critic):
 
 
 def test_the_value_heads_gradient_comes_from_the_value_loss_alone(policy):
-    from ptgpo_algos.losses import PolicyLoss, get_loss
-    from ptgpo_algos.update import accumulate_gradients
+    from ptgpo_algos.updates.losses import PolicyLoss, get_loss
+    from ptgpo_algos.updates.samples import accumulate_gradients
 
     critic, samples = _critic(policy), _targeted_samples(policy)
     loss = PolicyLoss(get_loss("ppo-clip"), {"clip_ratio": 0.2, "clip_ratio_c": 3.0})
@@ -221,8 +221,8 @@ def _rows(path):
 
 
 def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path, monkeypatch):
-    from ptgpo_algos.checkpoint import load_checkpoint
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.checkpoint import load_checkpoint
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     # Seed 3 with six 8-step episodes of four tasks an iteration reaches the goal: returns that are not all 0.
@@ -243,8 +243,8 @@ def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path
 
 @pytest.mark.parametrize("shared_trunk", [True, False])
 def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch, shared_trunk):
-    from ptgpo_algos import strategies
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.rollouts import registry as strategies
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     # The goal is reached (returns that are not all 0) with these, as in the run above.
@@ -282,8 +282,8 @@ def test_a_critic_model_of_its_own_across_ranks_is_refused_naming_the_field():
 
 
 def test_a_truncated_episode_carries_its_final_state_and_the_critic_bootstraps_from_it(policy):
-    from ptgpo_algos.data import Task
-    from ptgpo_algos.rollout import FINAL_CONTEXT, collect_rollouts
+    from ptgpo_algos.records import Task
+    from ptgpo_algos.rollouts.collection import FINAL_CONTEXT, collect_rollouts
 
     batch, _ = collect_rollouts(policy, [Task(ENV, 5, dict(LAKE), max_steps=2)], group_size=4,
                                 generator=torch.Generator().manual_seed(0))
@@ -303,7 +303,7 @@ def test_a_truncated_episode_carries_its_final_state_and_the_critic_bootstraps_f
 # ------------------------------------------------------------------------------------ memory plan
 def test_the_memory_plan_of_ppo_counts_the_value_head_and_its_pass_over_grpos():
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.memory import GIB, disk_plan_for_config, plan_for_config
+    from ptgpo_algos.training.memory_plan import GIB, disk_plan_for_config, plan_for_config
 
     def plans(algo, **critic):
         config = TrainConfig.from_dict({"env_id": ENV, "algo": algo, "tiny": {"hidden_size": 32},
@@ -350,8 +350,8 @@ def test_under_lora_the_value_head_trains_with_the_adapters_and_the_base_stays_f
 
 
 def test_a_critic_model_of_its_own_is_trained_by_the_value_loss_alone(policy):
-    from ptgpo_algos.losses import PolicyLoss, get_loss
-    from ptgpo_algos.update import accumulate_gradients
+    from ptgpo_algos.updates.losses import PolicyLoss, get_loss
+    from ptgpo_algos.updates.samples import accumulate_gradients
 
     critic, samples = _critic(policy, shared_trunk=False), _targeted_samples(policy)
     assert not critic.shares_trunk and critic.trunk is not policy
@@ -377,7 +377,7 @@ def test_a_critic_model_of_its_own_is_trained_by_the_value_loss_alone(policy):
 
 def test_the_viewer_recomputes_a_ppo_runs_credit_from_its_recorded_values(tmp_path, monkeypatch):
     from ptgpo_algos.files import read_jsonl
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
     from ptgpo_algos.viewer.credit import decision_credit, estimator_credits
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
@@ -400,7 +400,7 @@ def test_the_verl_bridge_refuses_ppo_which_reads_our_critic():
 
 def test_final_model_keeps_the_critic_and_a_run_started_from_it_takes_it_back(tmp_path, monkeypatch):
     from ptgpo_algos.critic.files import CRITIC_FILE
-    from ptgpo_algos.trainer import Trainer
+    from ptgpo_algos.training.trainer import Trainer
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     trained = Trainer(_lake(tmp_path / "run", iterations=2, seed=3, group_size=6, tasks_per_iteration=4, max_steps=8,
@@ -418,7 +418,7 @@ def test_final_model_keeps_the_critic_and_a_run_started_from_it_takes_it_back(tm
 
 def _models(config):
     """A trainer of ``config`` with its models built (what a run starts with), nothing trained."""
-    from ptgpo_algos.trainer import Trainer
+    from ptgpo_algos.training.trainer import Trainer
 
     trainer = Trainer(config, progress=False)
     trainer.device = trainer.placement.device(config)
@@ -437,17 +437,17 @@ def test_a_saved_critic_that_does_not_fit_is_refused_naming_the_file(tmp_path, p
 
 
 def _spo3_batch(policy, task):
-    from ptgpo_algos.spo3 import StateStats
-    from ptgpo_algos.spo3_rollout import collect_spo3_rollouts
-    from ptgpo_algos.spo3_settings import Spo3Config
+    from ptgpo_algos.rollouts.spo3.search import StateStats
+    from ptgpo_algos.rollouts.spo3.collection import collect_spo3_rollouts
+    from ptgpo_algos.rollouts.spo3.settings import Spo3Config
 
     return collect_spo3_rollouts(policy, [task], Spo3Config(g_max=2, trajectories=4), StateStats(),
                                  generator=torch.Generator().manual_seed(0))[0]
 
 
 def _bpo_batch(policy, task):
-    from ptgpo_algos.bpo_rollout import collect_bpo_rollouts
-    from ptgpo_algos.bpo_settings import BpoConfig
+    from ptgpo_algos.rollouts.bpo.collection import collect_bpo_rollouts
+    from ptgpo_algos.rollouts.bpo.settings import BpoConfig
 
     return collect_bpo_rollouts(policy, [task], BpoConfig(), generator=torch.Generator().manual_seed(0))[0]
 
@@ -457,8 +457,8 @@ def test_a_truncated_3spo_or_bpo_episode_is_bootstrapped_from_its_final_state(po
     # 3SPO recorded no final state: its episodes cut off by the horizon counted as terminated in GAE.
     from ptgpo_algos.advantages.ppo import ppo_targets
     from ptgpo_algos.advantages.table import StepTable
-    from ptgpo_algos.data import Task
-    from ptgpo_algos.rollout import FINAL_CONTEXT
+    from ptgpo_algos.records import Task
+    from ptgpo_algos.rollouts.collection import FINAL_CONTEXT
 
     batch = collect(policy, Task(ENV, 5, dict(LAKE), max_steps=2))
     trajectories = [t for group in batch for t in group]
@@ -482,7 +482,7 @@ def test_a_truncated_3spo_or_bpo_episode_is_bootstrapped_from_its_final_state(po
 def test_across_ranks_the_advantages_are_whitened_over_the_whole_batch():
     # Each rank whitened its own groups: a rank's advantages had mean 0 alone, not the batch's.
     from ptgpo_algos.advantages.estimate import GroupDiagnostics
-    from ptgpo_algos.trainer import whitened_over_ranks
+    from ptgpo_algos.training.trainer import whitened_over_ranks
 
     ranks = [[[[1.0, 0.0], [3.0]]], [[[0.0, 0.0], [4.0, 2.0]]]]  # each rank's groups of trajectories
     diagnostics = [GroupDiagnostics(2, 3, 2, False, False, {}), GroupDiagnostics(2, 4, 2, False, False, {})]

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 
-from ptgpo_algos.checkpoint import CheckpointError
+from ptgpo_algos.training.checkpoint import CheckpointError
 from ptgpo_algos.distributed.collectives import Metric, combine_metrics
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.distributed.launch import launch

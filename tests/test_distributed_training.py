@@ -45,7 +45,7 @@ import torch
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.distributed.launch import launch
 from ptgpo_algos.distributed.placement import check_sharded_config
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.training.trainer import run_training
 
 import distributed_scenarios as scenarios
 
@@ -248,7 +248,7 @@ def test_the_fsdp_section_is_checked_where_the_config_is_read():
 
 def test_the_whole_batch_layout_numbers_the_samples_in_rank_order():
     from ptgpo_algos.distributed.updater import passes, whole_layout
-    from ptgpo_algos.updater import BatchLayout
+    from ptgpo_algos.updates.updater import BatchLayout
 
     # Rank 0 holds 3 samples (prompts 11, 12, 11), rank 1 holds 2 (prompts 12, 13).
     parts = [BatchLayout([[11], [12], [11]], [1.0, 2.0, 1.0], [True, False, True], [5, 6, 5]),
@@ -262,7 +262,7 @@ def test_the_whole_batch_layout_numbers_the_samples_in_rank_order():
 
 
 def _choice(prompt, count):
-    from ptgpo_algos.data import Decision
+    from ptgpo_algos.records import Decision
 
     return Decision(text="", action=None, prompt_ids=list(prompt), response_ids=[1], logprobs=[0.0], entropy=0.0,
                     candidate_ids=[[c] for c in range(count)], choice=0, choice_logprob=0.0)
@@ -274,7 +274,7 @@ def test_a_rank_counts_the_chunks_its_policy_scores_not_its_micro_batches():
     # number of FSDP collectives on a prefix tree across 2 ranks (a gloo size mismatch, SIGABRT).
     from ptgpo_algos.distributed.updater import passes
     from ptgpo_algos.policy.hf_scoring import PolicyScoring, candidate_chunks
-    from ptgpo_algos.update import TrainingSample
+    from ptgpo_algos.updates.samples import TrainingSample
 
     assert candidate_chunks([4, 4, 4], 8) == [(0, 2), (2, 3)]
     assert candidate_chunks([9, 1], 8) == [(0, 1), (1, 2)]  # a context beyond max_rows is a chunk alone
@@ -315,8 +315,8 @@ def test_a_prefix_tree_scored_in_chunks_of_different_counts_on_each_rank_trains(
 
 
 def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():
-    from ptgpo_algos.data import Task
-    from ptgpo_algos.collectors import most_decisions
+    from ptgpo_algos.records import Task
+    from ptgpo_algos.training.collectors import most_decisions
 
     task = Task("ptgpo/FrozenLake-v0", 3, {}, None)
     assert most_decisions(TrainConfig.from_dict({"algo": "gigpo", "group_size": 4}), task, 8) == 32

@@ -24,7 +24,7 @@ from gymnasium.utils.env_checker import check_env
 import ptgpo_envs
 from baselines.expert_agent import ExpertAgent
 from baselines.random_agent import RandomAgent
-from ptgpo_algos.evaluation import evaluate
+from ptgpo_algos.rollouts.evaluation import evaluate
 from ptgpo_envs.core import INVALID_ACTION_OBSERVATION, TextEnv
 
 #: The official ALFWorld evaluation games, read-only beside the checkout (never copied into it).

@@ -8,7 +8,7 @@ from gymnasium.envs.toy_text.frozen_lake import MAPS
 
 import ptgpo_envs  # noqa: F401  (registers the environments)
 from baselines.expert_agent import ExpertAgent
-from ptgpo_algos.evaluation import evaluate
+from ptgpo_algos.rollouts.evaluation import evaluate
 from ptgpo_envs.frozenlake import ACTIONS, TextFrozenLakeEnv
 
 CLASSIC = MAPS["4x4"]  # SFFF / FHFH / FFFH / HFFG

@@ -76,7 +76,7 @@ RUNS["frozenlake-gigpo-shared"] = {**RUNS["frozenlake-gigpo"], "rollouts": {"see
 
 def _run(name: str, out_dir: Path) -> tuple[list[dict], list[dict]]:
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     summary = run_training(TrainConfig.from_dict({**RUNS[name], "out_dir": str(out_dir)}), progress=False)
     return _read(summary.metrics_path), _read(summary.curve_path)

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import ptgpo_envs  # noqa: F401  (registers the environments)
-from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
+from ptgpo_algos.training.checkpoint import COUNTERS, CheckpointError, load_checkpoint, save_checkpoint
 from ptgpo_harness.cli import main
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.files import (
@@ -34,7 +34,7 @@ from ptgpo_algos.files import (
     folder_lock,
     read_jsonl,
 )
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.training.trainer import run_training
 from resume_scenarios import TINY, small_lake_config
 
 
@@ -149,8 +149,8 @@ def test_damaged_checkpoints_are_named_with_what_to_do(finished_run, tmp_path, c
 def test_checkpoints_round_trip_the_components_state_as_plain_data(tmp_path):
     # A rollout request in flight and the hindsight buffer hold tasks and decisions: each component
     # stores them as plain data, which weights_only loading accepts, and rebuilds them.
-    from ptgpo_algos.collectors import RolloutRequest
-    from ptgpo_algos.data import Decision, Task
+    from ptgpo_algos.training.collectors import RolloutRequest
+    from ptgpo_algos.records import Decision, Task
     from ptgpo_algos.objectives.hindsight import Hindsight
 
     decision = Decision("go", "go", [1, 2], [3], [-0.5], 0.7, [[3], [4]], 0, -0.6)
@@ -466,7 +466,7 @@ def test_cli_flags_and_files_fail_with_a_message_and_exit_code_2(finished_run, t
 
 
 def test_bad_env_kwargs_fail_before_anything_is_built_or_written(tmp_path, cache, capsys, monkeypatch):
-    import ptgpo_algos.placement as placement
+    import ptgpo_algos.training.placement as placement
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model must not be built for a config that cannot run")

@@ -213,7 +213,7 @@ def test_every_yaml_entry_point_refuses_duplicates_and_depth_with_a_message(tmp_
     ("--eval-episodes", "evaluation.seeds (eval_seeds): expected an integer in [1, 1048576]"),
 ])
 def test_sizes_beyond_any_run_are_refused_before_a_model_is_built(tmp_path, capsys, monkeypatch, flag, message):
-    import ptgpo_algos.placement as placement
+    import ptgpo_algos.training.placement as placement
 
     monkeypatch.setattr(placement, "build_policy", lambda *a, **k: pytest.fail("a model was built"))
     code, err = _cli("train", "--env", "ptgpo/FrozenLake-v0", flag, "1000000000000", "--out", tmp_path / "run",
@@ -336,7 +336,7 @@ def test_a_full_disk_is_a_message_naming_the_file(monkeypatch, capsys, tmp_path)
 def test_a_checkpoint_write_that_torch_cannot_finish_names_the_file(monkeypatch, tmp_path):
     import torch
 
-    from ptgpo_algos.checkpoint import save_checkpoint
+    from ptgpo_algos.training.checkpoint import save_checkpoint
 
     def cut_short(obj, path):
         Path(path).write_bytes(b"PK")
@@ -359,7 +359,7 @@ def test_checkpoints_damaged_inside_are_named(tmp_path, damage, message):
     import numpy as np
     import torch
 
-    from ptgpo_algos.checkpoint import COUNTERS, CheckpointError, load_checkpoint
+    from ptgpo_algos.training.checkpoint import COUNTERS, CheckpointError, load_checkpoint
 
     state = {"weights": {"w": torch.ones(3)}, "optimizer": {}, "config": {},
              "rng": {"python": 1, "numpy": {"state": 1}, "torch": torch.zeros(1), "sampler": torch.zeros(1)},

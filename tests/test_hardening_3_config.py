@@ -15,7 +15,9 @@ from ptgpo_harness.bench.config import BenchConfig, BenchError
 from ptgpo_harness.bench.plan import plan_cells
 from ptgpo_harness.cli import build_parser, main
 from ptgpo_harness.commands.train import build_config, parse_set
-from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION, MAX_NEW_TOKENS, TrainConfig, check_spellings
+from ptgpo_algos.config import TrainConfig, check_spellings
+from ptgpo_algos.policy.settings import MAX_NEW_TOKENS
+from ptgpo_algos.rollouts.settings import MAX_EPISODES_PER_ITERATION
 
 
 def _cli(*argv, capsys) -> tuple[int, str]:

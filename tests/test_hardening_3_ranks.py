@@ -255,7 +255,7 @@ def test_a_rank_s_unexpected_error_is_one_line_and_its_traceback_goes_to_the_run
     assert "rank 1 failed:\nTraceback (most recent call last)" in log and "RuntimeError: the weights went" in log
     # The log alone does not make the folder a run: the same command starts it without --resume.
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.run_folder import prepare_run_folder
+    from ptgpo_algos.training.run_folder import prepare_run_folder
 
     assert prepare_run_folder(TrainConfig.from_yaml(_config(tmp_path), {"out_dir": str(out)})) is False
 

@@ -13,11 +13,12 @@ import pytest
 import ptgpo_envs  # noqa: F401 - registers the environments
 from ptgpo_harness.bench import BenchConfig, plan_cells, run_cell
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.evaluation import overlap
+from ptgpo_algos.rollouts.evaluation import overlap
 from ptgpo_algos.files import read_jsonl
 from ptgpo_algos.provenance import PACKAGES
-from ptgpo_algos.train_state import TrainState
-from ptgpo_algos.trainer import Trainer
+from ptgpo_algos.training.state import TrainState
+from ptgpo_algos.training.tasks import TaskDrawer
+from ptgpo_algos.training.trainer import Trainer
 from ptgpo_envs import held_out
 
 DOORKEY = {"level": "DoorKey-5x5"}
@@ -65,7 +66,7 @@ def test_training_redraws_seeds_whose_layout_is_held_out():
     config = TrainConfig.from_dict({"env_id": "ptgpo/BabyAI-v0", "env_kwargs": DOORKEY, "held_out": 0.5,
                                     "tasks_per_iteration": 64, "train_seeds": [0, 1000], "eval_seeds": 4})
     trainer = Trainer(config, progress=False)
-    trainer.state, trainer.layout_probe = TrainState.seeded(0), None
+    trainer.state, trainer.tasks = TrainState.seeded(0), TaskDrawer(config.env)
     seeds = [task.seed for _ in range(3) for task in trainer.next_tasks()]
     assert len(seeds) == 192 and all(0 <= seed < 1000 for seed in seeds)
     assert not any(held_out(_layout(seed), 0.5) for seed in seeds)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Context, Decision, Step, Task, Trajectory
+from ptgpo_algos.records import Context, Decision, Step, Task, Trajectory
 from ptgpo_algos.objectives.hindsight import (
     HindsightBuffer,
     hindsight_loss,
@@ -19,8 +19,8 @@ from ptgpo_algos.objectives.hindsight import (
     relabel_trajectory,
 )
 from ptgpo_algos.policy.base import ScoredBatch
-from ptgpo_algos.preflight import check_environment
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.training.preflight import check_environment
+from ptgpo_algos.training.trainer import run_training
 from test_trainer import _dies_on_call, _rows
 
 TASK = "put a bowl in sinkbasin."
@@ -171,7 +171,7 @@ def test_run_relabels_trains_on_relabels_and_resumes_exactly(tmp_path, monkeypat
     assert [r["hindsight_buffer"] for r in rows] == list(np.cumsum([r["hindsight_relabelled"] for r in rows]))
     assert all(r["hindsight_updates"] == (2 if r["hindsight_buffer"] else 0) for r in rows)
 
-    from ptgpo_algos import strategies
+    from ptgpo_algos.rollouts import registry as strategies
 
     real = strategies.collect_rollouts
     # A collection per task: the 13th is iteration 4's first (4 tasks an iteration).
@@ -190,7 +190,7 @@ def test_hindsight_steps_make_the_relabelled_actions_likelier(tmp_path, monkeypa
     relabelled actions, in the relabelled contexts."""
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     from ptgpo_algos.policy.backends import build_policy
-    from ptgpo_algos.rollout import collect_rollouts
+    from ptgpo_algos.rollouts.collection import collect_rollouts
 
     config = _household(tmp_path / "unused")
     policy = build_policy(config, "cpu")

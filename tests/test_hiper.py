@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from leaderboard.reported import DEFAULT_REPORTED, load_reported
-from ptgpo_algos.data import Context
+from ptgpo_algos.records import Context
 from ptgpo_algos.critic.gae import chained_gae
 from ptgpo_algos.hiper.credit import hae, segment_to_go, shaped_rewards, whiten
 from ptgpo_algos.hiper.estimate import EpisodeTurns, hiper_credit

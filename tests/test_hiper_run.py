@@ -13,7 +13,7 @@ import torch
 
 from ptgpo_algos.hiper.critic import token_advantages
 from ptgpo_algos.hiper.plan_format import low_value_index
-from ptgpo_algos.losses import ppo_clip_loss
+from ptgpo_algos.updates.losses import ppo_clip_loss
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
 ENV = "ptgpo/FrozenLake-v0"
@@ -62,9 +62,9 @@ def test_ppo_clip_takes_one_advantage_per_token_and_a_row_of_equal_ones_is_the_p
 
 
 def test_the_update_uses_a_samples_token_advantages_when_it_has_them():
-    from ptgpo_algos import update
-    from ptgpo_algos.data import Decision
-    from ptgpo_algos.losses import PolicyLoss, get_loss
+    from ptgpo_algos.updates import samples as update
+    from ptgpo_algos.records import Decision
+    from ptgpo_algos.updates.losses import PolicyLoss, get_loss
     from ptgpo_algos.policy.base import ScoredBatch
 
     seen = {}
@@ -147,8 +147,8 @@ LEVEL_FIGURES = ("hiper_segments", "hiper_segment_length", "hiper_plan_valid_rat
 
 
 def test_a_hiper_run_records_three_value_losses_and_the_level_figures(tmp_path, monkeypatch):
-    from ptgpo_algos.checkpoint import load_checkpoint
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.checkpoint import load_checkpoint
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     summary = run_training(_lake(tmp_path / "run"), progress=False)
@@ -167,8 +167,8 @@ def test_a_hiper_run_records_three_value_losses_and_the_level_figures(tmp_path, 
 
 
 def test_two_heads_without_the_switch_head(tmp_path, monkeypatch):
-    from ptgpo_algos.checkpoint import load_checkpoint
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.checkpoint import load_checkpoint
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     summary = run_training(_lake(tmp_path / "run", iterations=1, algorithm={"hiper": {"switch_head": False}}),
@@ -179,8 +179,8 @@ def test_two_heads_without_the_switch_head(tmp_path, monkeypatch):
 
 
 def test_kill_and_resume_of_a_hiper_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch):
-    from ptgpo_algos import strategies
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.rollouts import registry as strategies
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     run = dict(iterations=3, checkpoint_every=2, algorithm={"critic": {"value_head_lr": 2e-2}})
@@ -208,13 +208,13 @@ def test_kill_and_resume_of_a_hiper_run_reproduces_the_uninterrupted_one(tmp_pat
 
 def test_the_critic_spreads_the_credit_over_blocks_and_a_lone_episodes_group_gets_none(tmp_path):
     from ptgpo_algos.critic.settings import CriticSettings
-    from ptgpo_algos.data import Decision, Step, Trajectory
+    from ptgpo_algos.records import Decision, Step, Trajectory
     from ptgpo_algos.hiper.critic import HiperCritic
     from ptgpo_algos.hiper.plan_format import format_plan_response
     from ptgpo_algos.hiper.settings import HiperSettings
     from ptgpo_algos.policy import load_policy
     from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
-    from ptgpo_algos.update import flatten_batch
+    from ptgpo_algos.updates.samples import flatten_batch
 
     path = build_tiny_model(TinyModelSpec(seed=7, pretrain_steps=0, hidden_size=32), env_ids=[ENV], cache_dir=tmp_path)
     policy = load_policy(str(path), mode="generate", plan_format=True)

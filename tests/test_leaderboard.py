@@ -44,7 +44,8 @@ from pathlib import Path
 import pytest
 from leaderboard_fixtures import measured_on, record, write_fixture
 
-from leaderboard.aggregate import Column, LeaderboardError, build_leaderboard, mean_se
+from leaderboard.aggregate import build_leaderboard
+from leaderboard.board import Column, LeaderboardError, mean_se
 from leaderboard.curves import Curve, mean_curve
 from leaderboard.records import write_record
 from leaderboard.render import (
@@ -581,7 +582,7 @@ def test_cli_writes_requested_formats_and_refuses_mixed_budgets(results, capsys)
 
 
 def test_a_smoke_run_says_so_in_every_format(results, tmp_path_factory):
-    from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
+    from leaderboard.board import SMOKE_MARKER, SMOKE_NOTICE
 
     out = tmp_path_factory.mktemp("board")
     write_outputs(build_leaderboard(results), out, ["md", "csv", "tex", "html"])

@@ -11,7 +11,8 @@ import json
 import pytest
 import yaml
 
-from leaderboard.aggregate import LeaderboardError, build_leaderboard
+from leaderboard.aggregate import build_leaderboard
+from leaderboard.board import LeaderboardError
 from leaderboard.protocols import measured_protocol
 from leaderboard.records import ResultRecord, read_records, write_record
 from leaderboard.render import to_csv, to_html, to_latex, to_markdown

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ptgpo_algos.memory import (
+from ptgpo_algos.training.memory_plan import (
     GIB,
     GpuDoesNotFit,
     ModelShape,
@@ -185,8 +185,8 @@ def test_the_tiny_models_plan_comes_from_its_spec():
 
 
 def test_the_trainer_refuses_a_gpu_run_that_cannot_fit(monkeypatch):
-    import ptgpo_algos.memory as memory
-    from ptgpo_algos.placement import check_memory
+    import ptgpo_algos.training.memory_plan as memory
+    from ptgpo_algos.training.placement import check_memory
 
     monkeypatch.setattr(memory, "total_device_memory", lambda device: 24 * GIB)  # 45 GiB planned, 17 with checkpointing
     with pytest.raises(GpuDoesNotFit, match="policy.gradient_checkpointing: true"):

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Context, Decision, Step, Trajectory
+from ptgpo_algos.records import Context, Decision, Step, Trajectory
 from ptgpo_algos.objectives import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec
 from ptgpo_algos.objectives.base import candidate_logprobs, split_parts
 from ptgpo_algos.objectives.isdpo import ISDPO, hint_context, isdpo_unit_loss, mixed_kl, route_groups, teacher_weights
@@ -341,9 +341,9 @@ def test_mcgpo_pair_loss_numbers_and_direction():
 
 # ----------------------------------------------------------------------------- in the trainer
 def test_objectives_add_their_loss_to_every_ppo_step():
-    from ptgpo_algos.config import OptimConfig
-    from ptgpo_algos.update import TrainingSample
-    from ptgpo_algos.updater import ppo_update
+    from ptgpo_algos.updates.settings import OptimConfig
+    from ptgpo_algos.updates.samples import TrainingSample
+    from ptgpo_algos.updates.updater import ppo_update
 
     policy = TablePolicy()
     calls = []
@@ -379,7 +379,7 @@ class _Counting(Objective):
 
 def test_an_objective_registered_from_outside_trains(tmp_path, monkeypatch):
     from ptgpo_algos.advantages.config import ConfigKey
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     built = []
@@ -428,10 +428,10 @@ def test_each_objective_trains_from_the_command_line(tmp_path, monkeypatch, obje
 
 
 def test_rollouts_record_the_experts_next_action_only_when_asked(tmp_path):
-    from ptgpo_algos.data import Task
+    from ptgpo_algos.records import Task
     from ptgpo_algos.policy import load_policy
     from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
-    from ptgpo_algos.rollout import collect_rollouts
+    from ptgpo_algos.rollouts.collection import collect_rollouts
     import gymnasium as gym
 
     path = build_tiny_model(TinyModelSpec(hidden_size=32, pretrain_steps=0), env_ids=["ptgpo/FrozenLake-v0"],
@@ -488,7 +488,7 @@ def test_isdpo_refuses_lora_before_any_work():
 
 
 def test_a_resumed_isdpo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch):
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     timing = {"wall_time_s", "rollout_time_s", "decisions_per_s", "train_time_s", "train_tokens_per_s",

@@ -1,4 +1,4 @@
-"""The optimiser builder and the learning-rate schedule (ptgpo_algos.optimizer): factors by hand, the
+"""The optimiser builder and the learning-rate schedule (ptgpo_algos.updates.optimizer): factors by hand, the
 config's refusals, and a scheduled run that resumes as it would have gone on."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from ptgpo_algos.config import OptimConfig, TrainConfig
-from ptgpo_algos.optimizer import build_optimizer, build_schedule, lr_factor
+from ptgpo_algos.config import TrainConfig
+from ptgpo_algos.updates.settings import OptimConfig
+from ptgpo_algos.updates.optimizer import build_optimizer, build_schedule, lr_factor
 
 import resume_scenarios
 
@@ -54,7 +55,7 @@ def test_a_bad_schedule_is_refused_with_the_field_named(change, message):
 
 
 def test_a_scheduled_run_resumes_as_it_would_have_gone_on(tmp_path, monkeypatch):
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     # Four episodes of 3 tasks an iteration: the untrained policy wins some, so updates happen.

@@ -61,7 +61,7 @@ def test_one_task_has_no_interval_and_uneven_trials_are_refused():
 @pytest.fixture(scope="module")
 def lake_run(tmp_path_factory):
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     out = tmp_path_factory.mktemp("passk") / "run"
     run_training(TrainConfig.from_dict(dict(

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Step
-from ptgpo_algos.patr import (
+from ptgpo_algos.records import Step
+from ptgpo_algos.rollouts.patr.collection import (
     SCORERS,
     Branch,
     PatrConfig,
@@ -154,7 +154,7 @@ def _config(tmp_path, **change):
 
 
 def test_training_over_patr_rollouts_logs_its_counts_and_spends_the_budget_exactly(tmp_path, monkeypatch):
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     summary = run_training(_config(tmp_path), progress=False)
@@ -169,7 +169,7 @@ def test_training_over_patr_rollouts_logs_its_counts_and_spends_the_budget_exact
 
 
 def test_the_progress_scorer_needs_an_environment_that_reports_progress(tmp_path):
-    from ptgpo_algos.preflight import check_environment
+    from ptgpo_algos.training.preflight import check_environment
 
     config = _config(tmp_path, env_id="ptgpo/BabyAI-v0", env_kwargs={"level": "GoToLocal"}, max_steps=None,
                      patr={"scorer": "progress"})
@@ -181,7 +181,7 @@ def test_the_progress_scorer_needs_an_environment_that_reports_progress(tmp_path
 
 @pytest.mark.parametrize("algo", ["g2po", "planpo", "progpo", "covgpo"])
 def test_every_seed_estimator_trains_over_patr_rollouts_from_the_command_line(algo, tmp_path, monkeypatch):
-    import ptgpo_algos.trainer as trainer
+    import ptgpo_algos.training.trainer as trainer
     from ptgpo_harness.cli import main
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
@@ -210,6 +210,6 @@ def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
     def config(out_dir, **change):
         return _config(tmp_path, out_dir=str(tmp_path / out_dir), **change)
 
-    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.patr.collect_patr_rollouts")
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.patr.collection.collect_patr_rollouts")
     assert resumed == whole
     assert sum(row["patr_expansions"] for row in whole) > 0

@@ -147,7 +147,7 @@ def test_the_example_plugin_trains_and_benchmarks(plugin_site, tmp_path):
 SWEEP_PLUGIN = '''
 import dataclasses
 
-from ptgpo_algos.strategies import ROLLOUT_STRATEGIES, RolloutStrategy
+from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES, RolloutStrategy
 
 SEEN = []
 
@@ -181,7 +181,7 @@ def test_a_plugin_strategy_declares_its_settings_section(tmp_path):
     done = _python(
         "import json, sweep_plugin\n"
         "from ptgpo_algos.config import TrainConfig\n"
-        "from ptgpo_algos.strategies import collect_with\n"
+        "from ptgpo_algos.rollouts.registry import collect_with\n"
         "from ptgpo_harness.cli import main\n"
         "config = TrainConfig.from_dict({'rollouts': {'strategy': 'sweep', 'sweep': {'width': 5}}})\n"
         "saved = config.to_dict()\n"

@@ -351,8 +351,8 @@ def test_prompt_keeps_recent_history_and_never_cuts_the_observation(policy):
 
 # ----------------------------------------------------------------------------- agent adapter
 def test_policy_agent_plays_through_evaluate(policy):
-    from ptgpo_algos.evaluation import Agent, evaluate
-    from ptgpo_algos.policy.agent import PolicyAgent
+    from ptgpo_algos.rollouts.evaluation import Agent, evaluate
+    from ptgpo_algos.rollouts.agent import PolicyAgent
 
     agent = PolicyAgent(policy, greedy=True, name="tiny")
     assert isinstance(agent.name, str) and callable(agent.act)

@@ -15,7 +15,7 @@ import pytest
 from ptgpo_harness import cli
 from ptgpo_harness.commands import models as models_command
 from ptgpo_algos.policy import pretrained
-from ptgpo_algos.preflight import check_model_source
+from ptgpo_algos.training.preflight import check_model_source
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,8 +29,8 @@ def policy(tmp_path_factory):
 
 
 def _played(policy, backend: str, **options):
-    from ptgpo_algos.data import Task
-    from ptgpo_algos.rollout import collect_rollouts
+    from ptgpo_algos.records import Task
+    from ptgpo_algos.rollouts.collection import collect_rollouts
 
     tasks = [Task(HOUSEHOLD, seed, {"difficulty": "easy"}, 8) for seed in (3, 4)]
     batch, stats = collect_rollouts(policy, tasks, group_size=4, mode="tree", rng=np.random.default_rng(1),
@@ -45,7 +45,7 @@ def test_ray_actors_step_environments_exactly_as_in_process(ray_cluster, policy)
 
 
 def test_a_killed_actor_is_replaced_and_its_episodes_replayed(ray_cluster, policy, monkeypatch):
-    import ptgpo_algos.rollout as rollout
+    import ptgpo_algos.rollouts.collection as rollout
 
     made = []
 
@@ -109,7 +109,7 @@ def test_an_environment_error_is_raised_not_replayed(ray_cluster):
 
 def test_the_ray_backend_plays_an_evaluation_as_in_process(ray_cluster):
     from baselines.expert_agent import ExpertAgent
-    from ptgpo_algos.evaluation import evaluate
+    from ptgpo_algos.rollouts.evaluation import evaluate
 
     def played(backend):
         # The expert reads each slot's environment through a proxy that runs on its actor.
@@ -121,7 +121,8 @@ def test_the_ray_backend_plays_an_evaluation_as_in_process(ray_cluster):
 
 
 def test_env_workers_config_checks_rays_fields():
-    from ptgpo_algos.config import EnvWorkersConfig, TrainConfig
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.rollouts.settings import EnvWorkersConfig
 
     config = TrainConfig.from_dict({"env_workers": {"backend": "ray", "num_workers": 64, "address": "auto"}})
     assert config.env_workers.options == {"address": "auto", "num_cpus": 1.0}

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Context, Decision
+from ptgpo_algos.records import Context, Decision
 from ptgpo_algos.policy import parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
 from ptgpo_algos.policy.templates import PromptTemplate, load_prompt_template
@@ -168,7 +168,7 @@ class _Responder:
 
 @pytest.mark.parametrize("format_error", [None, "missing <think>...</think>"])
 def test_a_response_that_breaks_the_rule_is_played_but_its_step_is_invalid(format_error):
-    from ptgpo_algos.rollout import Task, collect_rollouts
+    from ptgpo_algos.rollouts.collection import Task, collect_rollouts
 
     tasks = [Task("ptgpo/Household-v0", 3, {"difficulty": "easy"}, 4)]
     batch, stats = collect_rollouts(_Responder(format_error), tasks, group_size=2)

@@ -17,7 +17,7 @@ import torch
 import ptgpo_envs
 from ptgpo_algos.advantages import ESTIMATORS, Estimate, register_estimator
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.losses import LOSSES, ppo_clip_loss
+from ptgpo_algos.updates.losses import LOSSES, ppo_clip_loss
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
 from ptgpo_envs.plugins import Registry, RegistryError
 
@@ -78,7 +78,7 @@ LAKE = {"desc": ["SFF", "FHF", "FFG"]}
 
 
 def _run(tmp_path, **change):
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     data = dict(env_id="ptgpo/FrozenLake-v0", env_kwargs=LAKE, max_steps=6, group_size=4, tasks_per_iteration=2,
                 iterations=2, eval_every=2, eval_seeds=2, out_dir=str(tmp_path / "run"),
@@ -157,10 +157,10 @@ class Corridor(ptgpo_envs.TextEnv):
 
 
 def test_processes_step_environments_exactly_as_in_process(tmp_path):
-    from ptgpo_algos.data import Task
+    from ptgpo_algos.records import Task
     from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model
     from ptgpo_algos.policy import load_policy
-    from ptgpo_algos.rollout import collect_rollouts
+    from ptgpo_algos.rollouts.collection import collect_rollouts
 
     path = build_tiny_model(TinyModelSpec(hidden_size=32, pretrain_steps=0), env_ids=["ptgpo/Household-v0"],
                             cache_dir=tmp_path / "cache")
@@ -207,7 +207,7 @@ def test_checking_a_config_that_names_a_strategy_imports_none_of_its_collection(
             "for data in ({'rollout': 'patr', 'patr': {'scorer': 'value', 'judge': 'progress'}},\n"
             "             {'algo': '3spo', 'spo3': {'g_max': 4}}, {'algo': 'bpo', 'bpo': {'forks': 3}}):\n"
             "    TrainConfig.from_dict(data)\n"
-            "print(sorted(m for m in ('ptgpo_algos.patr', 'ptgpo_algos.spo3_rollout', 'ptgpo_algos.bpo_rollout')\n"
+            "print(sorted(m for m in ('ptgpo_algos.rollouts.patr.collection', 'ptgpo_algos.rollouts.spo3.collection', 'ptgpo_algos.rollouts.bpo.collection')\n"
             "             if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

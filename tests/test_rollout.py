@@ -9,9 +9,9 @@ import torch
 
 from ptgpo_envs import make_env
 from ptgpo_algos.policy import load_policy
-from ptgpo_algos.data import Task
-from ptgpo_algos.patr import SCORERS, PatrConfig, collect_patr_rollouts
-from ptgpo_algos.rollout import collect_rollouts
+from ptgpo_algos.records import Task
+from ptgpo_algos.rollouts.patr.collection import SCORERS, PatrConfig, collect_patr_rollouts
+from ptgpo_algos.rollouts.collection import collect_rollouts
 
 FROZEN = Task("ptgpo/FrozenLake-v0", 7, {"is_slippery": True}, max_steps=12)
 HOUSE = Task("ptgpo/Household-v0", 3, {"difficulty": "easy"}, max_steps=10)

@@ -7,19 +7,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from ptgpo_algos.callbacks import Callback, RolloutRecorder, RunView
+from ptgpo_algos.training.callbacks import Callback, RolloutRecorder, RunView
 from ptgpo_harness.cli import main
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Context, Step, Trajectory
+from ptgpo_algos.records import Context, Step, Trajectory
 from ptgpo_algos.export import export_run
-from ptgpo_algos.rollout_records import (
+from ptgpo_algos.rollouts.recordings import (
     group_rows,
     groups_from_rows,
     read_recordings,
     recording_paths,
     write_iteration,
 )
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.training.trainer import run_training
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
 
@@ -57,7 +57,7 @@ def _shape(batch, advantages):
 
 
 def test_recorded_groups_read_back_as_the_trainer_held_them(tmp_path):
-    from ptgpo_algos.trainer import Trainer
+    from ptgpo_algos.training.trainer import Trainer
 
     keep = _Keep()
     Trainer(_config(tmp_path / "run", record=2), progress=False, callbacks=[keep]).train()

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.memory import DiskDoesNotFit, ModelShape, RunShape, plan_disk
+from ptgpo_algos.training.memory_plan import DiskDoesNotFit, ModelShape, RunShape, plan_disk
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS, WeightSyncError, sync_prompts, sync_tolerance
 from ptgpo_algos.policy.precision import precision_for
-from ptgpo_algos.trainer import Trainer, run_training
+from ptgpo_algos.training.trainer import Trainer, run_training
 
 QWEN_1_5B = ModelShape(hidden=1536, layers=28, heads=12, kv_heads=2, intermediate=8960, vocab=151936, tied=True)
 
@@ -144,7 +144,7 @@ def test_the_sync_check_is_held_to_four_times_the_floor_measured_before_the_firs
 
 
 def test_a_run_without_its_final_model_plans_no_disk_for_it_and_says_why_evaluate_finds_nothing(tmp_path):
-    from ptgpo_algos.run_evaluation import load_trained_policy
+    from ptgpo_algos.training.run_evaluation import load_trained_policy
 
     run_training(TrainConfig.from_dict(_spec(tmp_path, keep_checkpoint=False, keep_final_model=False)), progress=False)
     run = tmp_path / "run"

@@ -388,7 +388,7 @@ def test_a_bf16_rollout_dtype_plays_in_bf16_and_scores_the_update_in_float32(tin
 def test_a_bf16_rollout_dtype_makes_the_trainer_recompute_pi_old():
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.policy.precision import float32_rollouts
-    from ptgpo_algos.updater import old_logprobs_mode
+    from ptgpo_algos.updates.updater import old_logprobs_mode
 
     def pi_old(device, dtype, rollout_dtype):
         float32_scores = float32_rollouts(precision_for(device, dtype), rollout_dtype)  # as Trainer.build_updater
@@ -405,7 +405,7 @@ def test_cpu_autocast_gives_a_cpu_the_gpus_precision_with_float32_weights_and_sc
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.policy.backends import build_policy
     from ptgpo_algos.policy.precision import float32_rollouts
-    from ptgpo_algos.updater import old_logprobs_mode
+    from ptgpo_algos.updates.updater import old_logprobs_mode
 
     assert precision_for("cpu", "auto", cpu_autocast=True) == Precision("float32", "bfloat16", "bfloat16")
     assert precision_for("cpu", "bfloat16", cpu_autocast=True) == precision_for("cuda", "bfloat16")

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 import distributed_scenarios as scenarios
-from ptgpo_algos.config import OptimConfig
-from ptgpo_algos.data import Decision
+from ptgpo_algos.updates.settings import OptimConfig
+from ptgpo_algos.records import Decision
 from ptgpo_algos.policy.hf import CausalLMPolicy
 from ptgpo_algos.policy.hf_scoring import shared_row_tokens
 from ptgpo_algos.policy.shared_prefix import attention_mask, pack_prefix_tree
-from ptgpo_algos.update import TrainingSample
-from ptgpo_algos.updater import ppo_update
+from ptgpo_algos.updates.samples import TrainingSample
+from ptgpo_algos.updates.updater import ppo_update
 
 ENV = "ptgpo/FrozenLake-v0"
 

@@ -195,9 +195,9 @@ def test_the_speed_benchmark_runs_at_a_toy_size(folder, tmp_path):
 
 
 def test_under_bf16_compute_the_scores_and_the_ratio_are_float32(folder):
-    from ptgpo_algos.losses import ppo_clip_loss
+    from ptgpo_algos.updates.losses import ppo_clip_loss
     from ptgpo_algos.policy.precision import precision_for
-    from ptgpo_algos.updater import old_logprobs_mode
+    from ptgpo_algos.updates.updater import old_logprobs_mode
 
     # A GPU's precision rehearsed on the CPU: frozen weights and forward passes in bf16, trainable
     # weights in float32. The log-probabilities leave the output layer in float32, so the ratio

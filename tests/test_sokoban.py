@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from baselines.expert_agent import ExpertAgent
-from ptgpo_algos.evaluation import evaluate
+from ptgpo_algos.rollouts.evaluation import evaluate
 from ptgpo_envs.sokoban import SokobanEnv, generate_puzzle, solve, solve_pushes
 from ptgpo_envs.sokoban.room import parse_level
 from ptgpo_envs.sokoban.solver import freeze_deadlock

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ptgpo_algos.spo3 import (
+from ptgpo_algos.rollouts.spo3.search import (
     Candidate,
     Spo3Settings,
     StateStats,

@@ -13,10 +13,10 @@ import torch
 
 from ptgpo_algos.advantages import compute_advantages
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Decision, Task
-from ptgpo_algos.spo3 import StateStats
-from ptgpo_algos.spo3_rollout import Spo3Config, collect_spo3_rollouts, start_key
-from ptgpo_algos.strategies import collect_with
+from ptgpo_algos.records import Decision, Task
+from ptgpo_algos.rollouts.spo3.search import StateStats
+from ptgpo_algos.rollouts.spo3.collection import Spo3Config, collect_spo3_rollouts, start_key
+from ptgpo_algos.rollouts.registry import collect_with
 from ptgpo_envs import make_env
 
 from resume_scenarios import killed_and_resumed
@@ -168,7 +168,7 @@ def test_bad_3spo_settings_fail_naming_the_key(data, message):
 
 
 def test_the_3spo_estimator_refuses_steps_without_3spo_rewards():
-    from ptgpo_algos.rollout import collect_rollouts
+    from ptgpo_algos.rollouts.collection import collect_rollouts
 
     batch, _ = collect_rollouts(Scripted(), [POND], group_size=2)
     with pytest.raises(ValueError, match="only rollouts.strategy: 3spo records them"):
@@ -193,7 +193,7 @@ class _NoSnapshot:
 
 
 def test_3spo_refuses_an_environment_without_snapshot(tmp_path, monkeypatch):
-    import ptgpo_algos.preflight as preflight
+    import ptgpo_algos.training.preflight as preflight
 
     config = _config(tmp_path)
     preflight.check_environment(config)
@@ -213,7 +213,7 @@ def _config(tmp_path, **change):
 
 
 def test_training_over_3spo_rollouts_spends_the_budget_exactly(tmp_path, monkeypatch):
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     summary = run_training(_config(tmp_path), progress=False)
@@ -234,6 +234,6 @@ def test_a_killed_3spo_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
     def config(out_dir, **change):
         return _config(tmp_path, out_dir=str(tmp_path / out_dir), **change)
 
-    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.spo3_rollout.collect_spo3_rollouts")
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.spo3.collection.collect_spo3_rollouts")
     assert resumed == whole
     assert whole[-1]["spo3_states"] > 0

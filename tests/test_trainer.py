@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.data import Step, Trajectory
-from ptgpo_algos.losses import low_var_kl, policy_loss, ppo_clip_loss, weighted_token_mean
-from ptgpo_algos.data import Decision
-from ptgpo_algos.run_evaluation import evaluation_agent
-from ptgpo_algos.trainer import Trainer, run_training
-from ptgpo_algos.update import flatten_batch
+from ptgpo_algos.records import Step, Trajectory
+from ptgpo_algos.updates.losses import low_var_kl, policy_loss, ppo_clip_loss, weighted_token_mean
+from ptgpo_algos.records import Decision
+from ptgpo_algos.training.run_evaluation import evaluation_agent
+from ptgpo_algos.training.trainer import Trainer, run_training
+from ptgpo_algos.updates.samples import flatten_batch
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
 
@@ -106,7 +106,7 @@ def test_trajectory_mean_weighs_every_trajectory_once():
 
 
 def test_minibatches_keep_steps_with_the_same_prompt_together():
-    from ptgpo_algos.update import TrainingSample, minibatches, same_prompt_groups
+    from ptgpo_algos.updates.samples import TrainingSample, minibatches, same_prompt_groups
 
     prompts = [[1, 2], [3], [1, 2], [4], [3], [1, 2], [5], [6]]
     samples = [TrainingSample(Decision("a", "a", p, [7], [-0.1], 0.0), 0.5, 1.0) for p in prompts]
@@ -314,7 +314,7 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch)
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     whole = run_training(_small(tmp_path / "whole"), progress=False)
 
-    from ptgpo_algos import strategies
+    from ptgpo_algos.rollouts import registry as strategies
 
     real = strategies.collect_rollouts
     # A collection per task: the 7th is iteration 4's first (2 tasks an iteration).
@@ -433,7 +433,7 @@ def test_evaluate_command_replays_a_runs_final_evaluation(tmp_path, monkeypatch,
     assert main(["evaluate", str(tmp_path / "missing")]) == 2
     assert main(["evaluate", str(run_dir), "--history-length", "0", "--no-progress"]) == 2
     assert main(["evaluate", str(run_dir), "--history-length", "-1", "--no-progress"]) == 2
-    import ptgpo_algos.run_evaluation as run_evaluation
+    import ptgpo_algos.training.run_evaluation as run_evaluation
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a bad environment must fail before the model is loaded")
@@ -453,8 +453,8 @@ def _played(batch):
 
 
 def test_rollout_worker_plays_what_the_trainer_process_would(tmp_path, monkeypatch):
-    from ptgpo_algos.rollout import Task, collect_rollouts
-    from ptgpo_algos.collectors import RolloutRequest, RolloutWorker, snapshot_weights
+    from ptgpo_algos.rollouts.collection import Task, collect_rollouts
+    from ptgpo_algos.training.collectors import RolloutRequest, RolloutWorker, snapshot_weights
     from ptgpo_algos.policy.backends import build_policy
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
@@ -484,8 +484,8 @@ def test_rollout_worker_plays_what_the_trainer_process_would(tmp_path, monkeypat
 
 
 def test_rollout_worker_reports_a_failing_request(tmp_path, monkeypatch):
-    from ptgpo_algos.rollout import Task
-    from ptgpo_algos.collectors import RolloutRequest, RolloutWorker
+    from ptgpo_algos.rollouts.collection import Task
+    from ptgpo_algos.training.collectors import RolloutRequest, RolloutWorker
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     config = _small(tmp_path / "unused")
@@ -505,7 +505,7 @@ def test_async_rollouts_lag_one_update_and_resume_reproduces_the_run(tmp_path, m
     sync = _rows(run_training(_small(tmp_path / "sync"), progress=False).metrics_path)
     assert [r["policy_lag"] for r in sync] == [0, 0, 0, 0]
 
-    from ptgpo_algos.updater import Updater
+    from ptgpo_algos.updates.updater import Updater
 
     real = Updater.run
     # (Rollouts run in the worker here: the run is killed in iteration 4's update.)
@@ -522,7 +522,7 @@ def test_async_rollouts_lag_one_update_and_resume_reproduces_the_run(tmp_path, m
 
 # ----------------------------------------------------------------------------- controls and curves
 def test_placebo_permutes_the_advantages_over_the_batch():
-    from ptgpo_algos.trainer import permuted
+    from ptgpo_algos.training.trainer import permuted
 
     advantages = [[[1.0, 2.0], [3.0]], [[4.0, 5.0, 6.0]]]
     shuffled = permuted(advantages, np.random.default_rng(0))
@@ -533,7 +533,7 @@ def test_placebo_permutes_the_advantages_over_the_batch():
 
 def test_a_placebo_run_trains_on_permuted_advantages(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    import ptgpo_algos.trainer as trainer
+    import ptgpo_algos.training.trainer as trainer
 
     seen = []
     real = trainer.permuted
@@ -551,7 +551,7 @@ def test_a_placebo_run_trains_on_permuted_advantages(tmp_path, monkeypatch):
 
 def test_curve_evaluations_play_the_first_seeds_and_the_last_plays_all(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    import ptgpo_algos.run_evaluation as run_evaluation
+    import ptgpo_algos.training.run_evaluation as run_evaluation
 
     played = []
     real = run_evaluation.evaluate
@@ -566,8 +566,8 @@ def test_curve_evaluations_play_the_first_seeds_and_the_last_plays_all(tmp_path,
 
 
 def test_callbacks_observe_a_read_only_view_of_the_run():
-    from ptgpo_algos.callbacks import RunView
-    from ptgpo_algos.train_state import TrainState
+    from ptgpo_algos.training.callbacks import RunView
+    from ptgpo_algos.training.state import TrainState
 
     config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0"})
     state = TrainState.seeded(0)

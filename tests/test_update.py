@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from ptgpo_algos.config import OptimConfig
-from ptgpo_algos.losses import PolicyLoss, get_loss, policy_loss, ppo_clip_loss
+from ptgpo_algos.updates.settings import OptimConfig
+from ptgpo_algos.updates.losses import PolicyLoss, get_loss, policy_loss, ppo_clip_loss
 from ptgpo_algos.policy import Context, load_policy
-from ptgpo_algos.update import (
+from ptgpo_algos.updates.samples import (
     COUNTS,
     TrainingSample,
     accumulate_gradients,
@@ -22,7 +22,7 @@ from ptgpo_algos.update import (
     reference_logprobs,
     trained_samples,
 )
-from ptgpo_algos.updater import ppo_update
+from ptgpo_algos.updates.updater import ppo_update
 
 ENV = "ptgpo/FrozenLake-v0"
 
@@ -170,8 +170,8 @@ def test_reference_logprobs_are_computed_before_the_update(tiny_path):
 
 
 def test_the_first_steps_pi_old_comes_from_its_own_forward_and_equals_a_recomputed_one(tiny_path):
-    from ptgpo_algos.config import AlgorithmConfig
-    from ptgpo_algos.updater import Updater
+    from ptgpo_algos.updates.settings import AlgorithmConfig
+    from ptgpo_algos.updates.updater import Updater
 
     optim = OptimConfig(clip_ratio=0.2, entropy_coef=0.0, kl_coef=0.0, max_grad_norm=1.0, epochs=2, minibatch_size=3,
                         micro_batch_size=2)
@@ -211,7 +211,7 @@ def _scaled_pg(logprobs, old_logprobs, advantages, *, clip_ratio=0.2, scale=1.0)
 @pytest.fixture()
 def scaled_pg():
     from ptgpo_algos.advantages.config import ConfigKey, real_rule
-    from ptgpo_algos.losses import LOSSES, register_loss
+    from ptgpo_algos.updates.losses import LOSSES, register_loss
 
     register_loss("scaled-pg", keys={"scale": ConfigKey("factor", "a finite number >= 0", real_rule(0.0))})(_scaled_pg)
     yield "scaled-pg"
@@ -229,9 +229,9 @@ def _gradients(loss, logprobs, entropy):
 
 
 def test_kl_and_entropy_coefficients_act_on_the_gradient_of_every_registered_loss(scaled_pg):
-    from ptgpo_algos.config import AlgorithmConfig
-    from ptgpo_algos.losses import LOSSES, low_var_kl, weighted_token_mean
-    from ptgpo_algos.updater import policy_loss_for
+    from ptgpo_algos.updates.settings import AlgorithmConfig
+    from ptgpo_algos.updates.losses import LOSSES, low_var_kl, weighted_token_mean
+    from ptgpo_algos.updates.updater import policy_loss_for
 
     logprobs = torch.tensor([[-0.9, -0.8, -1.7], [-0.4, -1.2, -1.0]])
     entropy = torch.tensor([[1.2, 0.4, 0.9], [0.7, 1.1, 0.3]])
@@ -262,7 +262,7 @@ def test_kl_and_entropy_coefficients_act_on_the_gradient_of_every_registered_los
 
 def test_a_losss_keys_follow_the_estimators_rules(scaled_pg):
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.losses import LOSSES
+    from ptgpo_algos.updates.losses import LOSSES
 
     config = TrainConfig.from_dict({"algorithm": {"loss": scaled_pg, "loss_config": {"scale": "1e-1"}}})
     assert config.algorithm.loss_config == {"scale": 0.1}  # converted by its rule, as an estimator's key

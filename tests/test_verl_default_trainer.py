@@ -22,7 +22,7 @@ pytestmark = pytest.mark.verl
 
 from ptgpo_algos.advantages import compute_advantages  # noqa: E402
 from ptgpo_algos.integrations.verl.steps import STEPS_KEY, TRAJECTORY_KEY  # noqa: E402
-from ptgpo_algos.update import flatten_batch  # noqa: E402
+from ptgpo_algos.updates.samples import flatten_batch  # noqa: E402
 
 TREE = {"group_size": 5, "initial_rollouts": 2, "branch": "uniform", "max_steps": 6, "branch_seed": 3}
 HOOK = "ptgpo_algos.integrations.verl.leaves.register"

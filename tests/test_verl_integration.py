@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
-from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.records import Step, Trajectory
 from ptgpo_algos.integrations.verl import bridged_estimators, rows_to_batch, verl_estimator
 
 WIDTH = 6  # response tokens per row (right-padded)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
-from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.records import Step, Trajectory
 from ptgpo_algos.integrations.verl import bridged_estimators, verl_estimator
 from ptgpo_algos.integrations.verl.steps import (
     STEPS_KEY,

@@ -1,7 +1,7 @@
 """PTGPO's prefix tree in verl: decision-row credit, the ``ptgpo_tree`` agent loop and the ``ptgpo`` trainer mode.
 
 The credit of decision rows is checked by hand on a small tree and against our trainer's rule for
-shared steps (:func:`ptgpo_algos.update.flatten_batch`); the tests marked ``verl`` grow trees in verl's
+shared steps (:func:`ptgpo_algos.updates.samples.flatten_batch`); the tests marked ``verl`` grow trees in verl's
 own agent-loop base with a scripted LLM server, pass the outputs through verl's v1 worker
 (``AgentLoopWorkerTQ._agent_loop_postprocess``) into a TransferQueue stand-in and run the registered
 trainer mode's advantage step on them (``bash scripts/test_verl_cpu.sh``).
@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from ptgpo_algos.advantages import compute_advantages
-from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.records import Step, Trajectory
 from ptgpo_algos.integrations.verl.steps import DECISION_KEY, compute_decision_advantage, decision_advantages
-from ptgpo_algos.update import flatten_batch
+from ptgpo_algos.updates.samples import flatten_batch
 
 
 def _hand_tree():

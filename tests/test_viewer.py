@@ -13,13 +13,13 @@ import pytest
 from viewer_runs import recorded_config, train_recorded
 
 from ptgpo_algos.advantages import ESTIMATORS, StepTable, estimate_advantages
-from ptgpo_algos.callbacks import Callback
+from ptgpo_algos.training.callbacks import Callback
 from ptgpo_harness.cli import main
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.critic.settings import uses_critic
-from ptgpo_algos.data import Context, Step, Trajectory
+from ptgpo_algos.records import Context, Step, Trajectory
 from ptgpo_algos.files import atomic_write_text, read_jsonl
-from ptgpo_algos.rollout_records import write_iteration
+from ptgpo_algos.rollouts.recordings import write_iteration
 from ptgpo_algos.viewer.credit import decision_credit, estimator_credits
 from ptgpo_algos.viewer.page import CSP
 
@@ -140,7 +140,7 @@ class _Keep(Callback):
 
 
 def test_every_estimator_on_the_recorded_groups_equals_it_on_the_groups_the_trainer_held(tmp_path):
-    from ptgpo_algos.trainer import Trainer
+    from ptgpo_algos.training.trainer import Trainer
 
     # EMPG reads the decisions' entropies and PlanPO the responses' lengths: the recording keeps both.
     config = recorded_config(tmp_path / "run", "ptgpo", "tree", algo_config={"empg": True})

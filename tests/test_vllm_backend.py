@@ -12,7 +12,7 @@ import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
 
 import ptgpo_envs  # noqa: E402,F401
-from ptgpo_algos.data import Context  # noqa: E402
+from ptgpo_algos.records import Context  # noqa: E402
 from ptgpo_algos.policy.hf import CausalLMPolicy  # noqa: E402
 from ptgpo_algos.policy.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 from ptgpo_algos.policy.vllm_backend import VLLMPolicy, cpu_engine_defaults  # noqa: E402
@@ -206,7 +206,7 @@ def test_training_with_vllm_rollouts_syncs_after_every_update(tmp_path, monkeypa
     import json
 
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     config = TrainConfig.from_dict(dict(
@@ -228,7 +228,7 @@ def test_lora_training_with_vllm_rollouts_and_a_kl_reference(tmp_path, monkeypat
     import json
 
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     config = TrainConfig.from_dict(dict(
@@ -248,7 +248,7 @@ def test_ppo_s_critic_scores_on_the_trainer_s_model_with_vllm_rollouts(tmp_path,
     import json
 
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     config = TrainConfig.from_dict(dict(

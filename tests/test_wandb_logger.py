@@ -14,9 +14,10 @@ import types
 
 import pytest
 
-from ptgpo_algos.config import TrainConfig, WandbSettings, check_spellings
-from ptgpo_algos.preflight import check_machine
-from ptgpo_algos.trainer import run_training
+from ptgpo_algos.config import TrainConfig, check_spellings
+from ptgpo_algos.training.settings import WandbSettings
+from ptgpo_algos.training.preflight import check_machine
+from ptgpo_algos.training.trainer import run_training
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
 

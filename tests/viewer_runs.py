@@ -22,7 +22,7 @@ def recorded_config(out_dir: Path, algo: str, strategy: str, **change) -> TrainC
 
 def train_recorded(out_dir: Path, algo: str, strategy: str, **change) -> Path:
     """Train :func:`recorded_config` into ``out_dir``; the run folder."""
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     run_training(recorded_config(out_dir, algo, strategy, **change), progress=False)
     return out_dir

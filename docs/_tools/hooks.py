@@ -92,7 +92,7 @@ def config_table(section: str | None) -> str:
 
 def _strategy_settings_rows() -> list[list[str]]:
     """One row per rollout strategy's settings (``rollouts.patr``...): a config spells them by section."""
-    from ptgpo_algos.strategies import settings_sections
+    from ptgpo_algos.rollouts.registry import settings_sections
 
     return [[f"`rollouts.{key}`", _code(strategy.default_settings()), f"`{key}`" if strategy.flat else "", "",
              _cell(f"{strategy.name}: {strategy.summary}; its settings ({strategy.settings.__module__}."

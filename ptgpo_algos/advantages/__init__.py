@@ -3,7 +3,7 @@ GraphGPO, 3SPO and BPO, and PPO's GAE from a learned critic's values (:mod:`ptgp
 registered by name.
 
 ``compute_advantages(name, batch, **config)`` returns one advantage per step, aligned with ``batch``
-(groups of :class:`~ptgpo_algos.data.Trajectory`). Each estimator is a pure function over the batch's
+(groups of :class:`~ptgpo_algos.records.Trajectory`). Each estimator is a pure function over the batch's
 array form (:class:`StepTable`) whose docstring states its formula and paper.
 
 Common config keys (all estimators): ``gamma`` [0.95] discount of step returns; ``invalid_penalty``

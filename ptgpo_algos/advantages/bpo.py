@@ -1,6 +1,6 @@
 """BPO's credit: a forked step against its siblings' returns, a trunk against the other trunks.
 
-The ``bpo`` rollout strategy (:mod:`ptgpo_algos.bpo_rollout`) plays *trunks* from reset and, at their
+The ``bpo`` rollout strategy (:mod:`ptgpo_algos.rollouts.bpo.collection`) plays *trunks* from reset and, at their
 highest-entropy decisions, *forks*: ``K`` fresh continuations restored from the snapshot there, each
 recorded with ``Trajectory.meta["branch_point"]`` (the table's ``branch_point``). Forks from the same
 node (the same history by content, so the same depth) are *siblings*.

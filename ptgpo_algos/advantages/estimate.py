@@ -15,7 +15,7 @@ from ptgpo_algos.advantages.empg import EmpgSettings, empg_modulate
 from ptgpo_algos.advantages.registry import get_estimator
 from ptgpo_algos.advantages.signal import coverage_signal, outcome_all_equal, outcome_all_failed, outcome_signal
 from ptgpo_algos.advantages.table import StepTable
-from ptgpo_algos.data import Trajectory
+from ptgpo_algos.records import Trajectory
 
 __all__ = [
     "AdvantageResult",

@@ -1,9 +1,9 @@
 """3SPO's credit: each step's composite reward against the other steps taken from the same state.
 
 The reward is the one the ``3spo`` rollout strategy computed while it searched
-(:func:`ptgpo_algos.spo3.step_rewards`, from the state scores of that moment) and recorded in
+(:func:`ptgpo_algos.rollouts.spo3.search.step_rewards`, from the state scores of that moment) and recorded in
 ``Step.extras["strategy_reward"]``; the estimator pools it by state, as the official
-``compute_3spo_advantage`` does over GiGPO's step groups (:func:`ptgpo_algos.spo3.step_credit`'s
+``compute_3spo_advantage`` does over GiGPO's step groups (:func:`ptgpo_algos.rollouts.spo3.search.step_credit`'s
 formula; that module builds on this package, so the pooling is called here directly).
 """
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.records import Step, Trajectory
 
 __all__ = ["StepTable", "compact_ids"]
 

@@ -28,13 +28,13 @@ import torch
 
 from ptgpo_algos.advantages.ppo import ppo_targets
 from ptgpo_algos.advantages.table import StepTable
-from ptgpo_algos.collectors import restore_weights, snapshot_weights
+from ptgpo_algos.training.collectors import restore_weights, snapshot_weights
 from ptgpo_algos.critic.head import ValueHead, hidden_size
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
 from ptgpo_algos.critic.settings import CriticSettings
-from ptgpo_algos.data import Batch, Decision, Step
-from ptgpo_algos.rollout import FINAL_CONTEXT
-from ptgpo_algos.update import TrainingSample
+from ptgpo_algos.records import Batch, Decision, Step
+from ptgpo_algos.rollouts.collection import FINAL_CONTEXT
+from ptgpo_algos.updates.samples import TrainingSample
 
 __all__ = ["Critic"]
 

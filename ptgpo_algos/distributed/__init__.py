@@ -25,8 +25,8 @@ One module per concept, each importing only from below it:
 * :mod:`~ptgpo_algos.distributed.updater` -- the update across ranks (the Updater's seams replaced):
   each rank's samples' gradients summed by FSDP, equal to the single-process step over the whole batch;
 * :mod:`~ptgpo_algos.distributed.placement` -- :class:`~ptgpo_algos.distributed.placement.Ranks`, the
-  trainer's :class:`~ptgpo_algos.placement.Placement` on one rank: who plays which tasks, the sharded
+  trainer's :class:`~ptgpo_algos.training.placement.Placement` on one rank: who plays which tasks, the sharded
   model, the gathered figures, the sharded checkpoint;
 * :mod:`~ptgpo_algos.distributed.run` -- a run across ranks (``ptgpo train --nproc N``, or under
-  ``torchrun``): the one :class:`~ptgpo_algos.trainer.Trainer` on each rank with its ``Ranks`` placement.
+  ``torchrun``): the one :class:`~ptgpo_algos.training.trainer.Trainer` on each rank with its ``Ranks`` placement.
 """

@@ -1,7 +1,7 @@
 """One rank of a training run across processes (``ptgpo train --nproc N``, or one of the ranks
-``torchrun`` started): the :class:`~ptgpo_algos.placement.Placement` operations across ranks.
+``torchrun`` started): the :class:`~ptgpo_algos.training.placement.Placement` operations across ranks.
 
-Every rank holds the same :class:`~ptgpo_algos.train_state.TrainState` (counters, the run's generators)
+Every rank holds the same :class:`~ptgpo_algos.training.state.TrainState` (counters, the run's generators)
 and computes the same decisions from it; what differs between ranks is only which tasks they play
 and which samples they train on:
 
@@ -11,7 +11,7 @@ and which samples they train on:
   stays on one rank) with a full transformers copy of the weights (:mod:`ptgpo_algos.distributed.policy`)
   or, with ``rollouts.backend: vllm``, its own vLLM engine on its own GPU
   (:mod:`ptgpo_algos.distributed.engine`), one task at a time, each with generators seeded by its own
-  seed (:func:`~ptgpo_algos.collectors.draw_per_task`, :func:`~ptgpo_algos.collectors.play_per_task`).
+  seed (:func:`~ptgpo_algos.training.collectors.draw_per_task`, :func:`~ptgpo_algos.training.collectors.play_per_task`).
   A group therefore depends on its task's seed and the weights alone, not on the number of ranks:
   the run is the same on any world size, and in one process (which plays its tasks so by default,
   ``rollouts.seeding: per_task``), up to the order of float sums in the gradients, and resumes on
@@ -46,11 +46,11 @@ from typing import Any, Callable
 
 import torch
 
-from ptgpo_algos.collectors import draw_per_task, env_horizon, play_per_task
+from ptgpo_algos.training.collectors import draw_per_task, env_horizon, play_per_task
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.critic.files import save_critic
 from ptgpo_algos.critic.settings import uses_critic
-from ptgpo_algos.data import Batch
+from ptgpo_algos.records import Batch
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, combine_metrics, gather_in_order, gather_objects
 from ptgpo_algos.distributed.engine import build_rank_engine, push_gathered
 from ptgpo_algos.distributed.policy import copy_weights, gathered_state, rollout_copy, shard_policy
@@ -58,12 +58,12 @@ from ptgpo_algos.distributed.process_group import RankInfo
 from ptgpo_algos.distributed.sharded_checkpoint import load_sharded, save_sharded
 from ptgpo_algos.distributed.updater import ShardedUpdater
 from ptgpo_algos.distributed.work_split import split_evenly
-from ptgpo_algos.evaluation import EvalResult
+from ptgpo_algos.rollouts.evaluation import EvalResult
 from ptgpo_algos.files import atomic_folder
-from ptgpo_algos.placement import CHECKPOINT_FILE, Placement, claim_folder
-from ptgpo_algos.rollout import RolloutStats
-from ptgpo_algos.run_folder import SHARDED_CHECKPOINT
-from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
+from ptgpo_algos.training.placement import CHECKPOINT_FILE, Placement, claim_folder
+from ptgpo_algos.rollouts.collection import RolloutStats
+from ptgpo_algos.training.run_folder import SHARDED_CHECKPOINT
+from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES
 
 __all__ = ["SHARDED_BACKENDS", "RankCollector", "Ranks", "check_sharded_config"]
 

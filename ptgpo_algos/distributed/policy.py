@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ptgpo_algos.data import Decision
+from ptgpo_algos.records import Decision
 from ptgpo_algos.distributed.collectives import all_reduce
 from ptgpo_algos.distributed.fsdp import shard_model
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig

@@ -1,5 +1,5 @@
 """A training run across ranks: ``ptgpo train --nproc N`` starts N local processes, or this process is
-one of those ``torchrun`` started. Each rank runs the one :class:`~ptgpo_algos.trainer.Trainer` with
+one of those ``torchrun`` started. Each rank runs the one :class:`~ptgpo_algos.training.trainer.Trainer` with
 its :class:`~ptgpo_algos.distributed.placement.Ranks` placement."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from ptgpo_algos.device import resolve_device
 from ptgpo_algos.distributed.launch import RankFailed, launch
 from ptgpo_algos.distributed.placement import Ranks, check_sharded_config
 from ptgpo_algos.distributed.process_group import RankInfo
-from ptgpo_algos.run_folder import RANKS_LOG
-from ptgpo_algos.train_state import TrainSummary
-from ptgpo_algos.trainer import Trainer
+from ptgpo_algos.training.run_folder import RANKS_LOG
+from ptgpo_algos.training.state import TrainSummary
+from ptgpo_algos.training.trainer import Trainer
 
 __all__ = ["run_sharded", "train_on_rank"]
 

@@ -8,7 +8,7 @@ that, validated field by field, and never opens a ``.metadata`` file; the tensor
 DCP's own reader, with ``torch.load(weights_only=True)``. Only tensors go through DCP (a
 non-tensor value would be pickled); the plain data -- the optimiser's hyperparameters, counters,
 random states, the config -- goes to :data:`STATE_FILE`, written by rank 0 and read with
-``weights_only=True``, as :mod:`ptgpo_algos.checkpoint` reads its single file.
+``weights_only=True``, as :mod:`ptgpo_algos.training.checkpoint` reads its single file.
 
 Layout of a checkpoint folder::
 
@@ -57,7 +57,7 @@ from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkSt
 from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict)
 
-from ptgpo_algos.checkpoint import RESTORE_ADVICE, CheckpointError
+from ptgpo_algos.training.checkpoint import RESTORE_ADVICE, CheckpointError
 from ptgpo_algos.distributed.collectives import gather_objects
 from ptgpo_algos.files import atomic_path, file_sha256
 

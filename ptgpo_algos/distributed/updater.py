@@ -1,4 +1,4 @@
-"""The policy update across ranks: :class:`~ptgpo_algos.updater.Updater` with three of its seams replaced.
+"""The policy update across ranks: :class:`~ptgpo_algos.updates.updater.Updater` with three of its seams replaced.
 
 Each rank holds the training samples of its own tasks. The update's loop runs on every rank over the
 *whole* batch's layout (:meth:`ShardedUpdater.layout`: every rank's prompts, unit counts and trained
@@ -31,9 +31,9 @@ from torch.distributed.tensor import DTensor
 
 from ptgpo_algos.distributed.collectives import Metric, all_reduce, gather_objects, reduce_metrics
 from ptgpo_algos.distributed.policy import idle_pass
-from ptgpo_algos.update import (COUNTS, TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs,
+from ptgpo_algos.updates.samples import (COUNTS, TrainingSample, micro_batches, recompute_old_logprobs, reference_logprobs,
                                 scoring_parts, units)
-from ptgpo_algos.updater import BatchLayout, Updater, value_weight_sum
+from ptgpo_algos.updates.updater import BatchLayout, Updater, value_weight_sum
 
 __all__ = ["ShardedUpdater", "passes", "whole_layout"]
 

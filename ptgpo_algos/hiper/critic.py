@@ -27,12 +27,12 @@ import torch
 from ptgpo_algos.critic.component import Critic
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
 from ptgpo_algos.critic.settings import CriticSettings
-from ptgpo_algos.data import Batch, Decision, Step
+from ptgpo_algos.records import Batch, Decision, Step
 from ptgpo_algos.hiper.estimate import EpisodeTurns, HiperCredit, hiper_credit, pad
 from ptgpo_algos.hiper.plan_format import block_spans, low_value_index, parse_plan_response, token_span
 from ptgpo_algos.hiper.settings import HiperSettings
-from ptgpo_algos.rollout import FINAL_CONTEXT
-from ptgpo_algos.update import TrainingSample
+from ptgpo_algos.rollouts.collection import FINAL_CONTEXT
+from ptgpo_algos.updates.samples import TrainingSample
 
 __all__ = ["HiperCritic", "LOW", "HIGH", "SWITCH", "response_pieces", "token_advantages"]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ptgpo_algos.data import Context
+from ptgpo_algos.records import Context
 from ptgpo_algos.policy.parsing import parse_response
 from ptgpo_algos.policy.prompts import PromptBuilder
 
@@ -206,7 +206,7 @@ class PlanTracker:
 
 @dataclass
 class PlanContext(Context):
-    """A :class:`~ptgpo_algos.data.Context` with the subgoal in force (None before the first plan)."""
+    """A :class:`~ptgpo_algos.records.Context` with the subgoal in force (None before the first plan)."""
 
     subgoal: str | None = None
 

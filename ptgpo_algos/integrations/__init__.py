@@ -15,27 +15,5 @@ The verl bridge is the package :mod:`.verl`:
 * :mod:`.verl.trainer` -- our trainer mode of verl's v1 trainer.
 
 The older flat paths (``ptgpo_algos.integrations.verl_steps``...) are kept, each the moved module
-itself with a ``DeprecationWarning`` (:func:`moved`), since verl configs name them.
+itself with a ``DeprecationWarning`` (:func:`ptgpo_algos.old_paths.moved`), since verl configs name them.
 """
-
-from __future__ import annotations
-
-import importlib
-import runpy
-import sys
-import warnings
-
-__all__ = ["moved"]
-
-
-def moved(old: str, new: str) -> None:
-    """Make the module ``old`` the module ``new`` (every name, what its import registers, the same
-    objects), warning once with a ``DeprecationWarning`` that names the new path; ``python -m old``
-    runs ``new`` as the main module."""
-    running = old == "__main__"
-    name = sys.modules[old].__spec__.name if running else old
-    warnings.warn(f"{name} moved to {new}; import it from there", DeprecationWarning, stacklevel=3)
-    if running:
-        runpy.run_module(new, run_name="__main__", alter_sys=True)
-        return
-    sys.modules[old] = importlib.import_module(new)

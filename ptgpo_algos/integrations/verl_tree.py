@@ -1,6 +1,6 @@
 """Moved to :mod:`ptgpo_algos.integrations.verl.tree`: this older path is that module (with a
 ``DeprecationWarning``), so imports and verl configs that name it keep working."""
 
-from ptgpo_algos.integrations import moved
+from ptgpo_algos.old_paths import moved
 
 moved(__name__, "ptgpo_algos.integrations.verl.tree")

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from ptgpo_algos.advantages.config import ConfigKey
-from ptgpo_algos.data import Batch, Decision, Step, Trajectory
+from ptgpo_algos.records import Batch, Decision, Step, Trajectory
 from ptgpo_algos.validation import as_number
 from ptgpo_envs.plugins import Registry
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from ptgpo_algos.advantages.config import ConfigKey
-from ptgpo_algos.data import Batch, Context, Decision, Trajectory
+from ptgpo_algos.records import Batch, Context, Decision, Trajectory
 from ptgpo_algos.objectives.base import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec, OptimizerStep
 from ptgpo_algos.objectives.rules import choice_rule, count_rule
 

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import torch
 
 from ptgpo_algos.advantages.config import ConfigKey
-from ptgpo_algos.data import Batch, Context, Decision, Step
+from ptgpo_algos.records import Batch, Context, Decision, Step
 from ptgpo_algos.objectives.base import (
     OBJECTIVES,
     Objective,

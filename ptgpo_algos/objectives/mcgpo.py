@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from ptgpo_algos.advantages.config import ConfigKey
-from ptgpo_algos.data import Decision, Step, Trajectory
+from ptgpo_algos.records import Decision, Step, Trajectory
 from ptgpo_algos.objectives.base import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec
 from ptgpo_algos.objectives.rules import choice_rule, count_rule, real_rule
 

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import torch
 
 from ptgpo_algos.advantages.config import ConfigKey
-from ptgpo_algos.data import Context, Decision, Trajectory
+from ptgpo_algos.records import Context, Decision, Trajectory
 from ptgpo_algos.objectives.base import (
     OBJECTIVES,
     Objective,

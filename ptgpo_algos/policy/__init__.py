@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ptgpo_algos.data import Context, Decision
+from ptgpo_algos.records import Context, Decision
 from ptgpo_algos.policy.base import ACTION_MODES, SCORE_MODES, Policy, ScoredBatch
 from ptgpo_algos.policy.parsing import ParsedResponse, format_response, parse_response
 

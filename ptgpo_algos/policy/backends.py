@@ -25,7 +25,7 @@ from ptgpo_algos.policy.base import SYNC_TOKENS
 from ptgpo_envs.plugins import Registry
 
 if TYPE_CHECKING:
-    from ptgpo_algos.data import Batch
+    from ptgpo_algos.records import Batch
 
 __all__ = ["ROLLOUT_BACKENDS", "SYNC_FLOOR_MULTIPLE", "SYNC_MIN_TOLERANCE", "SYNC_PROMPTS", "SYNC_TOKENS",
            "WeightSyncError", "build_policy", "build_rollout_policy",

@@ -3,8 +3,8 @@
 A policy has two sides, kept apart so that a separate rollout engine (vLLM) can implement the first
 while the trainer keeps the second:
 
-* **rollout side** (:class:`RolloutPolicy`) -- ``decide``: one :class:`~ptgpo_algos.data.Decision`
-  per :class:`~ptgpo_algos.data.Context`, for a whole batch of live episodes in one call (one forward
+* **rollout side** (:class:`RolloutPolicy`) -- ``decide``: one :class:`~ptgpo_algos.records.Decision`
+  per :class:`~ptgpo_algos.records.Context`, for a whole batch of live episodes in one call (one forward
   pass per step of the batch); ``load_weights``: take the trainer's weights (a sync); an engine
   separate from the trainer also ``verify_sync``.
 * **trainer side** (:class:`TrainablePolicy`) -- ``score``: log-probabilities (with gradients) of
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
-from ptgpo_algos.data import Context, Decision
+from ptgpo_algos.records import Context, Decision
 
 __all__ = [
     "ACTION_MODES",

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from ptgpo_algos.data import Context, Decision
+from ptgpo_algos.records import Context, Decision
 from ptgpo_algos.policy.base import SYNC_TOKENS, SyncReport, call_temperature, check_sampling_settings
 from ptgpo_algos.policy.batching import (DECODE_CACHES, device_generator, forward_with_cache, left_pad,
                                          new_decode_cache, position_ids, sample_next)
@@ -271,7 +271,7 @@ class CausalLMPolicy(PolicyScoring, PolicyWeights):
         self, contexts: Sequence[Context], *, greedy: bool = False, generator: torch.Generator | None = None,
         temperature: float | None = None,
     ) -> list[Decision]:
-        """One :class:`~ptgpo_algos.data.Decision` per context, sampled (or greedy) in one batched pass."""
+        """One :class:`~ptgpo_algos.records.Decision` per context, sampled (or greedy) in one batched pass."""
         if not contexts:
             return []
         temperature = call_temperature(self.mode, self.score_mode, self.temperature, temperature)

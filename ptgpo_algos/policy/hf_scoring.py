@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from ptgpo_algos.data import Decision
+from ptgpo_algos.records import Decision
 from ptgpo_algos.policy.base import ScoredBatch
 from ptgpo_algos.policy.batching import distinct, forward_with_cache, left_pad, position_ids, right_pad
 from ptgpo_algos.policy.shared_prefix import attention_mask, pack_prefix_tree

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ptgpo_algos.data import Context
+from ptgpo_algos.records import Context
 from ptgpo_algos.policy.templates import PromptTemplate
 
 __all__ = ["PromptBuilder", "SYSTEM_TEXT"]

@@ -182,7 +182,7 @@ def _random_play_transcripts(
     import numpy as np
 
     from ptgpo_envs import make_env
-    from ptgpo_algos.data import Context
+    from ptgpo_algos.records import Context
     from ptgpo_algos.policy.parsing import format_response
     from ptgpo_algos.policy.prompts import PromptBuilder
 
@@ -220,7 +220,7 @@ def _random_episode(env, seed: int, rng, hindsight: bool) -> Iterator[tuple[Any,
     """``(context, action)`` of each step of a uniformly random episode, as it is played; with
     ``hindsight`` (where the environment reports completed tasks), only an episode that completes
     one, up to that step, each context stating that task (one of them at random), after the episode."""
-    from ptgpo_algos.data import Context
+    from ptgpo_algos.records import Context
 
     observation, info = env.reset(seed=seed)
     relabel = hindsight and env.achieved_tasks() is not None

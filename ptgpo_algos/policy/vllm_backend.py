@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ptgpo_algos.data import Context, Decision
+from ptgpo_algos.records import Context, Decision
 from ptgpo_algos.policy.base import SYNC_TOKENS, SyncReport, call_temperature, check_sampling_settings
 from ptgpo_algos.hiper.plan_format import PlanPromptBuilder, parse_plan_response
 from ptgpo_algos.policy.parsing import ACTION_STOP, parse_response
@@ -163,7 +163,7 @@ class VLLMPolicy:
         self, contexts: Sequence[Context], *, greedy: bool = False, generator: Any = None,
         temperature: float | None = None,
     ) -> list[Decision]:
-        """One :class:`~ptgpo_algos.data.Decision` per context, sampled by the engine, as the transformers
+        """One :class:`~ptgpo_algos.records.Decision` per context, sampled by the engine, as the transformers
         policy samples."""
         if not contexts:
             return []

@@ -10,8 +10,8 @@ from typing import Sequence
 
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.files import atomic_write_text, read_jsonl
-from ptgpo_algos.rollout_records import RECORDING, recording_paths
-from ptgpo_algos.run_folder import load_run_config
+from ptgpo_algos.rollouts.recordings import RECORDING, recording_paths
+from ptgpo_algos.training.run_folder import load_run_config
 from ptgpo_algos.viewer.credit import decision_credit, estimator_credits, forks, step_table
 from ptgpo_algos.viewer.page import CSP, IterationView, iteration_page
 

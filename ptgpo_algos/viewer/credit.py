@@ -19,7 +19,7 @@ import numpy as np
 from ptgpo_algos.advantages import ESTIMATORS, GroupDiagnostics, StepTable, estimate_advantages
 from ptgpo_algos.advantages.registry import get_estimator
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.rollout_records import groups_from_rows
+from ptgpo_algos.rollouts.recordings import groups_from_rows
 
 __all__ = ["Credit", "RUN_KEYS", "decision_credit", "estimator_credits", "forks", "step_table"]
 

@@ -18,10 +18,12 @@ from typing import Any
 import yaml
 
 from leaderboard.records import cell_name
-from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION, MAX_SEED, check_spellings, key_paths, merge_overrides
+from ptgpo_algos.config import check_spellings, key_paths, merge_overrides
+from ptgpo_algos.rollouts.settings import MAX_EPISODES_PER_ITERATION
+from ptgpo_algos.training.settings import MAX_SEED
 from ptgpo_algos.cost import BUDGET_UNITS as COST_BUDGET_UNITS
 from ptgpo_algos.cost import STOP_RULES
-from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
+from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES
 from ptgpo_algos.validation import (check_choice, check_int, check_list, check_mapping, check_number, check_string,
                                     unknown_keys)
 from ptgpo_algos.yaml_safe import load_yaml

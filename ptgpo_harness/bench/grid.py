@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from leaderboard.aggregate import SMOKE_MARKER, SMOKE_NOTICE
+from leaderboard.board import SMOKE_MARKER, SMOKE_NOTICE
 from leaderboard.records import record_exists
 from ptgpo_harness.bench.config import BenchConfig, BenchError
 from ptgpo_harness.bench.plan import Cell, check_out_dir, check_train_configs, plan_cells
@@ -128,7 +128,8 @@ def _run_grid(config: BenchConfig, cells: list[Cell], out_dir: Path, workers: in
 
 def _build_leaderboard(out_dir: Path, logger: logging.Logger) -> tuple[list[Path], str | None]:
     """What ``ptgpo leaderboard OUT_DIR`` writes (every format, the papers' reported table included)."""
-    from leaderboard.aggregate import LeaderboardError, build_leaderboard
+    from leaderboard.aggregate import build_leaderboard
+    from leaderboard.board import LeaderboardError
     from leaderboard.render import write_outputs
     from leaderboard.reported import DEFAULT_REPORTED, load_reported
 

@@ -102,12 +102,12 @@ def _stopping(config: BenchConfig, budget: float, iterations: int | None) -> tup
 
 
 def check_train_configs(cells: Sequence[Cell]) -> None:
-    """Validate every RL cell's TrainConfig, what it needs of this machine (:mod:`ptgpo_algos.preflight`)
+    """Validate every RL cell's TrainConfig, what it needs of this machine (:mod:`ptgpo_algos.training.preflight`)
     and every environment's keywords up front, as a run would, so that a typo fails now rather than in
     every cell."""
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.preflight import check_machine
-    from ptgpo_algos.preflight import check_environment
+    from ptgpo_algos.training.preflight import check_machine
+    from ptgpo_algos.training.preflight import check_environment
     from ptgpo_envs import check_env_kwargs
 
     environments = {cell.env.label: cell.env for cell in cells}

@@ -79,7 +79,7 @@ def _eval_fields(final: dict[str, Any], best: float | None, overlap: float | Non
 def _run_rl(cell: Cell, run_dir: Path) -> dict[str, Any]:
     from ptgpo_algos.config import TrainConfig
     from ptgpo_algos.device import resolve_device
-    from ptgpo_algos.trainer import run_training
+    from ptgpo_algos.training.trainer import run_training
 
     config = TrainConfig.from_dict({**cell.spec, "out_dir": str(run_dir), "resume": True})
     summary = run_training(config, progress=False)

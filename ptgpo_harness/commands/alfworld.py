@@ -77,7 +77,7 @@ def _make_agent(spec: str, seed: int, sample: bool):
                          f"{spec!r} does not exist")
     from ptgpo_harness.commands.evaluate import load_target
     from ptgpo_algos.device import resolve_device
-    from ptgpo_algos.policy.agent import PolicyAgent
+    from ptgpo_algos.rollouts.agent import PolicyAgent
 
     policy, _ = load_target(spec, resolve_device("auto", where="--agent"))
     return PolicyAgent(policy, greedy=not sample, name=Path(spec).name, seed=seed), "rl"
@@ -85,7 +85,7 @@ def _make_agent(spec: str, seed: int, sample: bool):
 
 def _evaluate(args: argparse.Namespace) -> int:
     from ptgpo_harness.commands.evaluate import print_summary
-    from ptgpo_algos.evaluation import evaluate
+    from ptgpo_algos.rollouts.evaluation import evaluate
     from ptgpo_envs.alfworld import ALFWorldEnv
 
     env_kwargs = {"split": args.split}

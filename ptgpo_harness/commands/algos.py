@@ -16,11 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print every registered name a training config takes, by the key that takes it."""
     from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
-    from ptgpo_algos.losses import LOSSES, get_loss
+    from ptgpo_algos.updates.losses import LOSSES, get_loss
     from ptgpo_algos.objectives import OBJECTIVES
-    from ptgpo_algos.patr_settings import SCORERS
+    from ptgpo_algos.rollouts.patr.settings import SCORERS
     from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
-    from ptgpo_algos.strategies import ROLLOUT_STRATEGIES
+    from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES
 
     objectives = {name: {"weight": spec.default_weight, **spec.defaults} for name, spec in OBJECTIVES.items()}
     sections = [

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if report.leaderboard_error:
         print(f"ptgpo bench: leaderboard not built: {report.leaderboard_error}", file=sys.stderr)
     if config.smoke_run:
-        from leaderboard.aggregate import SMOKE_NOTICE
+        from leaderboard.board import SMOKE_NOTICE
 
         print(SMOKE_NOTICE)
     return 1 if report.failed else 0

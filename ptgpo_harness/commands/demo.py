@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     import ptgpo_envs
     from baselines.expert_agent import ExpertAgent
     from baselines.random_agent import RandomAgent
-    from ptgpo_algos.evaluation import evaluate
+    from ptgpo_algos.rollouts.evaluation import evaluate
 
     if args.seeds < 1:
         return _fail(f"--seeds must be at least 1, got {args.seeds}")

@@ -83,7 +83,9 @@ class _Plan:
 
 
 def _check_flags(args: argparse.Namespace) -> None:
-    from ptgpo_algos.config import MAX_EPISODES_PER_ITERATION as MAX_EPISODES, MAX_SEED, MAX_STEPS
+    from ptgpo_algos.config import MAX_STEPS
+    from ptgpo_algos.rollouts.settings import MAX_EPISODES_PER_ITERATION as MAX_EPISODES
+    from ptgpo_algos.training.settings import MAX_SEED
 
     from ptgpo_algos.policy.pretrained import is_pretrained_source
 
@@ -113,11 +115,12 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _plan(args: argparse.Namespace) -> _Plan:
     """The flags over the run's own evaluation (or a model folder's defaults), every part checked."""
-    from ptgpo_algos.config import EVAL_SEED_BASE, MAX_SEED, default_evaluation_temperature
+    from ptgpo_algos.rollouts.settings import EVAL_SEED_BASE, default_evaluation_temperature
+    from ptgpo_algos.training.settings import MAX_SEED
     from ptgpo_algos.device import resolve_device
     from ptgpo_algos.files import check_writable
     from ptgpo_algos.policy.tiny import TINY_MARKER
-    from ptgpo_algos.run_folder import is_run_folder, load_run_config
+    from ptgpo_algos.training.run_folder import is_run_folder, load_run_config
     from ptgpo_envs import check_env_kwargs
 
     _check_flags(args)
@@ -188,8 +191,8 @@ def load_target(target: str | Path, device: str, history_length: int | None = No
     settings, ``history_length`` overriding its prompts' history), and where it came from: the one place
     the commands that evaluate a policy resolve it."""
     from ptgpo_algos.policy import load_policy
-    from ptgpo_algos.run_folder import is_run_folder
-    from ptgpo_algos.run_evaluation import load_trained_policy
+    from ptgpo_algos.training.run_folder import is_run_folder
+    from ptgpo_algos.training.run_evaluation import load_trained_policy
 
     if is_run_folder(target):
         policy, _, source = load_trained_policy(target, device)
@@ -245,9 +248,9 @@ def print_trials(trials) -> None:
 def run(args: argparse.Namespace) -> int:
     """Evaluate a run folder or a saved model on held-out seeds and print (and save) the result; the exit
     status."""
-    from ptgpo_algos.evaluation import evaluate
+    from ptgpo_algos.rollouts.evaluation import evaluate
     from ptgpo_algos.files import atomic_write_text
-    from ptgpo_algos.policy.agent import PolicyAgent
+    from ptgpo_algos.rollouts.agent import PolicyAgent
 
     # Everything but the weights first, so that a bad flag or environment fails before a model is loaded.
     try:

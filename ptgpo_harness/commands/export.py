@@ -7,7 +7,7 @@ Examples::
     ptgpo export runs/fl --out data/fl --no-datasets
 
 A row holds the decision's context (task, observation, history, admissible actions), the action,
-the reward, the advantage and where it sits in its group's tree (:mod:`ptgpo_algos.rollout_records`).
+the reward, the advantage and where it sits in its group's tree (:mod:`ptgpo_algos.rollouts.recordings`).
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def _reference(args: argparse.Namespace) -> list[str]:
 
 
 def _tolerance(args: argparse.Namespace) -> float:
-    from leaderboard.aggregate import DECISIONS_TOLERANCE
+    from leaderboard.board import DECISIONS_TOLERANCE
 
     tolerance = DECISIONS_TOLERANCE if args.decisions_tolerance is None else args.decisions_tolerance
     if not tolerance >= 0:  # also refuses NaN

@@ -12,7 +12,7 @@ Examples::
 CONFIG is a training config (as ``ptgpo train --config``) or a benchmark config (its first RL cell is
 planned). The model's ``config.json`` is read from its folder or the Hugging Face cache; the
 ``configs/models/`` folders hold the architectures of the benchmark's models. Prints the plan item by
-item (:mod:`ptgpo_algos.memory`), one rank's with ``--nproc N`` (the model sharded over N GPUs),
+item (:mod:`ptgpo_algos.training.memory_plan`), one rank's with ``--nproc N`` (the model sharded over N GPUs),
 and on a GPU the fewest GPUs the run fits on; exits 2 when it cannot fit, with what to change.
 """
 
@@ -79,7 +79,7 @@ def _device_and_memory(args: argparse.Namespace, config) -> tuple[str, int, str 
     """The device planned for, its memory in bytes, and a note when either was not this machine's."""
     import torch
 
-    from ptgpo_algos.memory import GIB, total_device_memory
+    from ptgpo_algos.training.memory_plan import GIB, total_device_memory
 
     device = args.device or ("cpu" if config.policy.device == "cpu" else "cuda")
     if device == "cpu":
@@ -101,7 +101,7 @@ def shipped_architecture(model: str) -> Path | None:
     the model is on this machine or no shipped architecture matches."""
     import re
 
-    from ptgpo_algos.preflight import is_hub_name
+    from ptgpo_algos.training.preflight import is_hub_name
 
     if model == "tiny" or Path(model).expanduser().exists() or not is_hub_name(model):
         return None
@@ -118,7 +118,7 @@ def _fewest_gpus(plan) -> str:
     """The line naming the fewest GPUs of this memory the run fits on, and its peak on each."""
     import dataclasses
 
-    from ptgpo_algos.memory import GIB, plan_memory, smallest_world_size
+    from ptgpo_algos.training.memory_plan import GIB, plan_memory, smallest_world_size
 
     n = smallest_world_size(plan.model, plan.run)
     if n is None:
@@ -130,8 +130,8 @@ def _fewest_gpus(plan) -> str:
 def run(args: argparse.Namespace) -> int:
     """Print the config's memory plan; exit code 0 when it fits, 2 when it does not or the config cannot be planned."""
     from ptgpo_harness.commands.train import parse_set
-    from ptgpo_algos.memory import plan_for_config
-    from ptgpo_algos.preflight import check_model_source
+    from ptgpo_algos.training.memory_plan import plan_for_config
+    from ptgpo_algos.training.preflight import check_model_source
 
     try:
         if args.nproc < 1:

@@ -1,4 +1,4 @@
-"""``ptgpo train``: train a policy with one of the group estimators (see :mod:`ptgpo_algos.trainer`).
+"""``ptgpo train``: train a policy with one of the group estimators (see :mod:`ptgpo_algos.training.trainer`).
 
 The options are the config's own fields: every field with a ``flag`` in its metadata
 (:func:`ptgpo_algos.config.cli_fields`) is an option with that field's help, and ``--set KEY=VALUE``
@@ -137,7 +137,7 @@ def _train(config, args: argparse.Namespace):
     from ptgpo_algos.distributed.launch import under_launcher
 
     if args.nproc is None and not under_launcher():
-        from ptgpo_algos.trainer import Trainer
+        from ptgpo_algos.training.trainer import Trainer
 
         return Trainer(config, progress=not args.no_progress).train()
     from ptgpo_algos.distributed.run import run_sharded

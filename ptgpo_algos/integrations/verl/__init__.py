@@ -10,12 +10,12 @@ registers each of our estimators there, so that ``algorithm.adv_estimator=gigpo`
 ``ptgpo``, ...) trains with our credit rules. Names verl already uses for its own estimators
 (``grpo``, ``rloo``) get a ``ptgpo_`` prefix; the call returns the names it registered.
 
-Two row layouts map onto our groups of :class:`~ptgpo_algos.data.Trajectory`:
+Two row layouts map onto our groups of :class:`~ptgpo_algos.records.Trajectory`:
 
 * **one row per step** (verl-agent's layout, the reference implementation of GiGPO):
   ``non_tensor_batch`` holds ``uid`` (the group), ``traj_uid`` (the trajectory), ``anchor_obs`` (the
   observation the step was taken in: our ``state_key``) and optionally ``is_action_valid``, and the
-  rows of a trajectory come in the order of its steps. Each row is one :class:`~ptgpo_algos.data.Step`:
+  rows of a trajectory come in the order of its steps. Each row is one :class:`~ptgpo_algos.records.Step`:
   its reward is the sum of the row's token rewards (verl puts a reward on the last response token),
   its action the row's response tokens (``responses`` under ``response_mask``). verl's
   ``compute_advantage`` does not pass these keys to a registered estimator (only ``uid``), so a
@@ -44,7 +44,7 @@ import torch
 
 from ptgpo_algos.advantages import ESTIMATORS, compute_advantages
 from ptgpo_algos.critic.settings import uses_critic
-from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.records import Step, Trajectory
 
 __all__ = ["Placement", "bridged_estimators", "check_bridged", "compute_advantage", "register_estimators",
            "rows_to_batch", "to_token_advantages", "verl_estimator", "verl_name"]

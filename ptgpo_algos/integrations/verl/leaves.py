@@ -18,7 +18,7 @@ The registered estimators (:func:`ptgpo_algos.integrations.verl.register_estimat
 and the others) take the batch's trees from the hub by ``uid`` and give each decision in a row the
 advantage our trainer gives its step: a node that several leaves share gets the mean of their
 advantages in each of their rows, which with verl's token-mean loss weighs it by its number of
-leaves as our trainer does (:func:`~ptgpo_algos.update.flatten_batch`).
+leaves as our trainer does (:func:`~ptgpo_algos.updates.samples.flatten_batch`).
 
 A run makes verl's TaskRunner and agent-loop workers (Ray actors) register the estimators and the loops
 with Ray's setup hook: ``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=``
@@ -41,7 +41,7 @@ import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
 
-from ptgpo_algos.data import Context, Decision, Task
+from ptgpo_algos.records import Context, Decision, Task
 from ptgpo_algos.integrations.verl import register_estimators, verl_estimator
 from ptgpo_algos.integrations.verl.agent_loop import (AGENT_NAME, STEPS_AGENT_NAME, EnvAgentLoop, EnvStepsAgentLoop,
                                                       action_of, episode_spec, merge_user_turn, observation_message,
@@ -49,7 +49,7 @@ from ptgpo_algos.integrations.verl.agent_loop import (AGENT_NAME, STEPS_AGENT_NA
 from ptgpo_algos.integrations.verl.hub import hub, taken_trees
 from ptgpo_algos.integrations.verl.steps import STEPS_KEY, TRAJECTORY_KEY, DecisionSpan, decision_advantages
 from ptgpo_algos.integrations.verl.tree import TREE_AGENT_NAME, ServerPolicy, TreeAgentLoop, tree_nodes, tree_spec
-from ptgpo_algos.rollout import collect_rollouts, sent_action
+from ptgpo_algos.rollouts.collection import collect_rollouts, sent_action
 
 __all__ = ["GROUP_KEY", "LEAF_AGENT_NAME", "TreeLeafAgentLoop", "leaf_token_advantages", "register",
            "tree_estimator"]

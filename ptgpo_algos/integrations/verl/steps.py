@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ptgpo_algos.advantages import compute_advantages
-from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.records import Step, Trajectory
 from ptgpo_algos.integrations.verl import check_bridged
 
 __all__ = ["DECISION_KEY", "DecisionSpan", "STEPS_KEY", "TRAJECTORY_KEY", "compute_decision_advantage",
@@ -210,7 +210,7 @@ def decision_advantages(groups: Sequence[Any], decisions: Sequence[Any], name: s
     one advantage per row. ``groups`` is each row's group (verl's ``uid``; a tree's rows also carry
     their ``tree``). A node shared by several leaves of a prefix tree gets the mean of the advantages
     its leaves give it, as our trainer gives a shared step
-    (:func:`~ptgpo_algos.update.flatten_batch`); ``lengths`` (response tokens per row) reach the
+    (:func:`~ptgpo_algos.updates.samples.flatten_batch`); ``lengths`` (response tokens per row) reach the
     estimators that weigh turns by their length. The rewards are the decisions' own (``reward``)."""
     batch, placed = _decision_rows(groups, decisions, lengths)
     advantages = compute_advantages(name, batch, **config)

@@ -5,7 +5,7 @@ so no loop sees its siblings; a tree must grow in one place, because its leaves 
 other's snapshots. Here one sample carries the whole group: with ``actor_rollout_ref.rollout.n=1``
 the sample's ``extra_info`` names the episode (as for ``ptgpo_env``) and the tree
 (``extra_info["tree"]``: :class:`TreeSpec`), and :class:`TreeAgentLoop` grows it with our own tree
-rollouts (:func:`ptgpo_algos.rollout.collect_rollouts`, ``mode="tree"``, in a thread of its own):
+rollouts (:func:`ptgpo_algos.rollouts.collection.collect_rollouts`, ``mode="tree"``, in a thread of its own):
 ``initial_rollouts`` episodes from reset, then each new leaf restored from a snapshot at a decision point of the finished
 ones (``branch``: ``uniform``, ``entropy`` or ``novel``), until ``group_size`` leaves or
 ``max_decisions`` decisions are spent. The environments step where ``env_backend`` says (``ray``:
@@ -34,11 +34,11 @@ from uuid import uuid4
 import numpy as np
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-from ptgpo_algos.data import Context, Decision, Step, Task, Trajectory
+from ptgpo_algos.records import Context, Decision, Step, Task, Trajectory
 from ptgpo_algos.integrations.verl.agent_loop import (action_of, episode_spec, observation_message,
                                                       require_continuous_tokens)
 from ptgpo_algos.integrations.verl.steps import DECISION_KEY, TRAJECTORY_KEY
-from ptgpo_algos.rollout import BRANCH_STRATEGIES, collect_rollouts
+from ptgpo_algos.rollouts.collection import BRANCH_STRATEGIES, collect_rollouts
 
 __all__ = ["TREE_AGENT_NAME", "ServerPolicy", "TreeAgentLoop", "TreeSpec", "context_messages", "tree_nodes",
            "tree_spec"]

@@ -1,0 +1,1 @@
+"""PATR, the ``patr`` rollout strategy: its settings (:mod:`.settings`) and its collection (:mod:`.collection`)."""
