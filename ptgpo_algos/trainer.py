@@ -61,13 +61,11 @@ from ptgpo_algos.callbacks import (
 from ptgpo_algos.checkpoint import CheckpointError
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.cost import standard_error
-from ptgpo_algos.critic.component import Critic
+from ptgpo_algos.critic.component import build_critic
 from ptgpo_algos.critic.files import load_saved_critic
-from ptgpo_algos.critic.settings import uses_critic
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
 from ptgpo_algos.evaluation import overlap
-from ptgpo_algos.hiper.critic import HiperCritic
 from ptgpo_algos.files import atomic_write_text
 from ptgpo_algos.objectives import ObjectiveInputs, Objectives
 from ptgpo_algos.optimizer import build_optimizer, build_schedule
@@ -189,11 +187,7 @@ class Trainer:
         self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
         self.rollout_policy = self.placement.rollout_policy(self)
         self.placement.wrap(self)
-        self.critic = None
-        if config.algorithm.name == "hiper":  # its heads and its credit (ptgpo_algos.hiper.critic)
-            self.critic = HiperCritic(config.algorithm.critic, config.algorithm.hiper, self.policy)
-        elif uses_critic(config.algorithm.name):
-            self.critic = Critic(config.algorithm.critic, self.policy)
+        self.critic = build_critic(config.algorithm, self.policy)
         if self.critic is not None:  # a run that starts from a saved model takes its critic back
             load_saved_critic(self.critic, config.policy.model)
         groups = [] if self.critic is None else [self.critic.param_group(config.optim.lr)]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ptgpo_algos.advantages import compute_advantages, get_estimator
+from ptgpo_algos.critic.component import Critic
 from ptgpo_algos.critic.gae import turn_gae
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
 from ptgpo_algos.critic.settings import CriticSettings
@@ -149,8 +150,6 @@ def _targeted_samples(policy):
 
 
 def _critic(policy, **settings):
-    from ptgpo_algos.critic.component import Critic
-
     critic = Critic(CriticSettings(**settings), policy)
     with torch.no_grad():  # a head away from its zero start, so that the trunk's gradient is not 0 by construction
         critic.head.weight.copy_(torch.linspace(-1.0, 1.0, critic.head.weight.numel()).reshape(critic.head.weight.shape))
@@ -495,3 +494,57 @@ def test_across_ranks_the_advantages_are_whitened_over_the_whole_batch():
     first, _ = whitened_over_ranks(ranks[0], diagnostics[:1], lambda local: [local, np.asarray(parts[1])])
     together = [a for rank in (first, mine) for group in rank for t in group for a in t]
     assert np.mean(together) == pytest.approx(0.0, abs=1e-12) and np.std(together) == pytest.approx(1.0, abs=1e-7)
+
+
+# ------------------------------------------------------------------------------- a plugin's critic
+class PluginCritic(Critic):
+    """A plugin estimator's own critic, named by its import string: PPO's, noting the runs built with it."""
+
+    built: list[str] = []
+
+    @classmethod
+    def from_algorithm(cls, algorithm, policy):
+        cls.built.append(algorithm.name)
+        return super().from_algorithm(algorithm, policy)
+
+
+def test_a_plugin_estimator_declares_its_own_critic_which_the_trainer_builds(tmp_path, monkeypatch):
+    from ptgpo_algos.advantages import ESTIMATORS
+    from ptgpo_algos.advantages.config import ConfigKey, real_rule
+    from ptgpo_algos.advantages.ppo import ppo_targets
+    from ptgpo_algos.advantages.registry import Estimate, register_estimator
+    from ptgpo_algos.critic.settings import CRITIC_ESTIMATORS, uses_critic
+    from ptgpo_algos.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(PluginCritic, "built", [])
+    keys = {"gae_lambda": ConfigKey("GAE's lambda", "a number in [0, 1]", real_rule(0.0, 1.0))}
+    try:
+        # Declaring the critic imports nothing: a module that does not exist is only found missing when built.
+        register_estimator("plugin_gae", coverage_beta=None, keys=keys, critic=f"{__name__}:PluginCritic")(
+            lambda table, signal, *, gamma=0.9, invalid_penalty=0.1, gae_lambda=0.9:
+            Estimate(ppo_targets(table, gamma, invalid_penalty, gae_lambda)[0]))
+        register_estimator("plugin_missing", coverage_beta=None, critic="no_such_module_here:Critic")(
+            lambda table, signal: Estimate(np.zeros(len(table.value))))
+        assert uses_critic("plugin_gae") and uses_critic("plugin_missing") and not uses_critic("grpo")
+        summary = run_training(_lake(tmp_path / "run", algo="plugin_gae", iterations=1), progress=False)
+        assert PluginCritic.built == ["plugin_gae"]
+        assert np.isfinite(_rows(summary.metrics_path)[0]["value_loss"])
+        with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
+            run_training(_lake(tmp_path / "missing", algo="plugin_missing", iterations=1), progress=False)
+    finally:
+        for name in ("plugin_gae", "plugin_missing"):
+            ESTIMATORS.unregister(name)
+            CRITIC_ESTIMATORS.unregister(name)
+
+
+def test_the_built_in_critics_are_named_by_import_string_and_built_from_the_algorithm_section(policy):
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.critic.component import build_critic
+    from ptgpo_algos.hiper.critic import HiperCritic
+
+    ppo = build_critic(TrainConfig.from_dict({"algo": "ppo"}).algorithm, policy)
+    hiper = build_critic(TrainConfig.from_dict({"algo": "hiper", "policy": {"mode": "generate"}}).algorithm, policy)
+    assert type(ppo) is Critic and ppo.head.n_values == 1
+    assert type(hiper) is HiperCritic and hiper.head.n_values == 3
+    assert build_critic(TrainConfig.from_dict({"algo": "grpo"}).algorithm, policy) is None

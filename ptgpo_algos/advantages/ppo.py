@@ -41,7 +41,7 @@ def ppo_targets(table: StepTable, gamma: float, invalid_penalty: float, gae_lamb
     return result.advantages, result.returns
 
 
-@register_estimator("ppo", coverage_beta=None, keys=_KEYS,
+@register_estimator("ppo", coverage_beta=None, keys=_KEYS, critic="ptgpo_algos.critic.component:Critic",
                     paper="Schulman et al. 2017, PPO (arXiv 1707.06347), with GAE (Schulman et al. 2016, arXiv "
                           "1506.02438); verl-agent's PPO with a critic is the seed papers' baseline")
 def ppo(table: StepTable, signal: Signal, *, gamma: float = 0.95, invalid_penalty: float = 0.1,

@@ -31,12 +31,12 @@ from ptgpo_algos.advantages.table import StepTable
 from ptgpo_algos.collectors import restore_weights, snapshot_weights
 from ptgpo_algos.critic.head import ValueHead, hidden_size
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
-from ptgpo_algos.critic.settings import CriticSettings
+from ptgpo_algos.critic.settings import CRITIC_ESTIMATORS, CriticSettings, uses_critic
 from ptgpo_algos.data import Batch, Decision, Step
 from ptgpo_algos.rollout import FINAL_CONTEXT
 from ptgpo_algos.update import TrainingSample
 
-__all__ = ["Critic"]
+__all__ = ["Critic", "build_critic"]
 
 
 class Critic:
@@ -48,6 +48,12 @@ class Critic:
         #: The critic's own trunk (a copy of the policy when it starts), or None: it reads the policy's.
         self.trunk = None if settings.shared_trunk else copy.deepcopy(policy)
         self.head = ValueHead(hidden_size(policy.model), n_values).to(policy.device)
+
+    @classmethod
+    def from_algorithm(cls, algorithm: Any, policy: Any) -> Critic:
+        """The critic of a run whose ``algorithm`` section (the config's) names an estimator that reads
+        this class's values; a subclass with settings of its own reads them here."""
+        return cls(algorithm.critic, policy)
 
     @property
     def shares_trunk(self) -> bool:
@@ -169,6 +175,18 @@ class Critic:
             raise KeyError("trunk: the checkpoint's critic and this run's differ in shared_trunk")
         if self.trunk is not None:
             restore_weights(self.trunk, state["trunk"])
+
+
+def build_critic(algorithm: Any, policy: Any) -> Critic | None:
+    """The critic the estimator ``algorithm.name`` was registered with (:data:`CRITIC_ESTIMATORS`, its
+    class imported now), on ``policy``; None for an estimator that reads no critic."""
+    if not uses_critic(algorithm.name):
+        return None
+    critic = CRITIC_ESTIMATORS.get(algorithm.name)
+    if not (isinstance(critic, type) and issubclass(critic, Critic)):
+        raise TypeError(f"the critic registered for the estimator {algorithm.name!r} is {critic!r}, not a subclass "
+                        "of ptgpo_algos.critic.component.Critic")
+    return critic.from_algorithm(algorithm, policy)
 
 
 def _decision(step: Step) -> Decision:

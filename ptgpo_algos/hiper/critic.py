@@ -72,6 +72,11 @@ class HiperCritic(Critic):
         #: The last batch's level figures (``hiper_*``), reported with the targets.
         self.figures: dict[str, float] = {}
 
+    @classmethod
+    def from_algorithm(cls, algorithm: Any, policy: Any) -> HiperCritic:
+        """The critic of an ``algorithm.name: hiper`` run: ``algorithm.critic`` and ``algorithm.hiper``."""
+        return cls(algorithm.critic, algorithm.hiper, policy)
+
     def low_prompts(self, decisions: Sequence[Decision]) -> tuple[list[list[int]], list[int]]:
         """Where the low head reads each decision: the prompt and the response up to the token that
         closes ``</subgoal>`` (:func:`~ptgpo_algos.hiper.plan_format.low_value_index`; -1: the prompt's
