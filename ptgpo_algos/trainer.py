@@ -48,7 +48,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
-from ptgpo_algos.advantages.ppo import whitened
 from ptgpo_algos.callbacks import (
     Callback,
     JsonlLogger,
@@ -63,6 +62,7 @@ from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.cost import standard_error
 from ptgpo_algos.critic.component import build_critic
 from ptgpo_algos.critic.files import load_saved_critic
+from ptgpo_algos.critic.gae import whitened
 from ptgpo_algos.data import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
 from ptgpo_algos.evaluation import overlap
@@ -633,7 +633,7 @@ def whitened_over_ranks(advantages: list, diagnostics: list, gather: Callable[[A
     whole = np.concatenate(gather(flat))
     if whole.size <= 1:
         return advantages, diagnostics
-    white = iter(whitened(flat, whole).tolist())
+    white = iter(whitened(flat, over=whole).tolist())
     advantages = [[[next(white) for _ in trajectory] for trajectory in group] for group in advantages]
     diagnostics = [dataclasses.replace(d, nonzero_steps=int(sum(a != 0.0 for t in group for a in t)))
                    for d, group in zip(diagnostics, advantages)]

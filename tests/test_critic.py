@@ -63,6 +63,39 @@ def test_a_batch_of_unequal_lengths_equals_each_episode_on_its_own():
         start += length
 
 
+def test_one_whitening_serves_ppo_and_hiper_bit_for_bit_as_each_had_it():
+    from ptgpo_algos.critic.gae import whitened
+    from ptgpo_algos.hiper.estimate import EpisodeTurns, hiper_credit
+    from ptgpo_algos.hiper.plan_format import parse_plan_response
+    from ptgpo_algos.hiper.settings import HiperSettings
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        flat = rng.normal(size=int(rng.integers(2, 40))) * rng.choice([1e-3, 1.0, 1e3])
+        # ppo's own formula (verl's masked_whiten over the whole batch), and over another rank's too
+        assert np.array_equal(whitened(flat), (flat - flat.mean()) / (flat.std() + 1e-8))
+        whole = np.concatenate([flat, rng.normal(size=5)])
+        assert np.array_equal(whitened(flat, over=whole), (flat - whole.mean()) / (whole.std() + 1e-8))
+        # hiper's per-level formula: the masked entries' moments, 0 elsewhere
+        grid, mask = rng.normal(size=(3, 7)), rng.random((3, 7)) < 0.6
+        chosen = grid[mask]
+        expected = np.where(mask, (grid - chosen.mean()) / (chosen.std() + 1e-8), 0.0) if mask.any() else 0 * grid
+        assert np.array_equal(whitened(grid, mask), expected)
+    # The two callers: ppo's estimator and hiper's credit call it (a whitened result, not their own).
+    steps = [_step(r, v) for r, v in ((0.0, 0.1), (1.0, -0.3), (0.5, 0.2), (0.0, 0.0))]
+    raw = compute_advantages("ppo", [[Trajectory(steps[:2]), Trajectory(steps[2:])]], whiten=False)
+    white = compute_advantages("ppo", [[Trajectory(steps[:2]), Trajectory(steps[2:])]], whiten=True)
+    assert np.array_equal([a for t in white[0] for a in t], whitened(np.array([a for t in raw[0] for a in t])))
+    response = parse_plan_response("<switch>SWITCH</switch><subgoal>go</subgoal><action>go right</action>")
+    episodes = [EpisodeTurns([0.0, 1.0], [response] * 2, [True, True], True), EpisodeTurns([0.5], [response], [True], True)]
+    values = np.array([[0.1, -0.2], [0.3, 0.0]])
+    plain = hiper_credit(episodes, values, values, HiperSettings(normalize=False, switch_head=False))
+    white = hiper_credit(episodes, values, values, HiperSettings(normalize=True, switch_head=False))
+    inside = np.array([[True, True], [True, False]])
+    assert np.array_equal(white.low_advantages, whitened(plain.low_advantages, inside))
+    assert np.array_equal(white.high_advantages, whitened(plain.high_advantages, plain.high_turns))
+
+
 def test_gae_refuses_arrays_that_do_not_match_the_lengths():
     with pytest.raises(ValueError, match="one entry per step"):
         turn_gae([0.0, 1.0], [0.0], [2], [0.0], 0.9, 0.9)

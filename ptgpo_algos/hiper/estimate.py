@@ -16,7 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ptgpo_algos.hiper.credit import hae, shaped_rewards, whiten
+from ptgpo_algos.critic.gae import whitened
+from ptgpo_algos.hiper.credit import hae, shaped_rewards
 from ptgpo_algos.hiper.plan_format import PlanResponse, PlanTracker
 from ptgpo_algos.hiper.settings import HiperSettings
 
@@ -109,8 +110,8 @@ def hiper_credit(episodes: Sequence[EpisodeTurns], v_low, v_high, settings: Hipe
     if settings.switch_head:
         switch = credit.segment_returns - np.asarray(v_switch, dtype=np.float64) * inside
     if settings.normalize:
-        low, high = whiten(low, inside), whiten(high, high_turns)
-        switch = whiten(switch, switch_turns) if switch is not None else None
+        low, high = whitened(low, inside), whitened(high, high_turns)
+        switch = whitened(switch, switch_turns) if switch is not None else None
     return HiperCredit(low, high, switch, credit.low_returns, credit.high_returns,
                        credit.segment_returns if settings.switch_head else None, lengths, credit.starts,
                        high_turns, switch_turns)
