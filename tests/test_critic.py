@@ -4,11 +4,10 @@ and short seeded runs (value metrics, a falling value loss, kill-and-resume, the
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
+from resume_scenarios import killed_and_resumed, metric_rows
 
 from ptgpo_algos.advantages import compute_advantages, get_estimator
 from ptgpo_algos.critic.component import Critic
@@ -247,11 +246,6 @@ def _lake(out_dir, **change):
     return TrainConfig.from_dict(data)
 
 
-def _rows(path):
-    timing = ("time", "per_s", "wait")
-    return [{k: v for k, v in json.loads(line).items() if not any(t in k for t in timing)} for line in open(path)]
-
-
 def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path, monkeypatch):
     from ptgpo_algos.checkpoint import load_checkpoint
     from ptgpo_algos.trainer import run_training
@@ -260,7 +254,7 @@ def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path
     # Seed 3 with six 8-step episodes of four tasks an iteration reaches the goal: returns that are not all 0.
     summary = run_training(_lake(tmp_path / "run", group_size=6, tasks_per_iteration=4, max_steps=8, seed=3),
                            progress=False)
-    rows = _rows(summary.metrics_path)
+    rows = metric_rows(summary.metrics_path)
     assert len(rows) == 3 and rows[0]["value_return_mean"] != 0.0
     for row in rows:
         for key in ("value_loss", "value_explained_var", "value_mean", "value_clip_fraction", "value_return_mean"):
@@ -275,32 +269,17 @@ def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path
 
 @pytest.mark.parametrize("shared_trunk", [True, False])
 def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch, shared_trunk):
-    from ptgpo_algos import strategies
-    from ptgpo_algos.trainer import run_training
-
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     # The goal is reached (returns that are not all 0) with these, as in the run above.
-    run = dict(iterations=4, checkpoint_every=2, seed=3, group_size=6, tasks_per_iteration=4, max_steps=8,
+    run = dict(seed=3, group_size=6, tasks_per_iteration=4, max_steps=8,
                algorithm={"critic": {"value_head_lr": 2e-2, "shared_trunk": shared_trunk}})
-    whole = run_training(_lake(tmp_path / "whole", **run), progress=False)
-    real = strategies.collect_rollouts
-    calls = {"n": 0}
 
-    def dies_in_the_fourth_iteration(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 13:  # a collection per task, 4 tasks an iteration: iteration 4's first
-            raise KeyboardInterrupt("killed")
-        return real(*args, **kwargs)
+    def config(out_dir, **change):
+        return _lake(tmp_path / out_dir, **run, **change)
 
-    monkeypatch.setattr(strategies, "collect_rollouts", dies_in_the_fourth_iteration)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(_lake(tmp_path / "cut", **run), progress=False)
-    assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 3
-    monkeypatch.setattr(strategies, "collect_rollouts", real)
-    resumed = run_training(_lake(tmp_path / "cut", resume=True, **run), progress=False)
-    assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
-    assert resumed.final_eval == whole.final_eval
-    assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.strategies.collect_rollouts")
+    assert resumed == whole
+    assert whole[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
 
 
 def test_a_critic_model_of_its_own_across_ranks_is_refused_naming_the_field():
@@ -562,7 +541,7 @@ def test_a_plugin_estimator_declares_its_own_critic_which_the_trainer_builds(tmp
         assert uses_critic("plugin_gae") and uses_critic("plugin_missing") and not uses_critic("grpo")
         summary = run_training(_lake(tmp_path / "run", algo="plugin_gae", iterations=1), progress=False)
         assert PluginCritic.built == ["plugin_gae"]
-        assert np.isfinite(_rows(summary.metrics_path)[0]["value_loss"])
+        assert np.isfinite(metric_rows(summary.metrics_path)[0]["value_loss"])
         with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
             run_training(_lake(tmp_path / "missing", algo="plugin_missing", iterations=1), progress=False)
     finally:

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from resume_scenarios import killed_and_resumed, metric_rows
 
 from ptgpo_algos.hiper.critic import token_advantages
 from ptgpo_algos.hiper.plan_format import low_value_index
@@ -135,13 +136,6 @@ def _lake(out_dir, **change):
     return TrainConfig.from_dict(data)
 
 
-def _rows(path):
-    def timing(key: str) -> bool:  # "hiper_segments" holds "per_s" too
-        return "time" in key or "wait" in key or key.endswith("per_s")
-
-    return [{k: v for k, v in json.loads(line).items() if not timing(k)} for line in open(path)]
-
-
 LEVEL_FIGURES = ("hiper_segments", "hiper_segment_length", "hiper_plan_valid_rate",
                  "hiper_adv_low_abs_mean", "hiper_adv_high_abs_mean", "hiper_adv_switch_abs_mean")
 
@@ -152,7 +146,7 @@ def test_a_hiper_run_records_three_value_losses_and_the_level_figures(tmp_path, 
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     summary = run_training(_lake(tmp_path / "run"), progress=False)
-    rows = _rows(summary.metrics_path)
+    rows = metric_rows(summary.metrics_path)
     assert len(rows) == 2
     for row in rows:
         for key in ("value_loss", "value_loss_low", "value_loss_high", "value_loss_switch", *LEVEL_FIGURES):
@@ -173,37 +167,20 @@ def test_two_heads_without_the_switch_head(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     summary = run_training(_lake(tmp_path / "run", iterations=1, algorithm={"hiper": {"switch_head": False}}),
                            progress=False)
-    row = _rows(summary.metrics_path)[0]
+    row = metric_rows(summary.metrics_path)[0]
     assert "value_loss_switch" not in row and "hiper_adv_switch_abs_mean" not in row and row["value_loss_high"] > 0
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["critic"]["head"]["weight"].shape[0] == 2
 
 
 def test_kill_and_resume_of_a_hiper_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch):
-    from ptgpo_algos import strategies
-    from ptgpo_algos.trainer import run_training
-
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    run = dict(iterations=3, checkpoint_every=2, algorithm={"critic": {"value_head_lr": 2e-2}})
-    whole = run_training(_lake(tmp_path / "whole", **run), progress=False)
-    real = strategies.collect_rollouts
-    calls = {"n": 0}
 
-    def dies_in_the_third_iteration(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:  # a collection per task, 2 tasks an iteration: iteration 3's first
-            raise KeyboardInterrupt("killed")
-        return real(*args, **kwargs)
+    def config(out_dir, **change):
+        return _lake(tmp_path / out_dir, algorithm={"critic": {"value_head_lr": 2e-2}}, **change)
 
-    monkeypatch.setattr(strategies, "collect_rollouts", dies_in_the_third_iteration)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(_lake(tmp_path / "cut", **run), progress=False)
-    assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 2
-    monkeypatch.setattr(strategies, "collect_rollouts", real)
-    resumed = run_training(_lake(tmp_path / "cut", resume=True, **run), progress=False)
-    assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
-    assert resumed.final_eval == whole.final_eval
-    assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
-
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.strategies.collect_rollouts")
+    assert resumed == whole
+    assert whole[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
 
 
 def test_the_critic_spreads_the_credit_over_blocks_and_a_lone_episodes_group_gets_none(tmp_path):
