@@ -344,6 +344,29 @@ def test_the_memory_plan_of_ppo_counts_the_value_head_and_its_pass_over_grpos():
     assert separate_disk.checkpoint_bytes - ppo_disk.checkpoint_bytes == 3 * model["trainable weights (float32)"]
 
 
+def test_the_memory_plan_of_hiper_adds_its_heads_and_the_low_heads_second_pass_to_ppos():
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.memory import GIB, disk_plan_for_config, plan_for_config
+
+    def plans(algo, **hiper):
+        config = TrainConfig.from_dict({"env_id": ENV, "algo": algo, "tiny": {"hidden_size": 32},
+                                        "policy": {"mode": "generate", "max_new_tokens": 24}, "algorithm.hiper": hiper})
+        return plan_for_config(config, "cpu", 16 * GIB), disk_plan_for_config(config, "cpu")
+
+    (ppo, ppo_disk), (hiper, hiper_disk), (two, _) = plans("ppo"), plans("hiper"), plans("hiper", switch_head=False)
+    # Per turn HiPER reads the high and switch heads at the prompt, as PPO reads its one, and the low
+    # head at the token closing </subgoal>: one more pass with gradients over the prompt and the response
+    # up to there, at most 1,024 + 24 tokens. The tiny model's float32 activations (5,248 bytes a token
+    # and layer, two layers and one layer's backward) over the micro-batch of 512 such sequences:
+    low_pass = 3 * 5_248 * 512 * (1024 + 24)
+    assert {item.name: item.bytes for item in hiper.items}["low value pass activations"] == low_pass
+    # Three heads where PPO has one: two more of 16 x 33 bytes (weights, gradients, two AdamW moments).
+    assert hiper.trainer_bytes - ppo.trainer_bytes == 2 * 16 * 33 + low_pass
+    assert hiper.peak_bytes - ppo.peak_bytes == pytest.approx(1.1 * (2 * 16 * 33 + low_pass))
+    assert two.trainer_bytes - ppo.trainer_bytes == 16 * 33 + low_pass  # without the switch head
+    assert hiper_disk.checkpoint_bytes - ppo_disk.checkpoint_bytes == 2 * 3 * 4 * 33
+
+
 def test_under_lora_the_value_head_trains_with_the_adapters_and_the_base_stays_frozen(policy, tmp_path):
     from ptgpo_algos.policy import load_policy
 

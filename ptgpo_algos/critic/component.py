@@ -31,7 +31,7 @@ from ptgpo_algos.advantages.table import StepTable
 from ptgpo_algos.collectors import restore_weights, snapshot_weights
 from ptgpo_algos.critic.head import ValueHead, hidden_size
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
-from ptgpo_algos.critic.settings import CRITIC_ESTIMATORS, CriticSettings, uses_critic
+from ptgpo_algos.critic.settings import CRITIC_ESTIMATORS, CriticSettings, ValuePasses, uses_critic
 from ptgpo_algos.data import Batch, Decision, Step
 from ptgpo_algos.rollout import FINAL_CONTEXT
 from ptgpo_algos.update import TrainingSample
@@ -54,6 +54,12 @@ class Critic:
         """The critic of a run whose ``algorithm`` section (the config's) names an estimator that reads
         this class's values; a subclass with settings of its own reads them here."""
         return cls(algorithm.critic, policy)
+
+    @classmethod
+    def value_passes(cls, algorithm: Any) -> ValuePasses:
+        """What this critic's value loss reads under ``algorithm`` (for the memory planner): one value per
+        state, read at the prompt's last token."""
+        return ValuePasses(heads=1, response_pass=False)
 
     @property
     def shares_trunk(self) -> bool:

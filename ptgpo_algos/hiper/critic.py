@@ -26,7 +26,7 @@ import torch
 
 from ptgpo_algos.critic.component import Critic
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
-from ptgpo_algos.critic.settings import CriticSettings
+from ptgpo_algos.critic.settings import CriticSettings, ValuePasses
 from ptgpo_algos.data import Batch, Decision, Step
 from ptgpo_algos.hiper.estimate import EpisodeTurns, HiperCredit, hiper_credit, pad
 from ptgpo_algos.hiper.plan_format import block_spans, low_value_index, parse_plan_response, token_span
@@ -76,6 +76,11 @@ class HiperCritic(Critic):
     def from_algorithm(cls, algorithm: Any, policy: Any) -> HiperCritic:
         """The critic of an ``algorithm.name: hiper`` run: ``algorithm.critic`` and ``algorithm.hiper``."""
         return cls(algorithm.critic, algorithm.hiper, policy)
+
+    @classmethod
+    def value_passes(cls, algorithm: Any) -> ValuePasses:
+        """Two heads (three with ``hiper.switch_head``), and the low head's pass into the response."""
+        return ValuePasses(heads=3 if algorithm.hiper.switch_head else 2, response_pass=True)
 
     def low_prompts(self, decisions: Sequence[Decision]) -> tuple[list[list[int]], list[int]]:
         """Where the low head reads each decision: the prompt and the response up to the token that
