@@ -21,7 +21,9 @@ One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slo
 * PPO with its learned critic (the value head replicated, its gradients summed, the advantages
   whitened over every rank's) on 2 ranks, 1 rank and in one process gives the same metrics within the
   same tolerance; stopped after 2 iterations and resumed on 2 ranks it equals the uninterrupted run
-  bit for bit (the head and its AdamW moments in ``checkpoint/``).
+  bit for bit (the head and its AdamW moments in ``checkpoint/``); stopped on 2 ranks and resumed on 1,
+  or stopped on 1 and resumed on 2, it gives the uninterrupted run's metrics within the tolerance; and
+  with LoRA adapters its 2-rank run gives the 1-rank run's (launched apart: 3 launches).
 
 * The single-process trainer (no ``--nproc``) on the GiGPO, PTGPO and BabyAI configs gives the 1- and
   2-rank runs' metrics within the same tolerance: it plays each task with generators of its own,
@@ -184,6 +186,33 @@ def test_ppo_s_critic_across_ranks_gives_the_single_process_metrics_and_resumes_
     state = torch.load(root / "ppo-2" / "checkpoint" / "state.pt", weights_only=True)
     assert state["extra"]["critic"]["head"]["weight"].any()
     assert "value_head.weight" in (root / "ppo-2" / "checkpoint" / "manifest.json").read_text()  # and its moments
+
+
+@pytest.mark.distributed
+def test_ppo_resumes_on_another_number_of_ranks_and_trains_lora_adapters_across_ranks(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+
+    def run(name, **change):
+        return scenarios.training_config(str(tmp_path / name), "ppo", **{**PPO, **change})
+
+    lora = {"lora": {"r": 4, "alpha": 8}}
+    # Stopped after 2 iterations on 2 ranks and resumed on 1; stopped on 1 and resumed on 2.
+    launch(scenarios.train_on_rank, 2, [run("two"), run("cut-two", iterations=2), run("lora-two", **lora)],
+           {1: str(tmp_path / "two-then-one")})
+    launch(scenarios.train_on_rank, 1, [run("cut-one", iterations=2), run("two-then-one", resume=True),
+                                        run("lora-one", **lora)], {0: str(tmp_path / "one-then-two")})
+    launch(scenarios.train_on_rank, 2, [run("one-then-two", resume=True)], {})
+    two = _rows(tmp_path / "two")
+    assert two[-1]["value_mean"] != 0.0 and two[-1]["iteration"] == 3  # the head learnt: there was state to carry
+    for resumed in ("two-then-one", "one-then-two"):
+        _assert_close(_rows(tmp_path / resumed), two)
+        assert _rows(tmp_path / resumed, "curve") == _rows(tmp_path / "two", "curve")
+    # LoRA adapters and the value head across 2 ranks take the step of 1.
+    lora_two = _rows(tmp_path / "lora-two")
+    _assert_close(lora_two, _rows(tmp_path / "lora-one"))
+    assert lora_two[-1]["value_mean"] != 0.0 and all(row["value_loss"] > 0 for row in lora_two)
+    saved = {p.name for p in (tmp_path / "lora-two" / "final_model").iterdir()}
+    assert {"adapter_config.json", "critic.safetensors"} <= saved  # the adapters trained, and the head beside them
 
 
 @pytest.mark.distributed
