@@ -159,7 +159,8 @@ class HiperCritic(Critic):
         """``value_coef`` x ``(L_low + high_value_coef L_high + switch_value_coef L_switch)``, each the
         clipped value loss of its head at its read position over the turns it is fitted on, weighted by
         the sample weights and divided by ``denominator`` (the mini-batch's summed weights); the figures
-        ``value_loss`` (the unscaled sum) and ``value_loss_low``/``_high``/``_switch``."""
+        ``value_loss`` (the unscaled sum) and ``value_low_loss``/``value_high_loss``/``value_switch_loss``
+        (each a ``*loss``: a mini-batch's parts add up to it, as ``value_loss``'s do)."""
         rows = [s for s in part if s.critic_targets is not None]
         if not rows:
             return torch.zeros((), device=policy.device), {}
@@ -177,7 +178,7 @@ class HiperCritic(Critic):
                 continue
             term, clipped = self.head_loss(predicted[head], rows, head, denominator)
             total = total + coefficients[head] * term
-            stats[f"value_loss_{name}"] = float(term.detach())
+            stats[f"value_{name}_loss"] = float(term.detach())
             if head == LOW:
                 stats["value_clip_fraction"] = clipped
                 stats["value_pred_mean"] = float(predicted[LOW].detach().mean())
