@@ -404,7 +404,7 @@ class Trainer:
         if across:
             config["whiten"] = False
         if self.critic is not None:
-            self.critic.annotate(batch, self.policy, self.updater.scoring_batch_size)
+            self.critic.annotate(batch, self.policy, self.updater.scoring_batch_size, self.placement.gather)
         advantages, diagnostics = compute_advantages_with_diagnostics(algorithm.name, batch, **config)
         if across:
             advantages, diagnostics = whitened_over_ranks(advantages, diagnostics, self.placement.gather)

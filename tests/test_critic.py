@@ -115,6 +115,13 @@ def test_explained_variance():
     assert explained_variance(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0])) == 1.0
     assert explained_variance(np.zeros(3), np.array([1.0, 2.0, 3.0])) == 0.0
     assert explained_variance(np.zeros(2), np.ones(2)) == 0.0
+    # Targets equal but for rounding (a state's float32 value scored in another batch, as across ranks)
+    # have no variance to explain either: the figure was 1.0 or 0.0 by how the rounding fell.
+    equal = np.array([0.1 + 0.2, 0.3, 0.3])
+    assert np.var(equal) > 0 and explained_variance(equal, equal) == 0.0
+    float32 = np.array([0.3, np.nextafter(np.float32(0.3), np.float32(1.0)), 0.3], dtype=np.float32).astype(np.float64)
+    assert np.var(float32) > 0 and explained_variance(float32, float32) == 0.0
+    assert explained_variance(np.array([1.0, 2.0, 3.0]) * 1e-9, np.array([1.0, 2.0, 3.0]) * 1e-9) == 1.0  # small, not equal
 
 
 # ----------------------------------------------------------------------------- estimator, settings

@@ -60,6 +60,8 @@ PTGPO = {"lr_schedule": "cosine", "lr_warmup_steps": 1, "lr_decay_steps": 40}
 STRATEGIES = [("patr", "grpo", {"rollout": "patr"}), ("bpo", "bpo", {})]
 #: PPO with its learned critic: a value head fast enough to learn something in 3 iterations.
 PPO = {"algorithm": {"critic": {"value_head_lr": 2e-2}}, "seed": 3}
+#: HiPER in generate mode (its plan/execute responses), its three heads fast enough to learn in 3 iterations.
+HIPER = {"policy": {"mode": "generate", "max_new_tokens": 24}, "algorithm": {"critic": {"value_head_lr": 2e-2}}}
 #: BabyAI's GoToLocal, 2 tasks of 4 episodes of at most 8 steps an iteration, 2 iterations.
 BABYAI = {"env_id": "ptgpo/BabyAI-v0", "env_kwargs": {"level": "GoToLocal"}, "max_steps": 8, "tasks_per_iteration": 2,
           "iterations": 2, "eval_every": 2}
@@ -213,6 +215,27 @@ def test_ppo_resumes_on_another_number_of_ranks_and_trains_lora_adapters_across_
     assert lora_two[-1]["value_mean"] != 0.0 and all(row["value_loss"] > 0 for row in lora_two)
     saved = {p.name for p in (tmp_path / "lora-two" / "final_model").iterdir()}
     assert {"adapter_config.json", "critic.safetensors"} <= saved  # the adapters trained, and the head beside them
+
+
+@pytest.mark.distributed
+def test_hiper_across_ranks_gives_the_single_process_metrics(tmp_path, monkeypatch):
+    # HiPER ran across ranks with each rank whitening its own episodes' credit and reporting its own
+    # figures: not the run one process makes.
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+
+    def run(name):
+        # A lake of its own per task: each rank's states, values and credit differ from the other's.
+        return scenarios.training_config(str(tmp_path / name), "hiper", env_kwargs={"size": 3}, max_steps=3,
+                                         group_size=2, **HIPER)
+
+    launch(scenarios.train_on_rank, 2, [run("two")], {})
+    run_training(TrainConfig.from_dict(run("alone")), progress=False)  # one process: no --nproc
+    two, alone = _rows(tmp_path / "two"), _rows(tmp_path / "alone")
+    _assert_close(two, alone)
+    assert _rows(tmp_path / "two", "curve") == _rows(tmp_path / "alone", "curve")
+    assert two[0]["value_mean"] == 0.0 and two[-1]["value_mean"] != 0.0  # the heads learnt, the same on both
+    assert all(row["value_high_loss"] > 0 and row["value_switch_loss"] > 0 and row["hiper_segments"] >= 1
+               for row in two)
 
 
 @pytest.mark.distributed

@@ -236,7 +236,7 @@ def test_the_critic_spreads_the_credit_over_blocks_and_a_lone_episodes_group_get
     assert lone.token_advantages == [0.0] * len(lone.decision.response_ids)  # a group of one: no advantage
 
 
-def test_each_heads_value_loss_adds_up_over_micro_batches_as_the_value_loss_does(tmp_path):
+def test_the_critics_figures_do_not_depend_on_how_a_mini_batch_is_cut(tmp_path):
     # The heads' losses were averaged over a mini-batch's micro-batches where their sum, value_loss, was
     # added up: split in parts, they no longer made up value_loss (and a run across ranks, whose parts
     # are a rank's, reported other figures than one process).
@@ -255,7 +255,10 @@ def test_each_heads_value_loss_adds_up_over_micro_batches_as_the_value_loss_does
         figures.append(stats)
         heads = stats["value_low_loss"] + stats["value_high_loss"] + stats["value_switch_loss"]
         assert stats["value_loss"] == pytest.approx(heads, rel=1e-6)
-    for key in ("value_loss", "value_low_loss", "value_high_loss", "value_switch_loss"):
+    # The other figures are means over the units (response tokens here), whatever the parts: they were
+    # means over each part's samples, which parts of other sizes (a rank's) combined otherwise.
+    for key in ("value_loss", "value_low_loss", "value_high_loss", "value_switch_loss", "value_pred_mean",
+                "value_clip_fraction"):
         assert figures[1][key] == pytest.approx(figures[0][key], rel=1e-5), key
     for parameter in list(policy.parameters()) + critic.parameters():
         parameter.grad = None

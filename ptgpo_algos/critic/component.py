@@ -34,9 +34,9 @@ from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
 from ptgpo_algos.critic.settings import CRITIC_ESTIMATORS, CriticSettings, ValuePasses, uses_critic
 from ptgpo_algos.data import Batch, Decision, Step
 from ptgpo_algos.rollout import FINAL_CONTEXT
-from ptgpo_algos.update import TrainingSample
+from ptgpo_algos.update import TrainingSample, units
 
-__all__ = ["Critic", "build_critic"]
+__all__ = ["Critic", "build_critic", "unit_shares"]
 
 
 class Critic:
@@ -99,10 +99,14 @@ class Critic:
                 self.values(policy, [[policy.pad_id]])
         return np.concatenate(out) if out else np.zeros((0, self.head.n_values))
 
-    def annotate(self, batch: Batch, policy: Any, batch_size: int) -> None:
+    def annotate(self, batch: Batch, policy: Any, batch_size: int,
+                 gather: Callable[[Any], list[Any]] = lambda local: [local]) -> None:
         """Record ``V(s_t)`` on every distinct step (``Step.extras["value"]``) and, with
         ``bootstrap_truncated``, ``V(s_T)`` of each episode the horizon cut off
-        (``Trajectory.meta["bootstrap_value"]``; an episode that terminated has none, 0)."""
+        (``Trajectory.meta["bootstrap_value"]``; an episode that terminated has none, 0). Each value is
+        a state's own: ``gather`` (every rank's, for a critic whose annotations pool the batch) is not
+        needed here; across ranks the trainer whitens PPO's advantages over every rank's."""
+        del gather
         steps: dict[int, Step] = {}
         for group in batch:
             for trajectory in group:
@@ -151,7 +155,8 @@ class Critic:
         """``value_coef`` x the clipped value loss of ``part``'s samples with a target, each weighted by its
         sample weight and divided by ``denominator`` (the whole mini-batch's summed weights, so that the
         parts add up to it); its figures: ``value_loss`` (unscaled, a part of the mini-batch's),
-        ``value_clip_fraction`` and ``value_pred_mean``."""
+        ``value_clip_fraction`` and ``value_pred_mean`` (means over the rows' weighted loss units, as the
+        update's other figures are: :func:`unit_shares`)."""
         rows = [s for s in part if s.value_return is not None]
         if not rows:
             return torch.zeros((), device=policy.device), {}
@@ -162,11 +167,16 @@ class Critic:
         weight = torch.tensor([s.weight for s in rows], dtype=torch.float32, device=device)
         per_sample, clipped = clipped_value_loss(predicted, old, returns, self.settings.value_clip)
         value_loss = (per_sample * weight).sum() / max(denominator, 1e-8)
-        share = weight / weight.sum()
+        share = unit_shares(rows, policy)
         stats = {"value_loss": float(value_loss.detach()),
                  "value_clip_fraction": float((clipped * share).sum()),
                  "value_pred_mean": float((predicted.detach() * share).sum())}
         return self.settings.value_coef * value_loss, stats
+
+    def idle_loss(self, policy: Any) -> torch.Tensor:
+        """A zero through the same reads of the trunk as :meth:`loss` makes on a micro-batch, on one
+        padding token: a rank with fewer micro-batches takes part in the sharded trunk's collectives."""
+        return self.values(policy, [[policy.pad_id]]).sum() * 0.0
 
     def state_dict(self) -> dict[str, Any]:
         """The head's weights and its own trunk's trainable ones (their optimiser state is in the run's
@@ -181,6 +191,16 @@ class Critic:
             raise KeyError("trunk: the checkpoint's critic and this run's differ in shared_trunk")
         if self.trunk is not None:
             restore_weights(self.trunk, state["trunk"])
+
+
+def unit_shares(rows: Sequence[TrainingSample], policy: Any) -> torch.Tensor:
+    """Each row's share of the rows' weighted loss units (its sample weight times its units: the choice,
+    or the response's tokens): a figure that is a mean over a part's rows in these shares combines
+    over parts and ranks by their units (:func:`~ptgpo_algos.update.accumulate_gradients`) into the
+    same mean as over the whole mini-batch."""
+    amounts = torch.tensor([s.weight * units(s.decision, policy.mode) for s in rows], dtype=torch.float32,
+                           device=policy.device)
+    return amounts / amounts.sum().clamp_min(1e-8)
 
 
 def build_critic(algorithm: Any, policy: Any) -> Critic | None:
