@@ -193,17 +193,14 @@ class BenchConfig:
         if unit != "decisions" and (iterations is not None or any(env.iterations is not None for env in environments)):
             raise BenchError(f"iterations and budget_unit: {unit} both end the RL cells; keep one of them")
         methods = [_method(entry, f"methods[{i}]") for i, entry in enumerate(check_list("methods", data.get("methods", []) or []))]
-        baselines = [
-            _baseline(entry, f"baselines[{i}]") for i, entry in enumerate(check_list("baselines", data.get("baselines", []) or []))
-        ]
+        baselines = [_baseline(entry, f"baselines[{i}]") for i, entry in enumerate(check_list("baselines", data.get("baselines", []) or []))]
         if quick and "seeds" in quick_section:
             # A quick run's seeds are every method's: it is a smoke run of the whole grid.
             methods = [dataclasses.replace(m, seeds=None) for m in methods]
             baselines = [dataclasses.replace(b, seeds=None) for b in baselines]
         if not methods and not baselines:
             raise BenchError("methods, baselines: expected at least one method or baseline between them, got none")
-        if budget is None:
-            _budget_where_trained(environments, methods, baselines, iterations)
+        _budget_where_trained(budget, environments, methods, baselines, iterations)
         _unique([e.label for e in environments], "environments[].label")
         _unique([m.name for m in methods] + [b.method for b in baselines], "method and baseline names (or labels)")
         _distinct_files([e.label for e in environments], [m.name for m in methods] + [b.method for b in baselines])
@@ -248,13 +245,15 @@ def _iterations_once(policy: dict[str, Any], methods: list[MethodEntry]) -> None
                              "keep the top-level iterations, which every RL cell runs")
 
 
-def _budget_where_trained(environments: list[EnvironmentEntry], methods: list[MethodEntry],
+def _budget_where_trained(budget: float | None, environments: list[EnvironmentEntry], methods: list[MethodEntry],
                           baselines: list[BaselineEntry], iterations: int | None) -> None:
     """Without a top-level ``budget``, refuse a config where something trains on an environment without
     a budget of its own (a method, unless an iteration budget ends it; a baseline that trains), naming
     them; a bench that only evaluates needs none."""
     from baselines.registry import BASELINES
 
+    if budget is not None:
+        return
     trained = [f"baselines: {b.method}" for b in baselines if BASELINES.get(b.name).trains]
     for i, env in enumerate(environments):
         by_iterations = iterations is not None or env.iterations is not None
