@@ -135,6 +135,26 @@ def test_an_environment_budget_overrides_the_top_one_except_in_quick_runs():
         BenchConfig.from_dict({**data, "environments": [_config()["environments"][0], {**hard, "budget": 0}]})
 
 
+def test_a_bench_that_trains_nothing_needs_no_budget_and_one_that_trains_is_told_which():
+    untrained = {k: v for k, v in _config(baselines=["random", "zero_shot"]).items() if k != "budget"}
+    config = BenchConfig.from_dict(untrained)
+    assert config.budget is None and {c.budget for c in plan_cells(config)} == {None}
+    assert "budget" not in config.to_dict()
+    env = untrained["environments"][0]
+    for trains, named in (({"methods": [{"algo": "grpo"}]}, "methods: grpo"),
+                          ({"baselines": ["random", "sb3_ppo"]}, "baselines: sb3_ppo")):
+        with pytest.raises(BenchError) as error:
+            BenchConfig.from_dict({**untrained, **trains})
+        assert str(error.value).startswith("budget: required") and named in str(error.value)
+        assert "environments[0] (easy)" in str(error.value) and len(str(error.value).splitlines()) == 1
+        # Each environment's own budget is enough.
+        config = BenchConfig.from_dict({**untrained, **trains, "environments": [{**env, "budget": 30}]})
+        assert config.budget is None and 30 in {c.budget for c in plan_cells(config)}
+    # An iteration budget ends the methods' cells: no decision budget needed for them.
+    config = BenchConfig.from_dict({**untrained, "methods": [{"algo": "grpo"}], "iterations": 2})
+    assert {c.budget for c in plan_cells(config) if c.kind == "rl"} == {2}
+
+
 def test_a_failing_cell_is_recorded_with_its_error(tmp_path):
     config = BenchConfig.from_dict(_config(environments=[
         {"label": "broken", "id": HOUSEHOLD, "kwargs": {"difficulty": "impossible"},

@@ -4,13 +4,13 @@ and short seeded runs (value metrics, a falling value loss, kill-and-resume, the
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
+from resume_scenarios import killed_and_resumed, metric_rows
 
 from ptgpo_algos.advantages import compute_advantages, get_estimator
+from ptgpo_algos.critic.component import Critic
 from ptgpo_algos.critic.gae import turn_gae
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
 from ptgpo_algos.critic.settings import CriticSettings
@@ -62,6 +62,39 @@ def test_a_batch_of_unequal_lengths_equals_each_episode_on_its_own():
         start += length
 
 
+def test_one_whitening_serves_ppo_and_hiper_bit_for_bit_as_each_had_it():
+    from ptgpo_algos.critic.gae import whitened
+    from ptgpo_algos.hiper.estimate import EpisodeTurns, hiper_credit
+    from ptgpo_algos.hiper.plan_format import parse_plan_response
+    from ptgpo_algos.hiper.settings import HiperSettings
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        flat = rng.normal(size=int(rng.integers(2, 40))) * rng.choice([1e-3, 1.0, 1e3])
+        # ppo's own formula (verl's masked_whiten over the whole batch), and over another rank's too
+        assert np.array_equal(whitened(flat), (flat - flat.mean()) / (flat.std() + 1e-8))
+        whole = np.concatenate([flat, rng.normal(size=5)])
+        assert np.array_equal(whitened(flat, over=whole), (flat - whole.mean()) / (whole.std() + 1e-8))
+        # hiper's per-level formula: the masked entries' moments, 0 elsewhere
+        grid, mask = rng.normal(size=(3, 7)), rng.random((3, 7)) < 0.6
+        chosen = grid[mask]
+        expected = np.where(mask, (grid - chosen.mean()) / (chosen.std() + 1e-8), 0.0) if mask.any() else 0 * grid
+        assert np.array_equal(whitened(grid, mask), expected)
+    # The two callers: ppo's estimator and hiper's credit call it (a whitened result, not their own).
+    steps = [_step(r, v) for r, v in ((0.0, 0.1), (1.0, -0.3), (0.5, 0.2), (0.0, 0.0))]
+    raw = compute_advantages("ppo", [[Trajectory(steps[:2]), Trajectory(steps[2:])]], whiten=False)
+    white = compute_advantages("ppo", [[Trajectory(steps[:2]), Trajectory(steps[2:])]], whiten=True)
+    assert np.array_equal([a for t in white[0] for a in t], whitened(np.array([a for t in raw[0] for a in t])))
+    response = parse_plan_response("<switch>SWITCH</switch><subgoal>go</subgoal><action>go right</action>")
+    episodes = [EpisodeTurns([0.0, 1.0], [response] * 2, [True, True], True), EpisodeTurns([0.5], [response], [True], True)]
+    values = np.array([[0.1, -0.2], [0.3, 0.0]])
+    plain = hiper_credit(episodes, values, values, HiperSettings(normalize=False, switch_head=False))
+    white = hiper_credit(episodes, values, values, HiperSettings(normalize=True, switch_head=False))
+    inside = np.array([[True, True], [True, False]])
+    assert np.array_equal(white.low_advantages, whitened(plain.low_advantages, inside))
+    assert np.array_equal(white.high_advantages, whitened(plain.high_advantages, plain.high_turns))
+
+
 def test_gae_refuses_arrays_that_do_not_match_the_lengths():
     with pytest.raises(ValueError, match="one entry per step"):
         turn_gae([0.0, 1.0], [0.0], [2], [0.0], 0.9, 0.9)
@@ -82,6 +115,13 @@ def test_explained_variance():
     assert explained_variance(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0])) == 1.0
     assert explained_variance(np.zeros(3), np.array([1.0, 2.0, 3.0])) == 0.0
     assert explained_variance(np.zeros(2), np.ones(2)) == 0.0
+    # Targets equal but for rounding (a state's float32 value scored in another batch, as across ranks)
+    # have no variance to explain either: the figure was 1.0 or 0.0 by how the rounding fell.
+    equal = np.array([0.1 + 0.2, 0.3, 0.3])
+    assert np.var(equal) > 0 and explained_variance(equal, equal) == 0.0
+    float32 = np.array([0.3, np.nextafter(np.float32(0.3), np.float32(1.0)), 0.3], dtype=np.float32).astype(np.float64)
+    assert np.var(float32) > 0 and explained_variance(float32, float32) == 0.0
+    assert explained_variance(np.array([1.0, 2.0, 3.0]) * 1e-9, np.array([1.0, 2.0, 3.0]) * 1e-9) == 1.0  # small, not equal
 
 
 # ----------------------------------------------------------------------------- estimator, settings
@@ -149,8 +189,6 @@ def _targeted_samples(policy):
 
 
 def _critic(policy, **settings):
-    from ptgpo_algos.critic.component import Critic
-
     critic = Critic(CriticSettings(**settings), policy)
     with torch.no_grad():  # a head away from its zero start, so that the trunk's gradient is not 0 by construction
         critic.head.weight.copy_(torch.linspace(-1.0, 1.0, critic.head.weight.numel()).reshape(critic.head.weight.shape))
@@ -215,11 +253,6 @@ def _lake(out_dir, **change):
     return TrainConfig.from_dict(data)
 
 
-def _rows(path):
-    timing = ("time", "per_s", "wait")
-    return [{k: v for k, v in json.loads(line).items() if not any(t in k for t in timing)} for line in open(path)]
-
-
 def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path, monkeypatch):
     from ptgpo_algos.training.checkpoint import load_checkpoint
     from ptgpo_algos.training.trainer import run_training
@@ -228,7 +261,7 @@ def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path
     # Seed 3 with six 8-step episodes of four tasks an iteration reaches the goal: returns that are not all 0.
     summary = run_training(_lake(tmp_path / "run", group_size=6, tasks_per_iteration=4, max_steps=8, seed=3),
                            progress=False)
-    rows = _rows(summary.metrics_path)
+    rows = metric_rows(summary.metrics_path)
     assert len(rows) == 3 and rows[0]["value_return_mean"] != 0.0
     for row in rows:
         for key in ("value_loss", "value_explained_var", "value_mean", "value_clip_fraction", "value_return_mean"):
@@ -243,32 +276,17 @@ def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path
 
 @pytest.mark.parametrize("shared_trunk", [True, False])
 def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch, shared_trunk):
-    from ptgpo_algos.rollouts import registry as strategies
-    from ptgpo_algos.training.trainer import run_training
-
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     # The goal is reached (returns that are not all 0) with these, as in the run above.
-    run = dict(iterations=4, checkpoint_every=2, seed=3, group_size=6, tasks_per_iteration=4, max_steps=8,
+    run = dict(seed=3, group_size=6, tasks_per_iteration=4, max_steps=8,
                algorithm={"critic": {"value_head_lr": 2e-2, "shared_trunk": shared_trunk}})
-    whole = run_training(_lake(tmp_path / "whole", **run), progress=False)
-    real = strategies.collect_rollouts
-    calls = {"n": 0}
 
-    def dies_in_the_fourth_iteration(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 13:  # a collection per task, 4 tasks an iteration: iteration 4's first
-            raise KeyboardInterrupt("killed")
-        return real(*args, **kwargs)
+    def config(out_dir, **change):
+        return _lake(tmp_path / out_dir, **run, **change)
 
-    monkeypatch.setattr(strategies, "collect_rollouts", dies_in_the_fourth_iteration)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(_lake(tmp_path / "cut", **run), progress=False)
-    assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 3
-    monkeypatch.setattr(strategies, "collect_rollouts", real)
-    resumed = run_training(_lake(tmp_path / "cut", resume=True, **run), progress=False)
-    assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
-    assert resumed.final_eval == whole.final_eval
-    assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.registry.collect_rollouts")
+    assert resumed == whole
+    assert whole[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
 
 
 def test_a_critic_model_of_its_own_across_ranks_is_refused_naming_the_field():
@@ -331,6 +349,29 @@ def test_the_memory_plan_of_ppo_counts_the_value_head_and_its_pass_over_grpos():
     assert {item.name: item.bytes for item in separate.items}["critic model (+ gradients, AdamW)"] == own
     assert separate.trainer_bytes - ppo.trainer_bytes == own
     assert separate_disk.checkpoint_bytes - ppo_disk.checkpoint_bytes == 3 * model["trainable weights (float32)"]
+
+
+def test_the_memory_plan_of_hiper_adds_its_heads_and_the_low_heads_second_pass_to_ppos():
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.training.memory_plan import GIB, disk_plan_for_config, plan_for_config
+
+    def plans(algo, **hiper):
+        config = TrainConfig.from_dict({"env_id": ENV, "algo": algo, "tiny": {"hidden_size": 32},
+                                        "policy": {"mode": "generate", "max_new_tokens": 24}, "algorithm.hiper": hiper})
+        return plan_for_config(config, "cpu", 16 * GIB), disk_plan_for_config(config, "cpu")
+
+    (ppo, ppo_disk), (hiper, hiper_disk), (two, _) = plans("ppo"), plans("hiper"), plans("hiper", switch_head=False)
+    # Per turn HiPER reads the high and switch heads at the prompt, as PPO reads its one, and the low
+    # head at the token closing </subgoal>: one more pass with gradients over the prompt and the response
+    # up to there, at most 1,024 + 24 tokens. The tiny model's float32 activations (5,248 bytes a token
+    # and layer, two layers and one layer's backward) over the micro-batch of 512 such sequences:
+    low_pass = 3 * 5_248 * 512 * (1024 + 24)
+    assert {item.name: item.bytes for item in hiper.items}["low value pass activations"] == low_pass
+    # Three heads where PPO has one: two more of 16 x 33 bytes (weights, gradients, two AdamW moments).
+    assert hiper.trainer_bytes - ppo.trainer_bytes == 2 * 16 * 33 + low_pass
+    assert hiper.peak_bytes - ppo.peak_bytes == pytest.approx(1.1 * (2 * 16 * 33 + low_pass))
+    assert two.trainer_bytes - ppo.trainer_bytes == 16 * 33 + low_pass  # without the switch head
+    assert hiper_disk.checkpoint_bytes - ppo_disk.checkpoint_bytes == 2 * 3 * 4 * 33
 
 
 def test_under_lora_the_value_head_trains_with_the_adapters_and_the_base_stays_frozen(policy, tmp_path):
@@ -495,3 +536,57 @@ def test_across_ranks_the_advantages_are_whitened_over_the_whole_batch():
     first, _ = whitened_over_ranks(ranks[0], diagnostics[:1], lambda local: [local, np.asarray(parts[1])])
     together = [a for rank in (first, mine) for group in rank for t in group for a in t]
     assert np.mean(together) == pytest.approx(0.0, abs=1e-12) and np.std(together) == pytest.approx(1.0, abs=1e-7)
+
+
+# ------------------------------------------------------------------------------- a plugin's critic
+class PluginCritic(Critic):
+    """A plugin estimator's own critic, named by its import string: PPO's, noting the runs built with it."""
+
+    built: list[str] = []
+
+    @classmethod
+    def from_algorithm(cls, algorithm, policy):
+        cls.built.append(algorithm.name)
+        return super().from_algorithm(algorithm, policy)
+
+
+def test_a_plugin_estimator_declares_its_own_critic_which_the_trainer_builds(tmp_path, monkeypatch):
+    from ptgpo_algos.advantages import ESTIMATORS
+    from ptgpo_algos.advantages.config import ConfigKey, real_rule
+    from ptgpo_algos.advantages.ppo import ppo_targets
+    from ptgpo_algos.advantages.registry import Estimate, register_estimator
+    from ptgpo_algos.critic.settings import CRITIC_ESTIMATORS, uses_critic
+    from ptgpo_algos.training.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(PluginCritic, "built", [])
+    keys = {"gae_lambda": ConfigKey("GAE's lambda", "a number in [0, 1]", real_rule(0.0, 1.0))}
+    try:
+        # Declaring the critic imports nothing: a module that does not exist is only found missing when built.
+        register_estimator("plugin_gae", coverage_beta=None, keys=keys, critic=f"{__name__}:PluginCritic")(
+            lambda table, signal, *, gamma=0.9, invalid_penalty=0.1, gae_lambda=0.9:
+            Estimate(ppo_targets(table, gamma, invalid_penalty, gae_lambda)[0]))
+        register_estimator("plugin_missing", coverage_beta=None, critic="no_such_module_here:Critic")(
+            lambda table, signal: Estimate(np.zeros(len(table.value))))
+        assert uses_critic("plugin_gae") and uses_critic("plugin_missing") and not uses_critic("grpo")
+        summary = run_training(_lake(tmp_path / "run", algo="plugin_gae", iterations=1), progress=False)
+        assert PluginCritic.built == ["plugin_gae"]
+        assert np.isfinite(metric_rows(summary.metrics_path)[0]["value_loss"])
+        with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
+            run_training(_lake(tmp_path / "missing", algo="plugin_missing", iterations=1), progress=False)
+    finally:
+        for name in ("plugin_gae", "plugin_missing"):
+            ESTIMATORS.unregister(name)
+            CRITIC_ESTIMATORS.unregister(name)
+
+
+def test_the_built_in_critics_are_named_by_import_string_and_built_from_the_algorithm_section(policy):
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.critic.component import build_critic
+    from ptgpo_algos.hiper.critic import HiperCritic
+
+    ppo = build_critic(TrainConfig.from_dict({"algo": "ppo"}).algorithm, policy)
+    hiper = build_critic(TrainConfig.from_dict({"algo": "hiper", "policy": {"mode": "generate"}}).algorithm, policy)
+    assert type(ppo) is Critic and ppo.head.n_values == 1
+    assert type(hiper) is HiperCritic and hiper.head.n_values == 3
+    assert build_critic(TrainConfig.from_dict({"algo": "grpo"}).algorithm, policy) is None

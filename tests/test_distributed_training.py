@@ -21,7 +21,9 @@ One launch of 2 ranks and one of 1 run every scenario (starting ranks is the slo
 * PPO with its learned critic (the value head replicated, its gradients summed, the advantages
   whitened over every rank's) on 2 ranks, 1 rank and in one process gives the same metrics within the
   same tolerance; stopped after 2 iterations and resumed on 2 ranks it equals the uninterrupted run
-  bit for bit (the head and its AdamW moments in ``checkpoint/``).
+  bit for bit (the head and its AdamW moments in ``checkpoint/``); stopped on 2 ranks and resumed on 1,
+  or stopped on 1 and resumed on 2, it gives the uninterrupted run's metrics within the tolerance; and
+  with LoRA adapters its 2-rank run gives the 1-rank run's (launched apart: 3 launches).
 
 * The single-process trainer (no ``--nproc``) on the GiGPO, PTGPO and BabyAI configs gives the 1- and
   2-rank runs' metrics within the same tolerance: it plays each task with generators of its own,
@@ -58,6 +60,8 @@ PTGPO = {"lr_schedule": "cosine", "lr_warmup_steps": 1, "lr_decay_steps": 40}
 STRATEGIES = [("patr", "grpo", {"rollout": "patr"}), ("bpo", "bpo", {})]
 #: PPO with its learned critic: a value head fast enough to learn something in 3 iterations.
 PPO = {"algorithm": {"critic": {"value_head_lr": 2e-2}}, "seed": 3}
+#: HiPER in generate mode (its plan/execute responses), its three heads fast enough to learn in 3 iterations.
+HIPER = {"policy": {"mode": "generate", "max_new_tokens": 24}, "algorithm": {"critic": {"value_head_lr": 2e-2}}}
 #: BabyAI's GoToLocal, 2 tasks of 4 episodes of at most 8 steps an iteration, 2 iterations.
 BABYAI = {"env_id": "ptgpo/BabyAI-v0", "env_kwargs": {"level": "GoToLocal"}, "max_steps": 8, "tasks_per_iteration": 2,
           "iterations": 2, "eval_every": 2}
@@ -184,6 +188,54 @@ def test_ppo_s_critic_across_ranks_gives_the_single_process_metrics_and_resumes_
     state = torch.load(root / "ppo-2" / "checkpoint" / "state.pt", weights_only=True)
     assert state["extra"]["critic"]["head"]["weight"].any()
     assert "value_head.weight" in (root / "ppo-2" / "checkpoint" / "manifest.json").read_text()  # and its moments
+
+
+@pytest.mark.distributed
+def test_ppo_resumes_on_another_number_of_ranks_and_trains_lora_adapters_across_ranks(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+
+    def run(name, **change):
+        return scenarios.training_config(str(tmp_path / name), "ppo", **{**PPO, **change})
+
+    lora = {"lora": {"r": 4, "alpha": 8}}
+    # Stopped after 2 iterations on 2 ranks and resumed on 1; stopped on 1 and resumed on 2.
+    launch(scenarios.train_on_rank, 2, [run("two"), run("cut-two", iterations=2), run("lora-two", **lora)],
+           {1: str(tmp_path / "two-then-one")})
+    launch(scenarios.train_on_rank, 1, [run("cut-one", iterations=2), run("two-then-one", resume=True),
+                                        run("lora-one", **lora)], {0: str(tmp_path / "one-then-two")})
+    launch(scenarios.train_on_rank, 2, [run("one-then-two", resume=True)], {})
+    two = _rows(tmp_path / "two")
+    assert two[-1]["value_mean"] != 0.0 and two[-1]["iteration"] == 3  # the head learnt: there was state to carry
+    for resumed in ("two-then-one", "one-then-two"):
+        _assert_close(_rows(tmp_path / resumed), two)
+        assert _rows(tmp_path / resumed, "curve") == _rows(tmp_path / "two", "curve")
+    # LoRA adapters and the value head across 2 ranks take the step of 1.
+    lora_two = _rows(tmp_path / "lora-two")
+    _assert_close(lora_two, _rows(tmp_path / "lora-one"))
+    assert lora_two[-1]["value_mean"] != 0.0 and all(row["value_loss"] > 0 for row in lora_two)
+    saved = {p.name for p in (tmp_path / "lora-two" / "final_model").iterdir()}
+    assert {"adapter_config.json", "critic.safetensors"} <= saved  # the adapters trained, and the head beside them
+
+
+@pytest.mark.distributed
+def test_hiper_across_ranks_gives_the_single_process_metrics(tmp_path, monkeypatch):
+    # HiPER ran across ranks with each rank whitening its own episodes' credit and reporting its own
+    # figures: not the run one process makes.
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+
+    def run(name):
+        # A lake of its own per task: each rank's states, values and credit differ from the other's.
+        return scenarios.training_config(str(tmp_path / name), "hiper", env_kwargs={"size": 3}, max_steps=3,
+                                         group_size=2, **HIPER)
+
+    launch(scenarios.train_on_rank, 2, [run("two")], {})
+    run_training(TrainConfig.from_dict(run("alone")), progress=False)  # one process: no --nproc
+    two, alone = _rows(tmp_path / "two"), _rows(tmp_path / "alone")
+    _assert_close(two, alone)
+    assert _rows(tmp_path / "two", "curve") == _rows(tmp_path / "alone", "curve")
+    assert two[0]["value_mean"] == 0.0 and two[-1]["value_mean"] != 0.0  # the heads learnt, the same on both
+    assert all(row["value_high_loss"] > 0 and row["value_switch_loss"] > 0 and row["hiper_segments"] >= 1
+               for row in two)
 
 
 @pytest.mark.distributed

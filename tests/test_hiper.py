@@ -10,7 +10,8 @@ import pytest
 from leaderboard.reported import DEFAULT_REPORTED, load_reported
 from ptgpo_algos.records import Context
 from ptgpo_algos.critic.gae import chained_gae
-from ptgpo_algos.hiper.credit import hae, segment_to_go, shaped_rewards, whiten
+from ptgpo_algos.critic.gae import whitened
+from ptgpo_algos.hiper.credit import hae, segment_to_go, shaped_rewards
 from ptgpo_algos.hiper.estimate import EpisodeTurns, hiper_credit
 from ptgpo_algos.hiper.plan_format import (NO_SUBGOAL, PlanContext, PlanPromptBuilder, PlanTracker, block_spans,
                                            format_plan_response, low_value_index, parse_plan_response,
@@ -173,9 +174,9 @@ def test_shaped_rewards_apply_hipers_penalties():
                        keep_penalty_mode="ratio")
 
 
-def test_whiten_pools_the_selected_entries_only():
-    np.testing.assert_allclose(whiten([1.0, 2.0, 3.0], [True, True, False]), [-1.0, 1.0, 0.0], atol=1e-6)
-    assert whiten([1.0], [False]).tolist() == [0.0]
+def test_whitened_pools_the_selected_entries_only():
+    np.testing.assert_allclose(whitened([1.0, 2.0, 3.0], [True, True, False]), [-1.0, 1.0, 0.0], atol=1e-6)
+    assert whitened([1.0], [False]).tolist() == [0.0]
 
 
 # ---------------------------------------------------------------- the plan/execute format
@@ -375,7 +376,7 @@ def test_hiper_credit_whitens_each_level_over_its_turns_and_fits_a_switch_head()
     assert abs(credit.high_advantages[credit.high_turns].mean()) < 1e-9 and not credit.high_advantages[0, 1:].any()
     # Before whitening the switch advantage is G - V_S, on the turns with a switch block only.
     raw = credit.switch_returns - v_switch * inside
-    expected = whiten(raw, credit.switch_turns)
+    expected = whitened(raw, credit.switch_turns)
     np.testing.assert_allclose(credit.switch_advantages, expected)
     with pytest.raises(ValueError, match="v_switch"):
         hiper_credit(_two_episodes(), np.zeros((2, 3)), np.zeros((2, 3)), HiperSettings())

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from resume_scenarios import killed_and_resumed, metric_rows
 
 from ptgpo_algos.hiper.critic import token_advantages
 from ptgpo_algos.hiper.plan_format import low_value_index
@@ -135,13 +136,6 @@ def _lake(out_dir, **change):
     return TrainConfig.from_dict(data)
 
 
-def _rows(path):
-    def timing(key: str) -> bool:  # "hiper_segments" holds "per_s" too
-        return "time" in key or "wait" in key or key.endswith("per_s")
-
-    return [{k: v for k, v in json.loads(line).items() if not timing(k)} for line in open(path)]
-
-
 LEVEL_FIGURES = ("hiper_segments", "hiper_segment_length", "hiper_plan_valid_rate",
                  "hiper_adv_low_abs_mean", "hiper_adv_high_abs_mean", "hiper_adv_switch_abs_mean")
 
@@ -152,12 +146,12 @@ def test_a_hiper_run_records_three_value_losses_and_the_level_figures(tmp_path, 
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     summary = run_training(_lake(tmp_path / "run"), progress=False)
-    rows = _rows(summary.metrics_path)
+    rows = metric_rows(summary.metrics_path)
     assert len(rows) == 2
     for row in rows:
-        for key in ("value_loss", "value_loss_low", "value_loss_high", "value_loss_switch", *LEVEL_FIGURES):
+        for key in ("value_loss", "value_low_loss", "value_high_loss", "value_switch_loss", *LEVEL_FIGURES):
             assert np.isfinite(row[key]), key
-        assert row["value_loss_low"] > 0 and row["value_loss_high"] > 0 and row["value_loss_switch"] > 0
+        assert row["value_low_loss"] > 0 and row["value_high_loss"] > 0 and row["value_switch_loss"] > 0
         assert row["hiper_segments"] >= 1.0
     assert rows[0]["value_mean"] == 0.0 and rows[-1]["value_mean"] != 0.0  # the heads start at 0, then learn
     head = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["critic"]["head"]
@@ -173,40 +167,25 @@ def test_two_heads_without_the_switch_head(tmp_path, monkeypatch):
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     summary = run_training(_lake(tmp_path / "run", iterations=1, algorithm={"hiper": {"switch_head": False}}),
                            progress=False)
-    row = _rows(summary.metrics_path)[0]
-    assert "value_loss_switch" not in row and "hiper_adv_switch_abs_mean" not in row and row["value_loss_high"] > 0
+    row = metric_rows(summary.metrics_path)[0]
+    assert "value_switch_loss" not in row and "hiper_adv_switch_abs_mean" not in row and row["value_high_loss"] > 0
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["critic"]["head"]["weight"].shape[0] == 2
 
 
 def test_kill_and_resume_of_a_hiper_run_reproduces_the_uninterrupted_one(tmp_path, monkeypatch):
-    from ptgpo_algos.rollouts import registry as strategies
-    from ptgpo_algos.training.trainer import run_training
-
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    run = dict(iterations=3, checkpoint_every=2, algorithm={"critic": {"value_head_lr": 2e-2}})
-    whole = run_training(_lake(tmp_path / "whole", **run), progress=False)
-    real = strategies.collect_rollouts
-    calls = {"n": 0}
 
-    def dies_in_the_third_iteration(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:  # a collection per task, 2 tasks an iteration: iteration 3's first
-            raise KeyboardInterrupt("killed")
-        return real(*args, **kwargs)
+    def config(out_dir, **change):
+        return _lake(tmp_path / out_dir, algorithm={"critic": {"value_head_lr": 2e-2}}, **change)
 
-    monkeypatch.setattr(strategies, "collect_rollouts", dies_in_the_third_iteration)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(_lake(tmp_path / "cut", **run), progress=False)
-    assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 2
-    monkeypatch.setattr(strategies, "collect_rollouts", real)
-    resumed = run_training(_lake(tmp_path / "cut", resume=True, **run), progress=False)
-    assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
-    assert resumed.final_eval == whole.final_eval
-    assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.registry.collect_rollouts")
+    assert resumed == whole
+    assert whole[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
 
 
-
-def test_the_critic_spreads_the_credit_over_blocks_and_a_lone_episodes_group_gets_none(tmp_path):
+def _annotated_batch(tmp_path):
+    """The tiny model in generate mode, a batch of two groups (two episodes, then one) of hand-written
+    plan responses, the HiPER critic that annotated it, and the batch's samples with their targets."""
     from ptgpo_algos.critic.settings import CriticSettings
     from ptgpo_algos.records import Decision, Step, Trajectory
     from ptgpo_algos.hiper.critic import HiperCritic
@@ -235,6 +214,11 @@ def test_the_critic_spreads_the_credit_over_blocks_and_a_lone_episodes_group_get
     critic.annotate(batch, policy, batch_size=8)
     samples = flatten_batch(batch, [[[s.extras["credit"] for s in t.steps] for t in g] for g in batch], mode="generate")
     figures = critic.set_targets(batch, samples, {})
+    return policy, batch, critic, samples, figures
+
+
+def test_the_critic_spreads_the_credit_over_blocks_and_a_lone_episodes_group_gets_none(tmp_path):
+    policy, batch, critic, samples, figures = _annotated_batch(tmp_path)
     assert figures["hiper_segments"] == pytest.approx(4 / 3)  # 1 + 2 + 1 segments over three episodes
     first, kept, _, second_start, lone = samples
     pieces = [policy.tokenizer.decode([t]) for t in first.decision.response_ids]
@@ -250,3 +234,31 @@ def test_the_critic_spreads_the_credit_over_blocks_and_a_lone_episodes_group_get
     assert 0.0 in kept.token_advantages and set(second_start.critic_targets["heads"]) == {0, 1, 2}
     assert set(kept.critic_targets["heads"]) == {0, 2}  # the high head is fitted at segment starts only
     assert lone.token_advantages == [0.0] * len(lone.decision.response_ids)  # a group of one: no advantage
+
+
+def test_the_critics_figures_do_not_depend_on_how_a_mini_batch_is_cut(tmp_path):
+    # The heads' losses were averaged over a mini-batch's micro-batches where their sum, value_loss, was
+    # added up: split in parts, they no longer made up value_loss (and a run across ranks, whose parts
+    # are a rank's, reported other figures than one process).
+    from ptgpo_algos.updates.losses import PolicyLoss, get_loss
+    from ptgpo_algos.updates.samples import accumulate_gradients
+
+    policy, _, critic, samples, _ = _annotated_batch(tmp_path)
+    with torch.no_grad():  # heads away from their zero start, so that every head's loss is its own
+        critic.head.weight.copy_(torch.linspace(-1.0, 1.0, critic.head.weight.numel()).reshape(critic.head.weight.shape))
+    loss = PolicyLoss(get_loss("ppo-clip"), {"clip_ratio": 0.2, "clip_ratio_c": 3.0})
+    weights = float(sum(s.weight for s in samples))
+    figures = []
+    for micro in (None, 2):
+        stats = accumulate_gradients(policy, samples, loss, weights, micro,
+                                     extra=lambda part: critic.loss(policy, part, weights))
+        figures.append(stats)
+        heads = stats["value_low_loss"] + stats["value_high_loss"] + stats["value_switch_loss"]
+        assert stats["value_loss"] == pytest.approx(heads, rel=1e-6)
+    # The other figures are means over the units (response tokens here), whatever the parts: they were
+    # means over each part's samples, which parts of other sizes (a rank's) combined otherwise.
+    for key in ("value_loss", "value_low_loss", "value_high_loss", "value_switch_loss", "value_pred_mean",
+                "value_clip_fraction"):
+        assert figures[1][key] == pytest.approx(figures[0][key], rel=1e-5), key
+    for parameter in list(policy.parameters()) + critic.parameters():
+        parameter.grad = None

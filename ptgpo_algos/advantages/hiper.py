@@ -12,7 +12,7 @@ from ptgpo_algos.advantages.table import StepTable
 __all__ = ["hiper"]
 
 
-@register_estimator("hiper", coverage_beta=None,
+@register_estimator("hiper", coverage_beta=None, critic="ptgpo_algos.hiper.critic:HiperCritic",
                     paper="Peng et al. 2026, HiPER: hierarchical plan-execute RL with hierarchical advantage "
                           "estimation (ICML 2026, arXiv 2602.16165)")
 def hiper(table: StepTable, signal: Signal) -> Estimate:

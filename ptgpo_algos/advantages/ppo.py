@@ -10,9 +10,9 @@ from ptgpo_algos.advantages.config import ConfigKey, real_rule
 from ptgpo_algos.advantages.registry import Estimate, register_estimator
 from ptgpo_algos.advantages.signal import Signal, penalised_rewards
 from ptgpo_algos.advantages.table import StepTable
-from ptgpo_algos.critic.gae import turn_gae
+from ptgpo_algos.critic.gae import turn_gae, whitened
 
-__all__ = ["ppo", "ppo_targets", "whitened"]
+__all__ = ["ppo", "ppo_targets"]
 
 
 def _boolean(value: Any) -> bool:
@@ -41,7 +41,7 @@ def ppo_targets(table: StepTable, gamma: float, invalid_penalty: float, gae_lamb
     return result.advantages, result.returns
 
 
-@register_estimator("ppo", coverage_beta=None, keys=_KEYS,
+@register_estimator("ppo", coverage_beta=None, keys=_KEYS, critic="ptgpo_algos.critic.component:Critic",
                     paper="Schulman et al. 2017, PPO (arXiv 1707.06347), with GAE (Schulman et al. 2016, arXiv "
                           "1506.02438); verl-agent's PPO with a critic is the seed papers' baseline")
 def ppo(table: StepTable, signal: Signal, *, gamma: float = 0.95, invalid_penalty: float = 0.1,
@@ -57,11 +57,6 @@ def ppo(table: StepTable, signal: Signal, *, gamma: float = 0.95, invalid_penalt
     """
     advantages, _ = ppo_targets(table, gamma, invalid_penalty, gae_lambda)
     if whiten and advantages.size > 1:
-        advantages = whitened(advantages, advantages)
+        advantages = whitened(advantages)
     return Estimate(advantages)
 
-
-def whitened(values: np.ndarray, over: np.ndarray) -> np.ndarray:
-    """``(values - mean) / (std + 1e-8)`` with the mean and standard deviation of ``over`` (the whole
-    batch's advantages: ``values`` themselves, or across ranks every rank's)."""
-    return (values - over.mean()) / (over.std() + 1e-8)

@@ -15,6 +15,9 @@ key the suite does not document already (``keys``)::
 
     @register_estimator("my_estimator", keys={"tau": ConfigKey("temperature", "a number > 0", convert)})
     def my_estimator(table, signal, *, tau: float = 1.0) -> Estimate: ...
+
+An estimator that reads a learned critic's values names the critic the trainer builds for it by import
+string, ``critic="my_package.critic:MyCritic"`` (:data:`ptgpo_algos.critic.settings.CRITIC_ESTIMATORS`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ptgpo_algos.advantages.config import COMMON_DEFAULTS, CONFIG_KEYS, COVERAGE_KEYS, ConfigKey
+from ptgpo_algos.critic.settings import CRITIC_ESTIMATORS
 from ptgpo_envs.plugins import Registry
 
 __all__ = ["ESTIMATORS", "Estimate", "EstimatorSpec", "get_estimator", "register_estimator"]
@@ -65,7 +69,7 @@ ESTIMATORS: Registry[EstimatorSpec] = Registry("advantage estimator", "ptgpo.est
 
 def register_estimator(
     name: str, *, coverage_beta: float | None = 0.0, keys: Mapping[str, ConfigKey] | None = None,
-    strategy: str | None = None, paper: str = "",
+    strategy: str | None = None, paper: str = "", critic: str | None = None,
 ) -> Callable:
     """Register ``fn`` under ``name``; ``coverage_beta`` is this estimator's default for that key, or
     ``None`` for an estimator that does not take coverage credit (one that reads the outcomes from the
@@ -74,7 +78,9 @@ def register_estimator(
     ``keys`` gives the rules of keyword parameters that :data:`CONFIG_KEYS` does not document.
     ``strategy`` names the rollout strategy whose own records (``Step.extras``) the estimator credits,
     for one that runs on no other (3SPO's step rewards): the training config then defaults to it and
-    refuses another. ``paper`` says where the method is published (``ptgpo algos`` lists it)."""
+    refuses another. ``paper`` says where the method is published (``ptgpo algos`` lists it). ``critic``
+    names, as ``"module:Class"``, the learned critic the trainer builds for an estimator that reads its
+    values (imported when a run builds it)."""
     rules = {**CONFIG_KEYS, **(keys or {})}
 
     def decorator(function: Callable[..., Estimate]) -> Callable[..., Estimate]:
@@ -96,7 +102,14 @@ def register_estimator(
                 del defaults[key]
         spec = EstimatorSpec(name, function, MappingProxyType(defaults), passed_on,
                              MappingProxyType({key: rules[key] for key in defaults}), strategy, paper)
-        ESTIMATORS.register(name, spec)
+        if critic is not None:  # first: a malformed import string is refused before the estimator is added
+            CRITIC_ESTIMATORS.register_lazy(name, critic)
+        try:
+            ESTIMATORS.register(name, spec)
+        except Exception:
+            if critic is not None:
+                CRITIC_ESTIMATORS.unregister(name)
+            raise
         return function
 
     return decorator

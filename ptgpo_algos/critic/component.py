@@ -31,12 +31,12 @@ from ptgpo_algos.advantages.table import StepTable
 from ptgpo_algos.training.collectors import restore_weights, snapshot_weights
 from ptgpo_algos.critic.head import ValueHead, hidden_size
 from ptgpo_algos.critic.loss import clipped_value_loss, explained_variance
-from ptgpo_algos.critic.settings import CriticSettings
+from ptgpo_algos.critic.settings import CRITIC_ESTIMATORS, CriticSettings, ValuePasses, uses_critic
 from ptgpo_algos.records import Batch, Decision, Step
 from ptgpo_algos.rollouts.collection import FINAL_CONTEXT
-from ptgpo_algos.updates.samples import TrainingSample
+from ptgpo_algos.updates.samples import TrainingSample, units
 
-__all__ = ["Critic"]
+__all__ = ["Critic", "build_critic", "unit_shares"]
 
 
 class Critic:
@@ -48,6 +48,18 @@ class Critic:
         #: The critic's own trunk (a copy of the policy when it starts), or None: it reads the policy's.
         self.trunk = None if settings.shared_trunk else copy.deepcopy(policy)
         self.head = ValueHead(hidden_size(policy.model), n_values).to(policy.device)
+
+    @classmethod
+    def from_algorithm(cls, algorithm: Any, policy: Any) -> Critic:
+        """The critic of a run whose ``algorithm`` section (the config's) names an estimator that reads
+        this class's values; a subclass with settings of its own reads them here."""
+        return cls(algorithm.critic, policy)
+
+    @classmethod
+    def value_passes(cls, algorithm: Any) -> ValuePasses:
+        """What this critic's value loss reads under ``algorithm`` (for the memory planner): one value per
+        state, read at the prompt's last token."""
+        return ValuePasses(heads=1, response_pass=False)
 
     @property
     def shares_trunk(self) -> bool:
@@ -87,10 +99,14 @@ class Critic:
                 self.values(policy, [[policy.pad_id]])
         return np.concatenate(out) if out else np.zeros((0, self.head.n_values))
 
-    def annotate(self, batch: Batch, policy: Any, batch_size: int) -> None:
+    def annotate(self, batch: Batch, policy: Any, batch_size: int,
+                 gather: Callable[[Any], list[Any]] = lambda local: [local]) -> None:
         """Record ``V(s_t)`` on every distinct step (``Step.extras["value"]``) and, with
         ``bootstrap_truncated``, ``V(s_T)`` of each episode the horizon cut off
-        (``Trajectory.meta["bootstrap_value"]``; an episode that terminated has none, 0)."""
+        (``Trajectory.meta["bootstrap_value"]``; an episode that terminated has none, 0). Each value is
+        a state's own: ``gather`` (every rank's, for a critic whose annotations pool the batch) is not
+        needed here; across ranks the trainer whitens PPO's advantages over every rank's."""
+        del gather
         steps: dict[int, Step] = {}
         for group in batch:
             for trajectory in group:
@@ -139,7 +155,8 @@ class Critic:
         """``value_coef`` x the clipped value loss of ``part``'s samples with a target, each weighted by its
         sample weight and divided by ``denominator`` (the whole mini-batch's summed weights, so that the
         parts add up to it); its figures: ``value_loss`` (unscaled, a part of the mini-batch's),
-        ``value_clip_fraction`` and ``value_pred_mean``."""
+        ``value_clip_fraction`` and ``value_pred_mean`` (means over the rows' weighted loss units, as the
+        update's other figures are: :func:`unit_shares`)."""
         rows = [s for s in part if s.value_return is not None]
         if not rows:
             return torch.zeros((), device=policy.device), {}
@@ -150,11 +167,16 @@ class Critic:
         weight = torch.tensor([s.weight for s in rows], dtype=torch.float32, device=device)
         per_sample, clipped = clipped_value_loss(predicted, old, returns, self.settings.value_clip)
         value_loss = (per_sample * weight).sum() / max(denominator, 1e-8)
-        share = weight / weight.sum()
+        share = unit_shares(rows, policy)
         stats = {"value_loss": float(value_loss.detach()),
                  "value_clip_fraction": float((clipped * share).sum()),
                  "value_pred_mean": float((predicted.detach() * share).sum())}
         return self.settings.value_coef * value_loss, stats
+
+    def idle_loss(self, policy: Any) -> torch.Tensor:
+        """A zero through the same reads of the trunk as :meth:`loss` makes on a micro-batch, on one
+        padding token: a rank with fewer micro-batches takes part in the sharded trunk's collectives."""
+        return self.values(policy, [[policy.pad_id]]).sum() * 0.0
 
     def state_dict(self) -> dict[str, Any]:
         """The head's weights and its own trunk's trainable ones (their optimiser state is in the run's
@@ -169,6 +191,28 @@ class Critic:
             raise KeyError("trunk: the checkpoint's critic and this run's differ in shared_trunk")
         if self.trunk is not None:
             restore_weights(self.trunk, state["trunk"])
+
+
+def unit_shares(rows: Sequence[TrainingSample], policy: Any) -> torch.Tensor:
+    """Each row's share of the rows' weighted loss units (its sample weight times its units: the choice,
+    or the response's tokens): a figure that is a mean over a part's rows in these shares combines
+    over parts and ranks by their units (:func:`~ptgpo_algos.updates.samples.accumulate_gradients`) into the
+    same mean as over the whole mini-batch."""
+    amounts = torch.tensor([s.weight * units(s.decision, policy.mode) for s in rows], dtype=torch.float32,
+                           device=policy.device)
+    return amounts / amounts.sum().clamp_min(1e-8)
+
+
+def build_critic(algorithm: Any, policy: Any) -> Critic | None:
+    """The critic the estimator ``algorithm.name`` was registered with (:data:`CRITIC_ESTIMATORS`, its
+    class imported now), on ``policy``; None for an estimator that reads no critic."""
+    if not uses_critic(algorithm.name):
+        return None
+    critic = CRITIC_ESTIMATORS.get(algorithm.name)
+    if not (isinstance(critic, type) and issubclass(critic, Critic)):
+        raise TypeError(f"the critic registered for the estimator {algorithm.name!r} is {critic!r}, not a subclass "
+                        "of ptgpo_algos.critic.component.Critic")
+    return critic.from_algorithm(algorithm, policy)
 
 
 def _decision(step: Step) -> Decision:

@@ -11,7 +11,8 @@ one cut off by the horizon)::
     R_t     = A_t + V(s_t)                                      (the value target)
 
 ``lambda = 1`` gives the discounted return (bootstrapped) minus the value, ``lambda = 0`` the one-step
-TD error.
+TD error. The advantages are then whitened over the batch (:func:`whitened`, verl's ``masked_whiten``):
+PPO's over every turn, HiPER's one level at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GaeResult", "chained_gae", "turn_gae"]
+__all__ = ["GaeResult", "WHITEN_EPSILON", "chained_gae", "turn_gae", "whitened"]
+
+#: The guard in (x - mean) / (std + eps) of the whitening (verl's and HiPER's value).
+WHITEN_EPSILON = 1e-8
 
 
 @dataclass(frozen=True)
@@ -79,3 +83,17 @@ def chained_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray
         carry = deltas[:, t] + gamma * lam * np.where(chained[:, t], carry, 0.0)
         advantages[:, t] = carry
     return advantages
+
+
+def whitened(values, mask=None, over=None) -> np.ndarray:
+    """``(x - mean) / (std + 1e-8)`` of ``values`` where ``mask`` selects (all of them when None), 0
+    elsewhere; the mean and population standard deviation are those of the selected entries, or of
+    ``over`` when given (across ranks: every rank's advantages). Nothing to pool over: all zeros."""
+    x = np.asarray(values, dtype=np.float64)
+    mask = np.ones(x.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    if mask.shape != x.shape:
+        raise ValueError(f"mask must have shape {x.shape}, got {mask.shape}")
+    pool = x[mask] if over is None else np.asarray(over, dtype=np.float64)
+    if pool.size == 0:
+        return np.zeros_like(x)
+    return np.where(mask, (x - pool.mean()) / (pool.std() + WHITEN_EPSILON), 0.0)

@@ -27,11 +27,17 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     return 0.5 * torch.maximum(unclipped, clipped), (outside & (clipped > unclipped)).float()
 
 
+#: Targets whose variance is below this share of their mean square (a spread of 1e-6 of their size) are
+#: equal but for rounding: float32's (the head's values), or float64's in sums taken in another order.
+_ROUNDING_VARIANCE = 1e-12
+
+
 def explained_variance(values: np.ndarray, returns: np.ndarray) -> float:
     """``1 - Var(R - V) / Var(R)``: 1 when the values predict the targets, 0 or below when they do not
-    (0.0 for targets without variance, where nothing is left to explain)."""
+    (0.0 for targets without variance, where nothing is left to explain: equal ones, or equal but for
+    rounding, as the same state's value scored in another batch is)."""
     values, returns = np.asarray(values, dtype=np.float64), np.asarray(returns, dtype=np.float64)
     variance = float(np.var(returns)) if returns.size else 0.0
-    if variance == 0.0:
+    if variance <= _ROUNDING_VARIANCE * (float(np.mean(returns ** 2)) if returns.size else 0.0):
         return 0.0
     return 1.0 - float(np.var(returns - values)) / variance

@@ -1,5 +1,6 @@
 """The critic's settings: the ``algorithm.critic`` section, read by the estimators that learn a value
-(``ppo``) and by no other."""
+(``ppo``, ``hiper``) and by no other; and which critic each of those estimators trains
+(:data:`CRITIC_ESTIMATORS`)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,39 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ptgpo_algos.validation import check_bool, check_number, setting, settings_from_mapping
+from ptgpo_envs.plugins import Registry
 
-__all__ = ["CRITIC_ESTIMATORS", "CriticSettings", "uses_critic"]
+__all__ = ["CRITIC_ESTIMATORS", "CriticSettings", "ValuePasses", "uses_critic", "value_passes"]
 
 _WHERE = "algorithm.critic."
-#: The estimators that read a learned critic's values (the trainer builds one for them).
-CRITIC_ESTIMATORS = ("ppo", "hiper")
+#: The estimators that read a learned critic's values, each mapped to the critic class the trainer builds
+#: for it, by import string (``"module:Class"``, imported when a run builds it). An estimator declares its
+#: critic where it registers: ``register_estimator(name, critic="my_package.critic:MyCritic")``, a subclass
+#: of :class:`~ptgpo_algos.critic.component.Critic` built with ``from_algorithm(algorithm, policy)``.
+CRITIC_ESTIMATORS: Registry[type] = Registry("critic-reading estimator")
 
 
 def uses_critic(estimator: str) -> bool:
-    """Whether the estimator named ``estimator`` needs a learned critic."""
+    """Whether the estimator named ``estimator`` needs a learned critic (it was registered with one)."""
     return estimator in CRITIC_ESTIMATORS
+
+
+@dataclass(frozen=True)
+class ValuePasses:
+    """What a critic's value loss reads, for the memory planner (:mod:`ptgpo_algos.training.memory_plan`): its head's
+    outputs per state, and whether, besides the pass over each turn's prompt, a second pass with
+    gradients reads into the response (HiPER's low head, at the token closing ``</subgoal>``)."""
+
+    heads: int = 1
+    response_pass: bool = False
+
+
+def value_passes(algorithm: Any) -> ValuePasses | None:
+    """The :class:`ValuePasses` of the critic that ``algorithm.name`` trains (its class's
+    ``value_passes(algorithm)``, imported now); None for an estimator without one."""
+    if not uses_critic(algorithm.name):
+        return None
+    return CRITIC_ESTIMATORS.get(algorithm.name).value_passes(algorithm)
 
 
 @dataclass(frozen=True)

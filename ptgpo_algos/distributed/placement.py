@@ -18,10 +18,11 @@ and which samples they train on:
   any world size. The decision budget (``run.total_decisions``) is shared out per task
   (:func:`~ptgpo_algos.distributed.work_split.share_budget`), so the ranks together spend it exactly.
 * **Advantages** are estimated where the groups are; the metrics row's figures are gathered.
-* **A learned critic** (``algorithm.name: ppo``): its value head is small and replicated, the same on
-  every rank (it starts at zero), read on the sharded trunk; each rank scores the values of its own
-  groups (GAE needs a trajectory's alone), its value loss is divided by the whole mini-batch's weights
-  and the head's gradients are summed across ranks, so every rank takes the same step as one process.
+* **A learned critic** (``algorithm.name: ppo``, ``hiper``): its value head is small and replicated, the
+  same on every rank (it starts at zero), read on the sharded trunk; each rank scores the values of its
+  own groups (GAE needs a trajectory's alone; HiPER's credit too, whitened over every rank's), its value
+  loss is divided by the whole mini-batch's weights and the head's gradients are summed across ranks,
+  so every rank takes the same step as one process.
   Its weights and AdamW moments go into ``checkpoint/`` beside the model's (``value_head.*``). A
   critic model of its own (``shared_trunk: false``) is refused.
 * **The update** is :class:`~ptgpo_algos.distributed.updater.ShardedUpdater` on the FSDP2-sharded

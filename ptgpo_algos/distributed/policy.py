@@ -117,13 +117,14 @@ def gathered_state(policy: Any, root: RootRouted, keep: bool) -> dict[str, torch
 def idle_pass(policy: Any, backward: bool, critic: Any = None) -> None:
     """A forward (and ``backward``) of the sharded policy on one padding token that adds nothing to any
     gradient: a rank with fewer micro-batches than another takes part in FSDP's collectives with it.
-    With a ``critic``, the value head's read of the trunk too, as each micro-batch of its update makes."""
+    With a ``critic``, its reads of the trunk too (:meth:`~ptgpo_algos.critic.component.Critic.idle_loss`:
+    PPO's one, HiPER's two), as each micro-batch of its update makes."""
     pad = policy.pad_id
     decision = Decision(text="", action=None, prompt_ids=[pad], response_ids=[pad], logprobs=[0.0], entropy=0.0,
                         candidate_ids=[[pad]], choice=0, choice_logprob=0.0)
     with torch.set_grad_enabled(backward):
         nothing = policy.score([decision], entropy_grad=False).logprobs.sum() * 0.0
         if critic is not None:
-            nothing = nothing + critic.values(policy, [[pad]]).sum() * 0.0
+            nothing = nothing + critic.idle_loss(policy)
         if backward:
             nothing.backward()

@@ -33,10 +33,7 @@ import numpy as np
 
 from ptgpo_algos.critic.gae import chained_gae
 
-__all__ = ["HaeCredit", "WHITEN_EPSILON", "hae", "segment_to_go", "shaped_rewards", "whiten"]
-
-#: The guard in (x - mean) / (std + eps) of the per-level normalisation (HiPER's value).
-WHITEN_EPSILON = 1e-8
+__all__ = ["HaeCredit", "hae", "segment_to_go", "shaped_rewards"]
 
 
 @dataclass(frozen=True)
@@ -190,16 +187,3 @@ def shaped_rewards(rewards, lengths, *, valid, kept, changed_on_keep, invalid_pe
     shaped = (r - invalid_penalty * ~flags["valid"] - per_keep * flags["kept"]
               - consistency_penalty * (flags["kept"] & flags["changed_on_keep"]))
     return np.where(inside, shaped, 0.0)
-
-
-def whiten(values, mask) -> np.ndarray:
-    """``(x - mean) / (std + 1e-8)`` over the entries ``mask`` selects (population std, pooled over
-    the whole batch, one level at a time); other entries come back as 0."""
-    x = np.asarray(values, dtype=np.float64)
-    mask = np.asarray(mask, dtype=bool)
-    if mask.shape != x.shape:
-        raise ValueError(f"mask must have shape {x.shape}, got {mask.shape}")
-    if not mask.any():
-        return np.zeros_like(x)
-    chosen = x[mask]
-    return np.where(mask, (x - chosen.mean()) / (chosen.std() + WHITEN_EPSILON), 0.0)

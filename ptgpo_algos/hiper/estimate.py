@@ -12,11 +12,12 @@ the switch block.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ptgpo_algos.hiper.credit import hae, shaped_rewards, whiten
+from ptgpo_algos.critic.gae import whitened
+from ptgpo_algos.hiper.credit import hae, shaped_rewards
 from ptgpo_algos.hiper.plan_format import PlanResponse, PlanTracker
 from ptgpo_algos.hiper.settings import HiperSettings
 
@@ -85,9 +86,11 @@ def _per_turn(episodes: Sequence[EpisodeTurns], width: int) -> dict[str, np.ndar
 
 
 def hiper_credit(episodes: Sequence[EpisodeTurns], v_low, v_high, settings: HiperSettings,
-                 v_switch=None) -> HiperCredit:
+                 v_switch=None, gather: Callable[[Any], list[Any]] = lambda local: [local]) -> HiperCredit:
     """HiPER's credit for ``episodes`` from the value heads' per-turn outputs (``[episodes, turns]``,
     padded; ``v_high`` read at segment starts only, ``v_switch`` needed when ``settings.switch_head``).
+    Across ranks, ``episodes`` are this rank's and ``gather`` collects every rank's in rank order (the
+    batch's): each level is whitened over the whole batch's, as one process whitens it.
     """
     lengths = np.array([len(e.rewards) for e in episodes], dtype=np.int64)
     width = int(np.asarray(v_low).shape[1]) if len(episodes) else 0
@@ -109,8 +112,11 @@ def hiper_credit(episodes: Sequence[EpisodeTurns], v_low, v_high, settings: Hipe
     if settings.switch_head:
         switch = credit.segment_returns - np.asarray(v_switch, dtype=np.float64) * inside
     if settings.normalize:
-        low, high = whiten(low, inside), whiten(high, high_turns)
-        switch = whiten(switch, switch_turns) if switch is not None else None
+        levels = [(low, inside), (high, high_turns)] + ([(switch, switch_turns)] if switch is not None else [])
+        parts = gather([values[mask] for values, mask in levels])
+        pools = [np.concatenate([part[level] for part in parts]) for level in range(len(levels))]
+        low, high, *rest = [whitened(values, mask, over=pool) for (values, mask), pool in zip(levels, pools)]
+        switch = rest[0] if rest else None
     return HiperCredit(low, high, switch, credit.low_returns, credit.high_returns,
                        credit.segment_returns if settings.switch_head else None, lengths, credit.starts,
                        high_turns, switch_turns)

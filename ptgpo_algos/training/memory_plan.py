@@ -18,10 +18,13 @@ sequence lengths, the rollout engine's share). The parts:
 * rollouts on the trainer's own model (the transformers backend): the KV cache of a batch of
   episodes; with vLLM, the engine's share of the GPU (``gpu_memory_utilization``), which vLLM
   takes whole at start-up;
-* a learned critic (``algo: ppo``, :mod:`ptgpo_algos.critic`): its value head's weights, gradients and
-  AdamW moments (float32, ``16 (H + 1)`` bytes per value), and, when the value loss reaches the shared
-  trunk, the activations of the value's forward pass over the micro-batch's prompts (at the prompt
-  budget), alive beside the policy's until the backward; a critic model of its own (``shared_trunk:
+* a learned critic (``algo: ppo``, ``hiper``, :mod:`ptgpo_algos.critic`): its value head's weights,
+  gradients and AdamW moments (float32, ``16 (H + 1)`` bytes per value: HiPER's head has two or three),
+  and, when the value loss reaches the shared trunk, the activations of the value's forward pass over
+  the micro-batch's prompts (at the prompt budget), alive beside the policy's until the backward;
+  HiPER's low head reads each turn a second time at the token closing ``</subgoal>``, a pass over the
+  prompt and the response up to there (at most the whole step's budget), alive too
+  (:class:`~ptgpo_algos.critic.settings.ValuePasses`); a critic model of its own (``shared_trunk:
   false``) adds the policy's weights, gradients and AdamW moments (and a LoRA base) once more;
 * what the allocator measures nowhere: the CUDA context, and fragmentation (:data:`FRAGMENTATION`).
 
@@ -46,7 +49,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ptgpo_algos.critic.settings import uses_critic
+from ptgpo_algos.critic.settings import value_passes
 from ptgpo_algos.policy.precision import DTYPE_BYTES, Precision, precision_for
 
 __all__ = ["ACTIVATION_BYTES", "DiskDoesNotFit", "DiskPlan", "GpuDoesNotFit", "MemoryItem", "MemoryPlan", "ModelShape",
@@ -147,6 +150,7 @@ class RunShape:
     rollout_copy: bool = False  # each rank plays with a full copy at the compute dtype (the trainer across ranks)
     value_heads: int = 0  # outputs of a learned critic's value head on the trunk (0: critic-free)
     value_prompt: int = 0  # prompt tokens of the value pass whose activations the backward keeps (0: none, detached)
+    value_response: int = 0  # response tokens a second value pass reads beyond the prompt (HiPER's low head; 0: none)
     critic_model: bool = False  # the critic has a trunk of its own: a second copy of the model, trained
 
     def __post_init__(self) -> None:
@@ -298,6 +302,11 @@ def _critic(model: ModelShape, run: RunShape) -> list[MemoryItem]:
         prompts = dataclasses.replace(run, sequence=run.value_prompt)
         items.append(MemoryItem("value pass activations", _activations(model, prompts)[0].bytes,
                                 f"the prompts' forward, {run.value_prompt} tokens each"))
+        if run.value_response:
+            tokens = run.value_prompt + run.value_response
+            into = dataclasses.replace(run, sequence=tokens)
+            items.append(MemoryItem("low value pass activations", _activations(model, into)[0].bytes,
+                                    f"the prompts and responses up to </subgoal>, at most {tokens} tokens each"))
     return items
 
 
@@ -452,6 +461,7 @@ def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> Run
     if rollouts.backend == "transformers" and spec.mode == "generate":
         tasks = -(-rollouts.tasks_per_iteration // world_size)
         rollout_batch = max(tasks * rollouts.group_size, -(-config.evaluation.batch_size // world_size))
+    passes = value_passes(config.algorithm)
     return RunShape(
         device=kind, precision=precision_for(device, spec.dtype, spec.cpu_autocast), micro_batch=optim.micro_batch_size or optim.minibatch_size,
         sequence=spec.max_prompt_tokens + spec.max_new_tokens, lora_rank=int(spec.lora.get("r", 16)) if spec.lora else None,
@@ -459,9 +469,10 @@ def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> Run
         activation_offload=optim.activation_offload, engine_fraction=fraction, rollout_batch=rollout_batch,
         total_bytes=total_bytes, world_size=world_size,
         rollout_copy=world_size > 1 and rollouts.backend == "transformers",
-        value_heads=1 if uses_critic(config.algorithm.name) else 0,
+        value_heads=passes.heads if passes else 0,
         value_prompt=0 if config.algorithm.critic.detach_trunk else spec.max_prompt_tokens,
-        critic_model=uses_critic(config.algorithm.name) and not config.algorithm.critic.shared_trunk,
+        value_response=spec.max_new_tokens if passes and passes.response_pass else 0,
+        critic_model=passes is not None and not config.algorithm.critic.shared_trunk,
     )
 
 

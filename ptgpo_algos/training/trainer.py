@@ -48,7 +48,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
-from ptgpo_algos.advantages.ppo import whitened
 from ptgpo_algos.training.callbacks import (
     Callback,
     JsonlLogger,
@@ -61,13 +60,12 @@ from ptgpo_algos.training.callbacks import (
 from ptgpo_algos.training.checkpoint import CheckpointError
 from ptgpo_algos.config import TrainConfig, label
 from ptgpo_algos.cost import standard_error
-from ptgpo_algos.critic.component import Critic
+from ptgpo_algos.critic.component import build_critic
 from ptgpo_algos.critic.files import load_saved_critic
-from ptgpo_algos.critic.settings import uses_critic
+from ptgpo_algos.critic.gae import whitened
 from ptgpo_algos.records import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
 from ptgpo_algos.rollouts.evaluation import overlap
-from ptgpo_algos.hiper.critic import HiperCritic
 from ptgpo_algos.files import atomic_write_text
 from ptgpo_algos.objectives import ObjectiveInputs, Objectives
 from ptgpo_algos.updates.optimizer import build_optimizer, build_schedule
@@ -185,11 +183,7 @@ class Trainer:
         self.reference = self.policy.reference_policy() if config.optim.kl_coef > 0 else None
         self.rollout_policy = self.placement.rollout_policy(self)
         self.placement.wrap(self)
-        self.critic = None
-        if config.algorithm.name == "hiper":  # its heads and its credit (ptgpo_algos.hiper.critic)
-            self.critic = HiperCritic(config.algorithm.critic, config.algorithm.hiper, self.policy)
-        elif uses_critic(config.algorithm.name):
-            self.critic = Critic(config.algorithm.critic, self.policy)
+        self.critic = build_critic(config.algorithm, self.policy)
         if self.critic is not None:  # a run that starts from a saved model takes its critic back
             load_saved_critic(self.critic, config.policy.model)
         groups = [] if self.critic is None else [self.critic.param_group(config.optim.lr)]
@@ -380,7 +374,7 @@ class Trainer:
         if across:
             config["whiten"] = False
         if self.critic is not None:
-            self.critic.annotate(batch, self.policy, self.updater.scoring_batch_size)
+            self.critic.annotate(batch, self.policy, self.updater.scoring_batch_size, self.placement.gather)
         advantages, diagnostics = compute_advantages_with_diagnostics(algorithm.name, batch, **config)
         if across:
             advantages, diagnostics = whitened_over_ranks(advantages, diagnostics, self.placement.gather)
@@ -576,7 +570,7 @@ def whitened_over_ranks(advantages: list, diagnostics: list, gather: Callable[[A
     whole = np.concatenate(gather(flat))
     if whole.size <= 1:
         return advantages, diagnostics
-    white = iter(whitened(flat, whole).tolist())
+    white = iter(whitened(flat, over=whole).tolist())
     advantages = [[[next(white) for _ in trajectory] for trajectory in group] for group in advantages]
     diagnostics = [dataclasses.replace(d, nonzero_steps=int(sum(a != 0.0 for t in group for a in t)))
                    for d, group in zip(diagnostics, advantages)]

@@ -110,11 +110,11 @@ class BaselineEntry:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """A validated benchmark config: its name, default budget (in ``budget_unit``), seeds, policy section,
-    environments, methods and baselines."""
+    """A validated benchmark config: its name, default budget (in ``budget_unit``; None where nothing
+    trains, or every environment has its own), seeds, policy section, environments, methods and baselines."""
 
     name: str
-    budget: float
+    budget: float | None
     seeds: list[int]
     policy: dict[str, Any]
     environments: list[EnvironmentEntry]
@@ -195,15 +195,14 @@ class BenchConfig:
         if unit != "decisions" and (iterations is not None or any(env.iterations is not None for env in environments)):
             raise BenchError(f"iterations and budget_unit: {unit} both end the RL cells; keep one of them")
         methods = [_method(entry, f"methods[{i}]") for i, entry in enumerate(check_list("methods", data.get("methods", []) or []))]
-        baselines = [
-            _baseline(entry, f"baselines[{i}]") for i, entry in enumerate(check_list("baselines", data.get("baselines", []) or []))
-        ]
+        baselines = [_baseline(entry, f"baselines[{i}]") for i, entry in enumerate(check_list("baselines", data.get("baselines", []) or []))]
         if quick and "seeds" in quick_section:
             # A quick run's seeds are every method's: it is a smoke run of the whole grid.
             methods = [dataclasses.replace(m, seeds=None) for m in methods]
             baselines = [dataclasses.replace(b, seeds=None) for b in baselines]
         if not methods and not baselines:
             raise BenchError("methods, baselines: expected at least one method or baseline between them, got none")
+        _budget_where_trained(budget, environments, methods, baselines, iterations)
         _unique([e.label for e in environments], "environments[].label")
         _unique([m.name for m in methods] + [b.method for b in baselines], "method and baseline names (or labels)")
         _distinct_files([e.label for e in environments], [m.name for m in methods] + [b.method for b in baselines])
@@ -222,6 +221,8 @@ class BenchConfig:
             del data["budget_unit"]
         if data["budget_stop"] == "reached":
             del data["budget_stop"]
+        if data["budget"] is None:  # nothing trains, or every environment has its own
+            del data["budget"]
         for entry in [data, *data["environments"]]:
             if entry["iterations"] is None:
                 del entry["iterations"]
@@ -246,14 +247,35 @@ def _iterations_once(policy: dict[str, Any], methods: list[MethodEntry]) -> None
                              "keep the top-level iterations, which every RL cell runs")
 
 
-def _budget_settings(data: dict[str, Any]) -> tuple[str, float, str]:
-    """The config's ``budget_unit``, ``budget`` and ``budget_stop``."""
+def _budget_where_trained(budget: float | None, environments: list[EnvironmentEntry], methods: list[MethodEntry],
+                          baselines: list[BaselineEntry], iterations: int | None) -> None:
+    """Without a top-level ``budget``, refuse a config where something trains on an environment without
+    a budget of its own (a method, unless an iteration budget ends it; a baseline that trains), naming
+    them; a bench that only evaluates needs none."""
+    from baselines.registry import BASELINES
+
+    if budget is not None:
+        return
+    trained = [f"baselines: {b.method}" for b in baselines if BASELINES.get(b.name).trains]
+    for i, env in enumerate(environments):
+        by_iterations = iterations is not None or env.iterations is not None
+        training = ([] if by_iterations or not methods else [f"methods: {', '.join(m.name for m in methods)}"]) + trained
+        if training and env.budget is None:
+            raise BenchError(f"budget: required when a cell trains ({'; '.join(training)}), and environments[{i}] "
+                             f"({env.label}) has no budget of its own; set the top-level budget (what each training "
+                             "cell spends, in budget_unit) or that environment's")
+
+
+def _budget_settings(data: dict[str, Any]) -> tuple[str, float | None, str]:
+    """The config's ``budget_unit``, ``budget`` (None when not given: checked against what trains once
+    the methods are read) and ``budget_stop``."""
     unit = check_choice("budget_unit", data.get("budget_unit", "decisions"), BUDGET_UNITS)
     stop = check_choice("budget_stop", data.get("budget_stop", "reached"), STOP_RULES)
     if stop != "reached" and unit == "decisions":
         raise BenchError("budget_stop: a budget of decisions is spent exactly; budget_stop applies to a "
                          "budget_unit of cost (train_cpu_s...)")
-    return unit, _budget("budget", data.get("budget"), unit), stop
+    budget = data.get("budget")
+    return unit, None if budget is None else _budget("budget", budget, unit), stop
 
 
 def _budget(where: str, value: Any, unit: str) -> float:
