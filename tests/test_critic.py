@@ -481,17 +481,19 @@ def test_a_truncated_3spo_or_bpo_episode_is_bootstrapped_from_its_final_state(po
 
 def test_across_ranks_the_advantages_are_whitened_over_the_whole_batch():
     # Each rank whitened its own groups: a rank's advantages had mean 0 alone, not the batch's.
+    from ptgpo_algos.advantages import StepAdvantages
     from ptgpo_algos.advantages.estimate import GroupDiagnostics
     from ptgpo_algos.trainer import whitened_over_ranks
 
-    ranks = [[[[1.0, 0.0], [3.0]]], [[[0.0, 0.0], [4.0, 2.0]]]]  # each rank's groups of trajectories
+    # each rank's groups of trajectories
+    ranks = [StepAdvantages.from_nested(nested) for nested in ([[[1.0, 0.0], [3.0]]], [[[0.0, 0.0], [4.0, 2.0]]])]
     diagnostics = [GroupDiagnostics(2, 3, 2, False, False, {}), GroupDiagnostics(2, 4, 2, False, False, {})]
     flat = [1.0, 0.0, 3.0, 0.0, 0.0, 4.0, 2.0]
     mean, std = 10.0 / 7, float(np.std(flat))
-    parts = [[a for group in rank for t in group for a in t] for rank in ranks]
-    mine, counts = whitened_over_ranks(ranks[1], diagnostics[1:], lambda local: [np.asarray(parts[0]), local])
-    assert mine == [[[(0.0 - mean) / (std + 1e-8)] * 2, [(4.0 - mean) / (std + 1e-8), (2.0 - mean) / (std + 1e-8)]]]
+    mine, counts = whitened_over_ranks(ranks[1], diagnostics[1:], lambda local: [ranks[0].values, local])
+    assert mine.nested() == [[[(0.0 - mean) / (std + 1e-8)] * 2,
+                              [(4.0 - mean) / (std + 1e-8), (2.0 - mean) / (std + 1e-8)]]]
     assert counts[0].nonzero_steps == 4
-    first, _ = whitened_over_ranks(ranks[0], diagnostics[:1], lambda local: [local, np.asarray(parts[1])])
-    together = [a for rank in (first, mine) for group in rank for t in group for a in t]
+    first, _ = whitened_over_ranks(ranks[0], diagnostics[:1], lambda local: [local, ranks[1].values])
+    together = np.concatenate([first.values, mine.values])
     assert np.mean(together) == pytest.approx(0.0, abs=1e-12) and np.std(together) == pytest.approx(1.0, abs=1e-7)

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ptgpo_algos.advantages import StepAdvantages
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.data import Context, Decision, Step, Trajectory
 from ptgpo_algos.objectives import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec
@@ -134,10 +135,10 @@ def test_isdpo_routes_only_all_failed_groups_with_privileged_information():
     assert route_groups(batch, None) == [False, True, False]
     # A threshold on the return replaces the won flag.
     assert route_groups([failed], -1.0) == [False]
-    advantages = [[[0.5], [-0.5]], [[0.3, -0.1], [0.2]], [[0.1], [0.0]]]
+    advantages = StepAdvantages.from_nested([[[0.5], [-0.5]], [[0.3, -0.1], [0.2]], [[0.1], [0.0]]])
     routed = ISDPO(alpha=0.5, tau_ema=0.05, beta=1.0, is_clip=2.0, threshold=None, hint_actions=1,
                    hint_template="{task} ({plan})").route(batch, advantages)
-    assert routed == [[[0.5], [-0.5]], [[0.0, 0.0], [0.0]], [[0.1], [0.0]]]
+    assert routed.nested() == [[[0.5], [-0.5]], [[0.0, 0.0], [0.0]], [[0.1], [0.0]]]
 
 
 def test_isdpo_hint_and_mixed_kl_on_hand_computed_numbers():
@@ -179,8 +180,9 @@ def _isdpo(policy):
 def test_isdpo_distillation_raises_the_teacher_preferred_action():
     policy = TablePolicy()
     objective, batch = _isdpo(policy)
-    objective.route(batch, [[[0.0], [0.0]]])
-    items, stats = objective.prepare(ObjectiveInputs(batch, [[[0.0], [0.0]]], policy, np.random.default_rng(0)))
+    zeros = StepAdvantages.from_nested([[[0.0], [0.0]]])
+    objective.route(batch, zeros)
+    items, stats = objective.prepare(ObjectiveInputs(batch, zeros, policy, np.random.default_rng(0)))
     assert stats["routed_share"] == 1.0 and len(items) == 2
     assert items[0].teacher_logp.exp().argmax() == 1 and items[0].decision.prompt_ids == [policy.rows["t"]]
     before = policy.probs("t")[1]
@@ -189,7 +191,7 @@ def test_isdpo_distillation_raises_the_teacher_preferred_action():
     assert policy.probs("t")[1] > before + 0.05
     # The EMA teacher moves tau_ema of the way to the policy.
     teacher_row = objective.teacher.model.logits[policy.rows["t"]].clone()
-    objective.after_update(ObjectiveInputs(batch, [[[0.0], [0.0]]], policy, np.random.default_rng(0)), None)
+    objective.after_update(ObjectiveInputs(batch, zeros, policy, np.random.default_rng(0)), None)
     expected = 0.5 * teacher_row + 0.5 * policy.model.logits[policy.rows["t"]].detach()
     assert torch.allclose(objective.teacher.model.logits[policy.rows["t"]], expected)
 
@@ -233,7 +235,8 @@ def test_seed_skills_shape_training_prompts_only():
     with torch.no_grad():
         policy.model.logits[policy.rows[skilled]] = torch.tensor([0.0, 2.0, 0.0])
     objective = SEED(beta_opd=5.0, max_skills=5, skill_source="auto", skill_template=template)
-    items, stats = objective.prepare(ObjectiveInputs([[trajectory]], [[[0.0]]], policy, np.random.default_rng(0)))
+    items, stats = objective.prepare(ObjectiveInputs([[trajectory]], StepAdvantages.from_nested([[[0.0]]]), policy,
+                                                     np.random.default_rng(0)))
     assert stats["skills"] == 1 and objective.source_for(policy) == "template"
     # The step's own decision keeps its prompt: skills are never part of what evaluation renders.
     assert items[0].decision.prompt_ids == [policy.rows["t"]] == trajectory.steps[0].decision.prompt_ids
@@ -320,7 +323,8 @@ def test_mcgpo_pair_loss_numbers_and_direction():
     group = _mcgpo_group(policy)
     objective = MCGPO(beta=1.0, folds=2, rules="exact-coarse", min_support=2, min_gap=0.0, support_prior=1.0,
                       coarse_weight=0.5, max_pairs=1, gamma=0.95, margin="reference")
-    items, stats = objective.prepare(ObjectiveInputs([group], [], policy, np.random.default_rng(0)))
+    items, stats = objective.prepare(ObjectiveInputs([group], StepAdvantages.from_nested([]), policy,
+                                                     np.random.default_rng(0)))
     assert stats["pairs"] == 1 and len(items) == 1  # capped
     preferred = items[0].better.action
     before = policy.probs("t")[ACTIONS.index(preferred)]

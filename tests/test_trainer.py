@@ -522,10 +522,11 @@ def test_async_rollouts_lag_one_update_and_resume_reproduces_the_run(tmp_path, m
 
 # ----------------------------------------------------------------------------- controls and curves
 def test_placebo_permutes_the_advantages_over_the_batch():
+    from ptgpo_algos.advantages import StepAdvantages
     from ptgpo_algos.trainer import permuted
 
-    advantages = [[[1.0, 2.0], [3.0]], [[4.0, 5.0, 6.0]]]
-    shuffled = permuted(advantages, np.random.default_rng(0))
+    advantages = StepAdvantages.from_nested([[[1.0, 2.0], [3.0]], [[4.0, 5.0, 6.0]]])
+    shuffled = permuted(advantages, np.random.default_rng(0)).nested()
     assert [[len(t) for t in g] for g in shuffled] == [[2, 1], [3]]
     flat = [a for g in shuffled for t in g for a in t]
     assert sorted(flat) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and flat != [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
