@@ -229,12 +229,13 @@ def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path
     summary = run_training(_lake(tmp_path / "run", group_size=6, tasks_per_iteration=4, max_steps=8, seed=3),
                            progress=False)
     rows = _rows(summary.metrics_path)
-    assert len(rows) == 3 and rows[0]["value_return_mean"] != 0.0
+    assert len(rows) == 3 and rows[0]["critic/value_return_mean"] != 0.0
     for row in rows:
-        for key in ("value_loss", "value_explained_var", "value_mean", "value_clip_fraction", "value_return_mean"):
+        for key in ("update/value_loss", "critic/value_explained_var", "critic/value_mean", "update/value_clip_fraction",
+                    "critic/value_return_mean"):
             assert np.isfinite(row[key]), key
-    assert rows[0]["value_mean"] == 0.0  # the head starts at zero
-    assert rows[-1]["value_mean"] != 0.0  # and has learnt since
+    assert rows[0]["critic/value_mean"] == 0.0  # the head starts at zero
+    assert rows[-1]["critic/value_mean"] != 0.0  # and has learnt since
     checkpoint = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert set(checkpoint["critic"]["head"]) == {"weight", "bias"} and checkpoint["critic"]["head"]["weight"].any()
     assert checkpoint["critic"]["trunk"] is None
@@ -268,7 +269,7 @@ def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path,
     resumed = run_training(_lake(tmp_path / "cut", resume=True, **run), progress=False)
     assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
     assert resumed.final_eval == whole.final_eval
-    assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
+    assert _rows(whole.metrics_path)[-1]["critic/value_mean"] != 0.0  # the critic had learnt something to restore
 
 
 def test_a_critic_model_of_its_own_across_ranks_is_refused_naming_the_field():

@@ -142,8 +142,8 @@ def _rows(path):
     return [{k: v for k, v in json.loads(line).items() if not timing(k)} for line in open(path)]
 
 
-LEVEL_FIGURES = ("hiper_segments", "hiper_segment_length", "hiper_plan_valid_rate",
-                 "hiper_adv_low_abs_mean", "hiper_adv_high_abs_mean", "hiper_adv_switch_abs_mean")
+LEVEL_FIGURES = ("critic/hiper_segments", "critic/hiper_segment_length", "critic/hiper_plan_valid_rate",
+                 "critic/hiper_adv_low_abs_mean", "critic/hiper_adv_high_abs_mean", "critic/hiper_adv_switch_abs_mean")
 
 
 def test_a_hiper_run_records_three_value_losses_and_the_level_figures(tmp_path, monkeypatch):
@@ -155,11 +155,11 @@ def test_a_hiper_run_records_three_value_losses_and_the_level_figures(tmp_path, 
     rows = _rows(summary.metrics_path)
     assert len(rows) == 2
     for row in rows:
-        for key in ("value_loss", "value_loss_low", "value_loss_high", "value_loss_switch", *LEVEL_FIGURES):
+        for key in ("update/value_loss", "update/value_loss_low", "update/value_loss_high", "update/value_loss_switch", *LEVEL_FIGURES):
             assert np.isfinite(row[key]), key
-        assert row["value_loss_low"] > 0 and row["value_loss_high"] > 0 and row["value_loss_switch"] > 0
-        assert row["hiper_segments"] >= 1.0
-    assert rows[0]["value_mean"] == 0.0 and rows[-1]["value_mean"] != 0.0  # the heads start at 0, then learn
+        assert row["update/value_loss_low"] > 0 and row["update/value_loss_high"] > 0 and row["update/value_loss_switch"] > 0
+        assert row["critic/hiper_segments"] >= 1.0
+    assert rows[0]["critic/value_mean"] == 0.0 and rows[-1]["critic/value_mean"] != 0.0  # the heads start at 0, then learn
     head = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["critic"]["head"]
     assert tuple(head["weight"].shape) == (3, TINY["hidden_size"]) and head["weight"].any()
     settings = json.loads((tmp_path / "run" / "final_model" / "ptgpo_policy.json").read_text())
@@ -174,7 +174,7 @@ def test_two_heads_without_the_switch_head(tmp_path, monkeypatch):
     summary = run_training(_lake(tmp_path / "run", iterations=1, algorithm={"hiper": {"switch_head": False}}),
                            progress=False)
     row = _rows(summary.metrics_path)[0]
-    assert "value_loss_switch" not in row and "hiper_adv_switch_abs_mean" not in row and row["value_loss_high"] > 0
+    assert "update/value_loss_switch" not in row and "critic/hiper_adv_switch_abs_mean" not in row and row["update/value_loss_high"] > 0
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["critic"]["head"]["weight"].shape[0] == 2
 
 
@@ -202,7 +202,7 @@ def test_kill_and_resume_of_a_hiper_run_reproduces_the_uninterrupted_one(tmp_pat
     resumed = run_training(_lake(tmp_path / "cut", resume=True, **run), progress=False)
     assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
     assert resumed.final_eval == whole.final_eval
-    assert _rows(whole.metrics_path)[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
+    assert _rows(whole.metrics_path)[-1]["critic/value_mean"] != 0.0  # the critic had learnt something to restore
 
 
 

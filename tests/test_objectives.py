@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ptgpo_algos.advantages import StepAdvantages
 from ptgpo_algos.config import TrainConfig
+from ptgpo_algos.metrics import TIMED
 from ptgpo_algos.data import Context, Decision, Step, Trajectory
 from ptgpo_algos.objectives import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec
 from ptgpo_algos.objectives.base import candidate_logprobs, split_parts
@@ -404,8 +405,8 @@ def test_an_objective_registered_from_outside_trains(tmp_path, monkeypatch):
     finally:
         OBJECTIVES.unregister("counting")
     rows = [json.loads(line) for line in summary.metrics_path.read_text().splitlines()]
-    assert built[-1].scale == 0.5 and [r["counting_steps"] for r in rows] == built[-1].seen
-    assert all(r["counting_items"] > 0 and "counting_loss" in r for r in rows)
+    assert built[-1].scale == 0.5 and [r["objective/counting/steps"] for r in rows] == built[-1].seen
+    assert all(r["objective/counting/items"] > 0 and "objective/counting/loss" in r for r in rows)
 
 
 @pytest.mark.parametrize("objective, algo, env", [
@@ -425,10 +426,10 @@ def test_each_objective_trains_from_the_command_line(tmp_path, monkeypatch, obje
     assert main(argv) == 0
     name = objective.split()[1].rstrip(",}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and all(f"{name}_items" in r for r in rows)
+    assert len(rows) == 2 and all(f"objective/{name}/items" in r for r in rows)
     assert json.loads((out / "config.json").read_text())["algorithm"]["objectives"][0]["name"] == name
     if name == "isdpo":
-        assert all(0.0 <= r["isdpo_routed_share"] <= 1.0 for r in rows)
+        assert all(0.0 <= r["objective/isdpo/routed_share"] <= 1.0 for r in rows)
 
 
 def test_rollouts_record_the_experts_next_action_only_when_asked(tmp_path):
@@ -495,8 +496,7 @@ def test_a_resumed_isdpo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypa
     from ptgpo_algos.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    timing = {"wall_time_s", "rollout_time_s", "decisions_per_s", "train_time_s", "train_tokens_per_s",
-              "iteration_time_s", "rollout_wait_s"}
+    timing = TIMED
 
     def config(out, iterations, **change):
         return TrainConfig.from_dict(dict(
@@ -512,7 +512,7 @@ def test_a_resumed_isdpo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypa
     whole = rows(run_training(config("whole", 3), progress=False))
     run_training(config("parts", 2), progress=False)
     resumed = rows(run_training(config("parts", 3, resume=True), progress=False))
-    assert any(r["isdpo_items"] for r in whole) and resumed == whole
+    assert any(r["objective/isdpo/items"] for r in whole) and resumed == whole
 
 
 def test_seed_skills_written_by_the_policy_drop_answers_without_an_action():

@@ -160,10 +160,10 @@ def test_training_over_patr_rollouts_logs_its_counts_and_spends_the_budget_exact
     summary = run_training(_config(tmp_path), progress=False)
     assert summary.decisions == 150
     rows = [json.loads(line) for line in open(summary.metrics_path)]
-    assert {"patr_branches", "patr_checkpoints", "patr_expansions", "patr_pruned_score", "patr_pruned_repeat",
-            "patr_leaves_per_group"} <= set(rows[0])
-    assert sum(row["patr_expansions"] for row in rows) > 0
-    assert sum(row["decisions_saved"] for row in rows) == summary.decisions_saved > 0
+    assert {"rollout/patr_branches", "rollout/patr_checkpoints", "rollout/patr_expansions", "rollout/patr_pruned_score", "rollout/patr_pruned_repeat",
+            "rollout/patr_leaves_per_group"} <= set(rows[0])
+    assert sum(row["rollout/patr_expansions"] for row in rows) > 0
+    assert sum(row["rollout/decisions_saved"] for row in rows) == summary.decisions_saved > 0
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["rollouts"]["strategy"] == "patr" and saved["rollouts"]["patr"]["every"] == 3
 
@@ -212,4 +212,4 @@ def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
 
     resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.patr.collect_patr_rollouts")
     assert resumed == whole
-    assert sum(row["patr_expansions"] for row in whole) > 0
+    assert sum(row["rollout/patr_expansions"] for row in whole) > 0
