@@ -60,7 +60,8 @@ class Callback:
         """After the run's state is built or restored, before the first iteration."""
 
     def after_update(self, run: RunView, batch: Batch) -> dict[str, Any]:
-        """After an iteration's PPO update, with its batch; figures returned join the metrics row."""
+        """After an iteration's PPO update, with its batch; figures returned join the metrics row as
+        ``callback/<ClassName>/<figure>``."""
         return {}
 
     def on_rollouts(self, run: RunView, iteration: int, batch: Batch, advantages: Any) -> None:

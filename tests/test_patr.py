@@ -186,13 +186,13 @@ def test_every_seed_estimator_trains_over_patr_rollouts_from_the_command_line(al
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     passed = []
-    real = trainer.compute_advantages_with_diagnostics
+    real = trainer.estimate_batch
 
     def spy(name, batch, **config):
         passed.append((name, config.get("progress")))
         return real(name, batch, **config)
 
-    monkeypatch.setattr(trainer, "compute_advantages_with_diagnostics", spy)
+    monkeypatch.setattr(trainer, "estimate_batch", spy)
     code = main(["train", "--env", "ptgpo/FrozenLake-v0", "--algo", algo, "--rollout", "patr", "--iterations", "3",
                  "--tasks", "2", "--eval-every", "3", "--eval-episodes", "2", "--out", str(tmp_path / "run"),
                  "--no-progress", "--set", f"env_kwargs={json.dumps(LAKE)}", "--set", "max_steps=12",

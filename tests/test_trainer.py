@@ -547,7 +547,7 @@ def test_a_placebo_run_trains_on_permuted_advantages(tmp_path, monkeypatch):
     monkeypatch.setattr(trainer, "permuted", spy)
     summary = run_training(_small(tmp_path / "run", algo="gigpo", iterations=2, placebo=True), progress=False)
     assert summary.iterations == 2 and len(seen) == 2
-    assert all(sorted(a for g in o for t in g for a in t) == sorted(a for g in i for t in g for a in t) for i, o in seen)
+    assert all(sorted(o.values.tolist()) == sorted(i.values.tolist()) for i, o in seen)
 
 
 def test_curve_evaluations_play_the_first_seeds_and_the_last_plays_all(tmp_path, monkeypatch):
