@@ -332,10 +332,10 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_rollouts(self.view, iteration, batch, advantages)
         train_start = time.perf_counter()
-        samples, update = self.update(batch, advantages)
+        samples, update_row = self.update(batch, advantages)
         train_time = time.perf_counter() - train_start
-        update.add("sync", self.sync(samples), "the weight sync")
-        figures = update.section("update")
+        update_row.add("sync", self.sync(samples), "the weight sync")
+        figures = update_row.section("update")
         self.record(stats, batch)
         self.count_cost(stats, figures, cpu_s=time.process_time() - cpu_start,
                         wall_s=time.perf_counter() - iteration_start)
@@ -349,7 +349,7 @@ class Trainer:
         trained_steps, advantage_figures = self.batch_figures(samples, advantages, diagnostics)
         row.add("advantages", advantage_figures, "the estimator")
         row.add("update", {"trained_steps": trained_steps}, "the trainer's samples")
-        row.merge(update)
+        row.merge(update_row)
         row.add("update", {"train_time_s": train_time,
                            "train_tokens_per_s": figures["train_tokens"] / train_time if train_time > 0 else 0.0},
                 "the trainer's clock")

@@ -118,7 +118,6 @@ def test_the_step_index_of_a_hand_built_batch():
     assert advantages.trajectory_start.tolist() == [0, 2, 2, 5]
     assert advantages.group_start.tolist() == [0, 3]
     assert advantages.step_group.tolist() == [0, 0, 0, 0, 0, 1]
-    assert (advantages.group_steps(0), advantages.group_steps(1)) == (slice(0, 5), slice(5, 6))
     assert advantages.nonzero_per_group().tolist() == [4, 1]
     assert advantages.zeroed_groups([True, False]).values.tolist() == [0.0] * 5 + [2.0]
     assert advantages.nested() == nested

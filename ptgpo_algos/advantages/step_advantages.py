@@ -99,15 +99,6 @@ class StepAdvantages:
         trajectory_group = np.repeat(np.arange(self.n_groups, dtype=np.int64), self.group_size)
         return np.repeat(trajectory_group, self.trajectory_length)
 
-    def group_steps(self, group: int) -> slice:
-        """The slice of :attr:`values` that holds group ``group``'s steps."""
-        ends = np.cumsum(self.trajectory_length)
-        first = int(self.group_start[group])
-        last = first + int(self.group_size[group])
-        start = int(ends[first - 1]) if first > 0 else 0
-        stop = int(ends[last - 1]) if last > first else start
-        return slice(start, stop)
-
     # ------------------------------------------------------------------ per group
     def nonzero_per_group(self) -> np.ndarray:
         """(n_groups,) how many of each group's steps have a non-zero advantage."""
