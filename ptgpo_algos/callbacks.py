@@ -144,10 +144,11 @@ class TensorBoardLogger(Callback):
 
 class WandbLogger(Callback):
     """The run in Weights & Biases (``run.wandb``): the config, the metrics rows (under their sections'
-    names: ``rollout/...``, ``update/...``) and the curve rows (``eval/...``) at their iteration, files under the run folder's ``wandb/``. A resumed run
-    continues the same wandb run: its id is kept in the checkpoint. A run that recorded rollouts
-    (``run.record_rollouts``) ends by drawing them (:mod:`ptgpo_algos.viewer`, into the run folder's
-    ``show/``, as ``ptgpo show`` does) and logging the pages as an artifact of type ``rollout-viewer``."""
+    names: ``rollout/...``, ``update/...``) and the curve rows (``eval/...``) at their iteration, files
+    under the run folder's ``wandb/``. A resumed run continues the same wandb run: its id is kept in
+    the checkpoint. A run that recorded rollouts (``run.record_rollouts``) ends by drawing them
+    (:mod:`ptgpo_algos.viewer`, into the run folder's ``show/``, as ``ptgpo show`` does) and logging the
+    pages as an artifact of type ``rollout-viewer``."""
 
     state_key = "wandb"
 

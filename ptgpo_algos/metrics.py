@@ -72,7 +72,8 @@ class MetricsRow:
         for key, value in figures.items():
             name = f"{section}/{key}" if section else key
             if not section and name != INDEX:
-                raise ValueError(f"metrics row: {name!r} from {source} has no section; give it one of {sorted(SECTIONS)}")
+                raise ValueError(f"metrics row: {name!r} from {source} has no section; "
+                                 f"give it one of {sorted(SECTIONS)}")
             if name in self.values:
                 raise DuplicateMetricError(f"metrics row: {name!r} is reported by both {self.sources[name]} and "
                                            f"{source}; rename one of the two figures")

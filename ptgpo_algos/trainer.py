@@ -446,8 +446,8 @@ class Trainer:
         samples = flatten_batch(batch, advantages, self.config.algorithm.loss_agg, self.config.policy.mode)
         if self.critic is not None:
             algorithm = self.config.algorithm
-            row.add("critic", self.critic.set_targets(batch, samples, {**estimator_defaults(algorithm.name),
-                                                                       **algorithm.config}, gather=self.placement.gather),
+            estimator = {**estimator_defaults(algorithm.name), **algorithm.config}
+            row.add("critic", self.critic.set_targets(batch, samples, estimator, gather=self.placement.gather),
                     "the critic's targets")
         row.add("update", self.updater.prepare(samples), "the updater's scoring")
         trained = self.updater.run(samples, auxiliary)
@@ -652,7 +652,8 @@ def whitened_over_ranks(advantages: StepAdvantages, diagnostics: list,
     if whole.size <= 1:
         return advantages, diagnostics
     advantages = advantages.with_values(whitened(advantages.values, whole))
-    diagnostics = [dataclasses.replace(d, nonzero_steps=int(n)) for d, n in zip(diagnostics, advantages.nonzero_per_group())]
+    diagnostics = [dataclasses.replace(d, nonzero_steps=int(n))
+                   for d, n in zip(diagnostics, advantages.nonzero_per_group())]
     return advantages, diagnostics
 
 

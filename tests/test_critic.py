@@ -231,8 +231,8 @@ def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path
     rows = _rows(summary.metrics_path)
     assert len(rows) == 3 and rows[0]["critic/value_return_mean"] != 0.0
     for row in rows:
-        for key in ("update/value_loss", "critic/value_explained_var", "critic/value_mean", "update/value_clip_fraction",
-                    "critic/value_return_mean"):
+        for key in ("update/value_loss", "critic/value_explained_var", "critic/value_mean",
+                    "update/value_clip_fraction", "critic/value_return_mean"):
             assert np.isfinite(row[key]), key
     assert rows[0]["critic/value_mean"] == 0.0  # the head starts at zero
     assert rows[-1]["critic/value_mean"] != 0.0  # and has learnt since

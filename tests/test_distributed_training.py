@@ -123,8 +123,8 @@ def test_two_ranks_give_the_single_process_metrics(runs, algo):
     _assert_close(two, one)
     assert _rows(root / f"{algo}-2", "curve") == _rows(root / f"{algo}-1", "curve")
     assert any(row.get("update/grad_norm", 0) > 0 for row in two)  # the updates trained
-    computed = [sum(json.loads(line)["update/computed_tokens"] for line in open(root / f"{algo}-{ranks}" / "metrics.jsonl"))
-                for ranks in (2, 1)]
+    computed = [sum(json.loads(line)["update/computed_tokens"]
+                    for line in open(root / f"{algo}-{ranks}" / "metrics.jsonl")) for ranks in (2, 1)]
     assert computed[0] >= computed[1] > 0  # two ranks share fewer prefixes than one process
     assert [r["iteration"] for r in two][-1] == 3
     if algo == "gigpo":  # the same exact budget on 1 and 2 ranks; the KL term on
@@ -178,7 +178,8 @@ def test_ppo_s_critic_across_ranks_gives_the_single_process_metrics_and_resumes_
     _assert_close(two, one)
     _assert_close(two, alone)
     assert _rows(root / "ppo-2", "curve") == _rows(root / "ppo-1", "curve") == _rows(root / "ppo-0", "curve")
-    assert two[0]["critic/value_mean"] == 0.0 and two[-1]["critic/value_mean"] != 0.0  # the head learnt, the same on both
+    # the head learnt, the same on both
+    assert two[0]["critic/value_mean"] == 0.0 and two[-1]["critic/value_mean"] != 0.0
     assert all(row["update/value_loss"] > 0 and row["advantages/nonzero_fraction"] > 0 for row in two)
     assert _rows(root / "ppo-cut-2") == two  # stopped after 2 iterations, resumed on 2 ranks: bit for bit
     state = torch.load(root / "ppo-2" / "checkpoint" / "state.pt", weights_only=True)

@@ -168,7 +168,8 @@ def test_run_relabels_trains_on_relabels_and_resumes_exactly(tmp_path, monkeypat
     whole = run_training(_household(tmp_path / "whole"), progress=False)
     rows = _rows(whole.metrics_path)
     assert sum(r["objective/hindsight/relabelled"] for r in rows) > 0
-    assert [r["objective/hindsight/buffer"] for r in rows] == list(np.cumsum([r["objective/hindsight/relabelled"] for r in rows]))
+    relabelled = [r["objective/hindsight/relabelled"] for r in rows]
+    assert [r["objective/hindsight/buffer"] for r in rows] == list(np.cumsum(relabelled))
     assert all(r["objective/hindsight/updates"] == (2 if r["objective/hindsight/buffer"] else 0) for r in rows)
 
     from ptgpo_algos import strategies

@@ -160,8 +160,8 @@ def test_training_over_patr_rollouts_logs_its_counts_and_spends_the_budget_exact
     summary = run_training(_config(tmp_path), progress=False)
     assert summary.decisions == 150
     rows = [json.loads(line) for line in open(summary.metrics_path)]
-    assert {"rollout/patr_branches", "rollout/patr_checkpoints", "rollout/patr_expansions", "rollout/patr_pruned_score", "rollout/patr_pruned_repeat",
-            "rollout/patr_leaves_per_group"} <= set(rows[0])
+    assert {f"rollout/patr_{name}" for name in ("branches", "checkpoints", "expansions", "pruned_score",
+                                                "pruned_repeat", "leaves_per_group")} <= set(rows[0])
     assert sum(row["rollout/patr_expansions"] for row in rows) > 0
     assert sum(row["rollout/decisions_saved"] for row in rows) == summary.decisions_saved > 0
     saved = json.loads((tmp_path / "run" / "config.json").read_text())

@@ -219,7 +219,8 @@ def test_training_over_3spo_rollouts_spends_the_budget_exactly(tmp_path, monkeyp
     summary = run_training(_config(tmp_path), progress=False)
     assert summary.decisions == 150
     rows = [json.loads(line) for line in open(summary.metrics_path)]
-    assert {"rollout/spo3_expansions", "rollout/spo3_cut", "rollout/spo3_states", "rollout/spo3_trajectories_per_group"} <= set(rows[0])
+    names = ("expansions", "cut", "states", "trajectories_per_group")
+    assert {f"rollout/spo3_{name}" for name in names} <= set(rows[0])
     assert sum(row["rollout/decisions_saved"] for row in rows) == summary.decisions_saved > 0
     assert rows[-1]["rollout/spo3_states"] > rows[0]["rollout/spo3_states"] > 0  # the statistics grow across iterations
     assert any(row["advantages/abs_mean"] > 0 for row in rows)

@@ -42,8 +42,8 @@ import torch
 
 from ptgpo_algos.advantages.config import ConfigKey
 from ptgpo_algos.advantages.step_advantages import StepAdvantages
-from ptgpo_algos.metrics import MetricsRow, objective_section
 from ptgpo_algos.data import Batch, Decision, Step, Trajectory
+from ptgpo_algos.metrics import MetricsRow, objective_section
 from ptgpo_algos.validation import as_number
 from ptgpo_envs.plugins import Registry
 
@@ -279,7 +279,8 @@ class Objectives:
                 items, stats = objective.prepare(ObjectiveInputs(batch, advantages, policy, rng))
                 prepared.append(_Prepared(objective, weight, items))
                 names.append(name)
-                metrics.add(objective_section(name), {**stats, "items": len(items)}, f"objective {name!r}'s prepare")
+                metrics.add(objective_section(name), {**stats, "items": len(items)},
+                            f"objective {name!r}'s prepare")
         if not any(p.items and p.weight for p in prepared):
             return advantages, None, metrics
         return advantages, _Auxiliary(policy, prepared, names, micro_batch_size), metrics
@@ -292,7 +293,8 @@ class Objectives:
             def weighted(loss: torch.Tensor, w: float = weight) -> float:
                 return step(w * loss)
 
-            out.add(objective_section(name), objective.after_update(inputs, weighted), f"objective {name!r}'s after_update")
+            out.add(objective_section(name), objective.after_update(inputs, weighted),
+                    f"objective {name!r}'s after_update")
         return out
 
     def state_dict(self) -> dict[str, Any]:
