@@ -7,7 +7,7 @@ for positive ones, a common variant for sparse rewards (one win should move the 
 should not wipe it out). A loss is the policy-gradient term only: it takes the per-unit tensors of a
 mini-batch and its keys, and returns the per-unit loss and which units were clipped. The trainer
 weighs, aggregates and adds the KL and entropy terms (``optim.kl_coef``, ``optim.entropy_coef``) to
-it as to the built-in loss, and logs ``pg_loss``, ``clip_fraction`` and the rest to metrics.jsonl.
+it as to the built-in loss, and logs ``update/pg_loss``, ``update/clip_fraction`` and the rest to metrics.jsonl.
 ``clip_ratio`` is the ``optim`` section's; ``clip_low`` is this loss's own key, set in
 ``algorithm.loss_config`` and checked by the rule it is registered with.
 """
@@ -55,6 +55,6 @@ with open(summary.metrics_path) as handle:
     rows = [json.loads(line) for line in handle]
 # The entropy bonus is on, so every iteration trains on every step, whatever its advantage.
 print(f"trained {summary.iterations} iterations with asymmetric-clip: {len(calls) - 1} mini-batches; "
-      f"pg_loss per iteration {[round(row['pg_loss'], 4) for row in rows]}, "
-      f"entropy {[round(row['entropy'], 3) for row in rows]}")
+      f"pg_loss per iteration {[round(row['update/pg_loss'], 4) for row in rows]}, "
+      f"entropy {[round(row['update/entropy'], 3) for row in rows]}")
 assert len(calls) > 1  # the trainer called it (the first call was the check above)

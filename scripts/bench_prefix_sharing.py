@@ -76,6 +76,7 @@ class CpuClock:
 
 def run(method: str, share: bool, decisions: int, seed: int, out_dir: Path) -> dict:
     from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.metrics import read_metrics
     from ptgpo_algos.training.trainer import run_training
 
     config = TrainConfig.from_dict({**SETTINGS, **METHODS[method], "share_prefixes": share, "seed": seed,
@@ -86,9 +87,9 @@ def run(method: str, share: bool, decisions: int, seed: int, out_dir: Path) -> d
         summary = run_training(config, progress=False)
     finally:
         clock.uninstall(originals)
-    rows = [json.loads(line) for line in open(summary.metrics_path)]
-    spent = sum(row["decisions"] for row in rows)
-    totals = {key: sum(row.get(key, 0) for row in rows) for key in ("train_tokens", "computed_tokens")}
+    rows = read_metrics(summary.metrics_path)
+    spent = sum(row["rollout/decisions"] for row in rows)
+    totals = {key: sum(row.get(f"update/{key}", 0) for row in rows) for key in ("train_tokens", "computed_tokens")}
     train_cpu = sum(clock.seconds.values())
     return {"method": method, "share_prefixes": share, "decisions": spent, "iterations": len(rows), **totals,
             "train_cpu_s": round(train_cpu, 2), "update_cpu_s": round(clock.seconds["update"], 2),

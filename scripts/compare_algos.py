@@ -37,21 +37,22 @@ def _cell(args: tuple[str, int, dict]) -> dict:
 
     torch.set_num_threads(1)
     from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.metrics import read_metrics
     from ptgpo_algos.training.trainer import run_training
 
     config = TrainConfig.from_dict({**base, "algo": algo, "seed": seed,
                                     "run.out_dir": str(Path(base["run.out_dir"]) / f"{algo}-s{seed}")})
     summary = run_training(config, progress=False)
     curve = [json.loads(line) for line in open(summary.curve_path)]
-    metrics = [json.loads(line) for line in open(summary.metrics_path)]
+    metrics = read_metrics(summary.metrics_path)
     # Sampled (training) success over the last quarter of the run, and the estimator's diagnostics
     # averaged over the run: where greedy evaluation is all zeros these still tell the methods apart.
     tail = metrics[-max(1, len(metrics) // 4):]
     diagnostics = {key: sum(row[key] for row in metrics) / len(metrics)
-                   for key in metrics[0] if key.startswith("adv_") and isinstance(metrics[0][key], (int, float))}
+                   for key in metrics[0] if key.startswith("advantages/") and isinstance(metrics[0][key], (int, float))}
     return {"algo": algo, "seed": seed, "curve": curve, "final_success": summary.final_eval["success"],
             "best_success": summary.best_success,
-            "late_rollout_success": sum(row["rollout_success"] for row in tail) / len(tail),
+            "late_rollout_success": sum(row["rollout/success"] for row in tail) / len(tail),
             "diagnostics": diagnostics, "decisions": summary.decisions,
             "decisions_saved": summary.decisions_saved, "wall_time_s": summary.wall_time_s}
 
@@ -115,7 +116,7 @@ def main() -> int:
     print(f"{'algo':6s} {'final':>6s} {'auc':>6s} {'late sampled':>12s} {'nonzero adv':>11s}")
     for algo, row in summary.items():
         print(f"{algo:6s} {row['final_success_mean']:6.3f} {row['auc_mean']:6.3f} {row['late_rollout_success_mean']:12.3f} "
-              f"{row['diagnostics_mean'].get('adv_nonzero_fraction', float('nan')):11.3f}")
+              f"{row['diagnostics_mean'].get('advantages/nonzero_fraction', float('nan')):11.3f}")
     return 0
 
 

@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from ptgpo_algos.training.callbacks import Callback  # noqa: E402
 from ptgpo_algos.files import atomic_write_text  # noqa: E402
+from ptgpo_algos.metrics import current_row  # noqa: E402
 
 MODELS = ("qwen2.5-1.5b", "qwen2.5-7b")
 #: The recipe's batch (16 tasks x 8) at ALFWorld's prompt length and a forced 512-token response.
@@ -544,15 +545,15 @@ def iteration(out: Path, model: str, backend: str, device: str, tasks: int = TAS
     progress = _Progress(out, f"{name}_{model}", start)
     trainer = Trainer(config, progress=False, callbacks=[progress])
     summary = trainer.train()
-    row = json.loads(Path(summary.metrics_path).read_text().splitlines()[-1])
-    rollout_s = row.get("rollout_time_s") or row.get("rollout_wait_s")
+    row = current_row(json.loads(Path(summary.metrics_path).read_text().splitlines()[-1]))
+    rollout_s = row.get("rollout/time_s") or row.get("rollout/wait_s")
     final = config.run_dir / "final_model"
     result = {
         **progress.seen, "seconds": time.perf_counter() - start, "row": row, "backend": backend,
         "response_tokens": response_tokens,
-        "decisions_per_s": row["decisions"] / rollout_s if rollout_s else None,
-        "tokens_per_s": row["tokens"] / rollout_s if rollout_s else None,
-        "update_seconds": row.get("train_time_s"),
+        "decisions_per_s": row["rollout/decisions"] / rollout_s if rollout_s else None,
+        "tokens_per_s": row["rollout/tokens"] / rollout_s if rollout_s else None,
+        "update_seconds": row.get("update/train_time_s"),
         "checkpoint_seconds": trainer.last_checkpoint.get("seconds"),
         "checkpoint_gib": trainer.last_checkpoint.get("bytes", 0) / GIB if trainer.last_checkpoint else None,
         "final_model_gib": _folder_gib(final), "final_model_files": sorted(p.name for p in final.iterdir()),
@@ -599,7 +600,7 @@ def summary_rows(out: Path, model: str, vllm: bool) -> list[tuple[str, str]]:
                                                                           "vllm_bench"))
     plan, floor = upd.get("planned", {}), upd.get("sync_floor", {})
     cold, warm = upd.get("cold", {}), upd.get("warm", {})
-    vrow = vit.get("row", {})
+    vrow = current_row(vit.get("row", {}))  # a metrics row, of either naming
     no_vllm = "vLLM not installed"
     rows = [
         ("parameters (random init) / build s", _phase_cell(
@@ -630,11 +631,11 @@ def summary_rows(out: Path, model: str, vllm: bool) -> list[tuple[str, str]]:
         return rows + [(label, no_vllm) for label in (
             "vLLM iteration: weight sync s / mean dlogp (floor)", "vLLM rollout: generated tok/s",
             "vllm bench throughput: output tok/s")]
-    rollout_tps = vrow.get("tokens") / vrow["rollout_time_s"] if vrow.get("rollout_time_s") else None
+    rollout_tps = vrow.get("rollout/tokens") / vrow["rollout/time_s"] if vrow.get("rollout/time_s") else None
     return rows + [
         ("vLLM iteration: weight sync s / mean dlogp (floor)", _phase_cell(
-            vit, f"{_fmt(vrow.get('sync_time_s'), '.2f')} / {_fmt(vrow.get('sync_mean_logprob_diff'), '.3g')} "
-                 f"({_fmt(vrow.get('sync_floor'), '.3g')})")),
+            vit, f"{_fmt(vrow.get('sync/time_s'), '.2f')} / {_fmt(vrow.get('sync/mean_logprob_diff'), '.3g')} "
+                 f"({_fmt(vrow.get('sync/floor'), '.3g')})")),
         ("vLLM rollout: generated tok/s", _phase_cell(vit, _fmt(rollout_tps))),
         ("vllm bench throughput: output tok/s", _phase_cell(bench and {**bench, "complete": True},
                                                             _fmt(_bench_output_tokens_per_s(bench)))),

@@ -112,4 +112,4 @@ def test_a_short_run_trains_with_graphgpo(tmp_path, monkeypatch):
     summary = run_training(config, progress=False)
     assert summary.iterations == 2
     rows = [line for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if line]
-    assert len(rows) == 2 and all('"adv_reachable_steps"' in row for row in rows)
+    assert len(rows) == 2 and all('"advantages/reachable_steps"' in row for row in rows)

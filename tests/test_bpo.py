@@ -335,9 +335,9 @@ def test_training_with_bpo_on_frozenlake_end_to_end(tmp_path, monkeypatch):
     summary = run_training(config, progress=False)
     rows = [json.loads(line) for line in open(summary.metrics_path)]
     assert len(rows) == 3
-    assert all(row["bpo_branch_points"] == 4 for row in rows)  # 2 tasks x 2 trunks x 1 point
-    assert all(1 <= row["adv_branch_points"] <= 4 for row in rows)  # forks of two trunks at one node pool
-    assert sum(row["decisions_saved"] for row in rows) == summary.decisions_saved
-    assert any(row["adv_abs_mean"] > 0 for row in rows)
+    assert all(row["rollout/bpo_branch_points"] == 4 for row in rows)  # 2 tasks x 2 trunks x 1 point
+    assert all(1 <= row["advantages/branch_points"] <= 4 for row in rows)  # forks of two trunks at one node pool
+    assert sum(row["rollout/decisions_saved"] for row in rows) == summary.decisions_saved
+    assert any(row["advantages/abs_mean"] > 0 for row in rows)
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["rollouts"]["strategy"] == "bpo" and saved["rollouts"]["bpo"]["forks"] == 2

@@ -48,10 +48,10 @@ def test_a_trained_token_budget_stops_at_the_first_iteration_that_reaches_it(tmp
     metrics = _rows(summary.metrics_path)
     cost = [row for row in _rows(tmp_path / "run" / "cost.jsonl") if row["iteration"] > 0]
     # The cost log counts what the metrics rows say each iteration trained, cumulatively.
-    assert [row["trained_tokens"] for row in cost] == list(np.cumsum([row["train_tokens"] for row in metrics]))
-    assert [row["optimizer_updates"] for row in cost] == list(np.cumsum([row["updates"] for row in metrics]))
-    assert [row["episodes"] for row in cost] == list(np.cumsum([row["episodes"] for row in metrics]))
-    assert [row["unique_tokens"] for row in cost] == list(np.cumsum([row["computed_tokens"] for row in metrics]))
+    assert [row["trained_tokens"] for row in cost] == list(np.cumsum([row["update/train_tokens"] for row in metrics]))
+    assert [row["optimizer_updates"] for row in cost] == list(np.cumsum([row["update/updates"] for row in metrics]))
+    assert [row["episodes"] for row in cost] == list(np.cumsum([row["rollout/episodes"] for row in metrics]))
+    assert [row["unique_tokens"] for row in cost] == list(np.cumsum([row["update/computed_tokens"] for row in metrics]))
     assert all(0 < row["unique_tokens"] < row["trained_tokens"] for row in cost[1:])  # shared prefixes once
     spent = [row["trained_tokens"] for row in cost]
     # Not before the amount, and not one iteration later than needed.

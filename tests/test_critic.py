@@ -262,12 +262,13 @@ def test_a_ppo_run_records_the_critics_figures_and_checkpoints_its_head(tmp_path
     summary = run_training(_lake(tmp_path / "run", group_size=6, tasks_per_iteration=4, max_steps=8, seed=3),
                            progress=False)
     rows = metric_rows(summary.metrics_path)
-    assert len(rows) == 3 and rows[0]["value_return_mean"] != 0.0
+    assert len(rows) == 3 and rows[0]["critic/value_return_mean"] != 0.0
     for row in rows:
-        for key in ("value_loss", "value_explained_var", "value_mean", "value_clip_fraction", "value_return_mean"):
+        for key in ("update/value_loss", "critic/value_explained_var", "critic/value_mean",
+                    "update/value_clip_fraction", "critic/value_return_mean"):
             assert np.isfinite(row[key]), key
-    assert rows[0]["value_mean"] == 0.0  # the head starts at zero
-    assert rows[-1]["value_mean"] != 0.0  # and has learnt since
+    assert rows[0]["critic/value_mean"] == 0.0  # the head starts at zero
+    assert rows[-1]["critic/value_mean"] != 0.0  # and has learnt since
     checkpoint = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert set(checkpoint["critic"]["head"]) == {"weight", "bias"} and checkpoint["critic"]["head"]["weight"].any()
     assert checkpoint["critic"]["trunk"] is None
@@ -286,7 +287,7 @@ def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path,
 
     resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.registry.collect_rollouts")
     assert resumed == whole
-    assert whole[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
+    assert whole[-1]["critic/value_mean"] != 0.0  # the critic had learnt something to restore
 
 
 def test_a_critic_model_of_its_own_across_ranks_is_refused_naming_the_field():
@@ -522,19 +523,21 @@ def test_a_truncated_3spo_or_bpo_episode_is_bootstrapped_from_its_final_state(po
 
 def test_across_ranks_the_advantages_are_whitened_over_the_whole_batch():
     # Each rank whitened its own groups: a rank's advantages had mean 0 alone, not the batch's.
+    from ptgpo_algos.advantages import StepAdvantages
     from ptgpo_algos.advantages.estimate import GroupDiagnostics
     from ptgpo_algos.training.trainer import whitened_over_ranks
 
-    ranks = [[[[1.0, 0.0], [3.0]]], [[[0.0, 0.0], [4.0, 2.0]]]]  # each rank's groups of trajectories
+    # each rank's groups of trajectories
+    ranks = [StepAdvantages.from_nested(nested) for nested in ([[[1.0, 0.0], [3.0]]], [[[0.0, 0.0], [4.0, 2.0]]])]
     diagnostics = [GroupDiagnostics(2, 3, 2, False, False, {}), GroupDiagnostics(2, 4, 2, False, False, {})]
     flat = [1.0, 0.0, 3.0, 0.0, 0.0, 4.0, 2.0]
     mean, std = 10.0 / 7, float(np.std(flat))
-    parts = [[a for group in rank for t in group for a in t] for rank in ranks]
-    mine, counts = whitened_over_ranks(ranks[1], diagnostics[1:], lambda local: [np.asarray(parts[0]), local])
-    assert mine == [[[(0.0 - mean) / (std + 1e-8)] * 2, [(4.0 - mean) / (std + 1e-8), (2.0 - mean) / (std + 1e-8)]]]
+    mine, counts = whitened_over_ranks(ranks[1], diagnostics[1:], lambda local: [ranks[0].values, local])
+    assert mine.nested() == [[[(0.0 - mean) / (std + 1e-8)] * 2,
+                              [(4.0 - mean) / (std + 1e-8), (2.0 - mean) / (std + 1e-8)]]]
     assert counts[0].nonzero_steps == 4
-    first, _ = whitened_over_ranks(ranks[0], diagnostics[:1], lambda local: [local, np.asarray(parts[1])])
-    together = [a for rank in (first, mine) for group in rank for t in group for a in t]
+    first, _ = whitened_over_ranks(ranks[0], diagnostics[:1], lambda local: [local, ranks[1].values])
+    together = np.concatenate([first.values, mine.values])
     assert np.mean(together) == pytest.approx(0.0, abs=1e-12) and np.std(together) == pytest.approx(1.0, abs=1e-7)
 
 
@@ -571,7 +574,7 @@ def test_a_plugin_estimator_declares_its_own_critic_which_the_trainer_builds(tmp
         assert uses_critic("plugin_gae") and uses_critic("plugin_missing") and not uses_critic("grpo")
         summary = run_training(_lake(tmp_path / "run", algo="plugin_gae", iterations=1), progress=False)
         assert PluginCritic.built == ["plugin_gae"]
-        assert np.isfinite(metric_rows(summary.metrics_path)[0]["value_loss"])
+        assert np.isfinite(metric_rows(summary.metrics_path)[0]["update/value_loss"])
         with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
             run_training(_lake(tmp_path / "missing", algo="plugin_missing", iterations=1), progress=False)
     finally:

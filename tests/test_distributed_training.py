@@ -69,10 +69,10 @@ BABYAI = {"env_id": "ptgpo/BabyAI-v0", "env_kwargs": {"level": "GoToLocal"}, "ma
 
 def _rows(folder, name="metrics"):
     rows = [json.loads(line) for line in open(folder / f"{name}.jsonl")]
-    timed = ("_time_s", "_per_s", "rollout_wait_s")
+    timed = ("_time_s", "_per_s", "/time_s", "/wait_s")
     # computed_tokens: a rank shares prefixes among its own samples only (compared on its own below).
-    return [{k: v for k, v in row.items() if not k.endswith(timed) and not k.startswith("sync_")
-             and k != "computed_tokens"} for row in rows]
+    return [{k: v for k, v in row.items() if not k.endswith(timed) and not k.startswith("sync/")
+             and k != "update/computed_tokens"} for row in rows]
 
 
 def _assert_close(a: list[dict], b: list[dict]) -> None:
@@ -126,18 +126,18 @@ def test_two_ranks_give_the_single_process_metrics(runs, algo):
     two, one = _rows(root / f"{algo}-2"), _rows(root / f"{algo}-1")
     _assert_close(two, one)
     assert _rows(root / f"{algo}-2", "curve") == _rows(root / f"{algo}-1", "curve")
-    assert any(row.get("grad_norm", 0) > 0 for row in two)  # the updates trained
-    computed = [sum(json.loads(line)["computed_tokens"] for line in open(root / f"{algo}-{ranks}" / "metrics.jsonl"))
-                for ranks in (2, 1)]
+    assert any(row.get("update/grad_norm", 0) > 0 for row in two)  # the updates trained
+    computed = [sum(json.loads(line)["update/computed_tokens"]
+                    for line in open(root / f"{algo}-{ranks}" / "metrics.jsonl")) for ranks in (2, 1)]
     assert computed[0] >= computed[1] > 0  # two ranks share fewer prefixes than one process
     assert [r["iteration"] for r in two][-1] == 3
     if algo == "gigpo":  # the same exact budget on 1 and 2 ranks; the KL term on
-        assert all(row["kl"] > 0 for row in two[1:])
-        assert runs["two"][0]["decisions"] == runs["one"][0]["decisions"] == BUDGET == two[-1]["total_decisions"]
+        assert all(row["update/kl"] > 0 for row in two[1:])
+        assert runs["two"][0]["decisions"] == runs["one"][0]["decisions"] == BUDGET == two[-1]["run/total_decisions"]
     else:
-        assert two[-1]["total_decisions_saved"] > 0  # prefix trees shared their steps
+        assert two[-1]["run/total_decisions_saved"] > 0  # prefix trees shared their steps
     if algo == "ptgpo":  # the schedule moved the learning rate
-        assert len({row["lr"] for row in two if "lr" in row}) > 1
+        assert len({row["update/lr"] for row in two if "update/lr" in row}) > 1
     assert (root / f"{algo}-2" / "final_model" / "config.json").is_file()
     assert sorted(p.name for p in (root / f"{algo}-2" / "checkpoint").iterdir()) == [
         "__0_0.distcp", "__1_0.distcp", "manifest.json", "state.pt"]
@@ -162,11 +162,11 @@ def test_two_ranks_give_the_single_process_metrics_on_babyai(runs, algo):
     two, one = _rows(root / f"babyai-{algo}-2"), _rows(root / f"babyai-{algo}-1")
     _assert_close(two, one)
     assert _rows(root / f"babyai-{algo}-2", "curve") == _rows(root / f"babyai-{algo}-1", "curve")
-    assert [row["iteration"] for row in two] == [1, 2] and two[-1]["total_decisions"] > 0
+    assert [row["iteration"] for row in two] == [1, 2] and two[-1]["run/total_decisions"] > 0
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("name, prefix", [("patr", "patr_"), ("bpo", "bpo_")])
+@pytest.mark.parametrize("name, prefix", [("patr", "rollout/patr_"), ("bpo", "rollout/bpo_")])
 def test_a_strategy_s_own_counts_are_combined_across_ranks(runs, name, prefix):
     # Each rank's counts were added up as the common RolloutStats: PATR's and BPO's own figures were lost.
     two, one = _rows(runs["root"] / f"{name}-2"), _rows(runs["root"] / f"{name}-1")
@@ -182,8 +182,9 @@ def test_ppo_s_critic_across_ranks_gives_the_single_process_metrics_and_resumes_
     _assert_close(two, one)
     _assert_close(two, alone)
     assert _rows(root / "ppo-2", "curve") == _rows(root / "ppo-1", "curve") == _rows(root / "ppo-0", "curve")
-    assert two[0]["value_mean"] == 0.0 and two[-1]["value_mean"] != 0.0  # the head learnt, the same on both
-    assert all(row["value_loss"] > 0 and row["adv_nonzero_fraction"] > 0 for row in two)
+    # the head learnt, the same on both
+    assert two[0]["critic/value_mean"] == 0.0 and two[-1]["critic/value_mean"] != 0.0
+    assert all(row["update/value_loss"] > 0 and row["advantages/nonzero_fraction"] > 0 for row in two)
     assert _rows(root / "ppo-cut-2") == two  # stopped after 2 iterations, resumed on 2 ranks: bit for bit
     state = torch.load(root / "ppo-2" / "checkpoint" / "state.pt", weights_only=True)
     assert state["extra"]["critic"]["head"]["weight"].any()
@@ -205,14 +206,14 @@ def test_ppo_resumes_on_another_number_of_ranks_and_trains_lora_adapters_across_
                                         run("lora-one", **lora)], {0: str(tmp_path / "one-then-two")})
     launch(scenarios.train_on_rank, 2, [run("one-then-two", resume=True)], {})
     two = _rows(tmp_path / "two")
-    assert two[-1]["value_mean"] != 0.0 and two[-1]["iteration"] == 3  # the head learnt: there was state to carry
+    assert two[-1]["critic/value_mean"] != 0.0 and two[-1]["iteration"] == 3  # the head learnt: there was state to carry
     for resumed in ("two-then-one", "one-then-two"):
         _assert_close(_rows(tmp_path / resumed), two)
         assert _rows(tmp_path / resumed, "curve") == _rows(tmp_path / "two", "curve")
     # LoRA adapters and the value head across 2 ranks take the step of 1.
     lora_two = _rows(tmp_path / "lora-two")
     _assert_close(lora_two, _rows(tmp_path / "lora-one"))
-    assert lora_two[-1]["value_mean"] != 0.0 and all(row["value_loss"] > 0 for row in lora_two)
+    assert lora_two[-1]["critic/value_mean"] != 0.0 and all(row["update/value_loss"] > 0 for row in lora_two)
     saved = {p.name for p in (tmp_path / "lora-two" / "final_model").iterdir()}
     assert {"adapter_config.json", "critic.safetensors"} <= saved  # the adapters trained, and the head beside them
 
@@ -233,8 +234,8 @@ def test_hiper_across_ranks_gives_the_single_process_metrics(tmp_path, monkeypat
     two, alone = _rows(tmp_path / "two"), _rows(tmp_path / "alone")
     _assert_close(two, alone)
     assert _rows(tmp_path / "two", "curve") == _rows(tmp_path / "alone", "curve")
-    assert two[0]["value_mean"] == 0.0 and two[-1]["value_mean"] != 0.0  # the heads learnt, the same on both
-    assert all(row["value_high_loss"] > 0 and row["value_switch_loss"] > 0 and row["hiper_segments"] >= 1
+    assert two[0]["critic/value_mean"] == 0.0 and two[-1]["critic/value_mean"] != 0.0  # the heads learnt, the same on both
+    assert all(row["update/value_high_loss"] > 0 and row["update/value_switch_loss"] > 0 and row["critic/hiper_segments"] >= 1
                for row in two)
 
 
@@ -245,7 +246,7 @@ def test_a_stopped_two_rank_run_resumes_exactly_on_two_ranks_and_within_toleranc
     assert _rows(root / "cut-2") == uninterrupted  # same world size: bit for bit
     assert _rows(root / "cut-2", "curve") == _rows(root / "ptgpo-2", "curve")
     _assert_close(_rows(root / "cut-1"), uninterrupted)  # written on 2 ranks, resumed on 1
-    assert runs["one"][2] == runs["two"][1] == {"decisions": uninterrupted[-1]["total_decisions"], "iterations": 3}
+    assert runs["one"][2] == runs["two"][1] == {"decisions": uninterrupted[-1]["run/total_decisions"], "iterations": 3}
 
 
 @pytest.mark.distributed
@@ -363,7 +364,7 @@ def test_a_prefix_tree_scored_in_chunks_of_different_counts_on_each_rank_trains(
                                     policy={"share_prefixes": share_prefixes})
     assert launch(scenarios.train_in_small_chunks, 2, run)[0][0]["iterations"] == 2
     rows = _rows(tmp_path / "run")
-    assert rows[-1]["iteration"] == 2 and all(row["updates"] > 0 for row in rows[1:])
+    assert rows[-1]["iteration"] == 2 and all(row["update/updates"] > 0 for row in rows[1:])
 
 
 def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():

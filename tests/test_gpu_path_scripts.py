@@ -201,7 +201,7 @@ def test_gpu_check_phases_run_on_a_one_layer_model_on_the_cpu(tmp_path, monkeypa
     assert module.main(["iteration", str(out), "qwen2.5-7b", "--device", "cpu", "--tasks", "1",
                         "--response-tokens", "4"]) == 0
     iteration = json.loads((out / "iteration_qwen2.5-7b.json").read_text())
-    assert iteration["complete"] and iteration["row"]["decisions"] > 0 and iteration["tokens_per_s"] > 0
+    assert iteration["complete"] and iteration["row"]["rollout/decisions"] > 0 and iteration["tokens_per_s"] > 0
     assert iteration["checkpoint_gib"] > 0 and iteration["checkpoint_seconds"] > 0
     # A LoRA run's final model is its adapters, not a merged copy of the base.
     assert "adapter_config.json" in iteration["final_model_files"]

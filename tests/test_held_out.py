@@ -111,8 +111,8 @@ def test_records_measure_the_overlap_and_carry_provenance_and_compute(tmp_path, 
     assert (rl.provenance["device"], rl.provenance["gpu"]) == ("cpu", None)
     assert (random.provenance["device"], random.provenance["gpu"]) == (None, None)
     rows = read_jsonl(tmp_path / "held" / "runs" / "doorkey__grpo__seed0" / "metrics.jsonl")
-    assert rl.episodes == sum(row["episodes"] for row in rows) > 0
-    assert rl.trained_tokens == sum(row["train_tokens"] for row in rows)
+    assert rl.episodes == sum(row["rollout/episodes"] for row in rows) > 0
+    assert rl.trained_tokens == sum(row["update/train_tokens"] for row in rows)
     assert rl.cpu_time_s > 0 and rl.decisions > 0
     assert random.episodes is None and random.cpu_time_s >= 0
 

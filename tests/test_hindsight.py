@@ -167,9 +167,10 @@ def test_run_relabels_trains_on_relabels_and_resumes_exactly(tmp_path, monkeypat
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     whole = run_training(_household(tmp_path / "whole"), progress=False)
     rows = _rows(whole.metrics_path)
-    assert sum(r["hindsight_relabelled"] for r in rows) > 0
-    assert [r["hindsight_buffer"] for r in rows] == list(np.cumsum([r["hindsight_relabelled"] for r in rows]))
-    assert all(r["hindsight_updates"] == (2 if r["hindsight_buffer"] else 0) for r in rows)
+    assert sum(r["objective/hindsight/relabelled"] for r in rows) > 0
+    relabelled = [r["objective/hindsight/relabelled"] for r in rows]
+    assert [r["objective/hindsight/buffer"] for r in rows] == list(np.cumsum(relabelled))
+    assert all(r["objective/hindsight/updates"] == (2 if r["objective/hindsight/buffer"] else 0) for r in rows)
 
     from ptgpo_algos.rollouts import registry as strategies
 

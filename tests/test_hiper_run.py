@@ -136,8 +136,8 @@ def _lake(out_dir, **change):
     return TrainConfig.from_dict(data)
 
 
-LEVEL_FIGURES = ("hiper_segments", "hiper_segment_length", "hiper_plan_valid_rate",
-                 "hiper_adv_low_abs_mean", "hiper_adv_high_abs_mean", "hiper_adv_switch_abs_mean")
+LEVEL_FIGURES = ("critic/hiper_segments", "critic/hiper_segment_length", "critic/hiper_plan_valid_rate",
+                 "critic/hiper_adv_low_abs_mean", "critic/hiper_adv_high_abs_mean", "critic/hiper_adv_switch_abs_mean")
 
 
 def test_a_hiper_run_records_three_value_losses_and_the_level_figures(tmp_path, monkeypatch):
@@ -149,11 +149,13 @@ def test_a_hiper_run_records_three_value_losses_and_the_level_figures(tmp_path, 
     rows = metric_rows(summary.metrics_path)
     assert len(rows) == 2
     for row in rows:
-        for key in ("value_loss", "value_low_loss", "value_high_loss", "value_switch_loss", *LEVEL_FIGURES):
+        for key in ("update/value_loss", "update/value_low_loss", "update/value_high_loss", "update/value_switch_loss",
+                    *LEVEL_FIGURES):
             assert np.isfinite(row[key]), key
-        assert row["value_low_loss"] > 0 and row["value_high_loss"] > 0 and row["value_switch_loss"] > 0
-        assert row["hiper_segments"] >= 1.0
-    assert rows[0]["value_mean"] == 0.0 and rows[-1]["value_mean"] != 0.0  # the heads start at 0, then learn
+        assert all(row[f"update/value_{head}_loss"] > 0 for head in ("low", "high", "switch"))
+        assert row["critic/hiper_segments"] >= 1.0
+    # the heads start at 0, then learn
+    assert rows[0]["critic/value_mean"] == 0.0 and rows[-1]["critic/value_mean"] != 0.0
     head = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["critic"]["head"]
     assert tuple(head["weight"].shape) == (3, TINY["hidden_size"]) and head["weight"].any()
     settings = json.loads((tmp_path / "run" / "final_model" / "ptgpo_policy.json").read_text())
@@ -168,7 +170,8 @@ def test_two_heads_without_the_switch_head(tmp_path, monkeypatch):
     summary = run_training(_lake(tmp_path / "run", iterations=1, algorithm={"hiper": {"switch_head": False}}),
                            progress=False)
     row = metric_rows(summary.metrics_path)[0]
-    assert "value_switch_loss" not in row and "hiper_adv_switch_abs_mean" not in row and row["value_high_loss"] > 0
+    assert "update/value_switch_loss" not in row and "critic/hiper_adv_switch_abs_mean" not in row
+    assert row["update/value_high_loss"] > 0
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["critic"]["head"]["weight"].shape[0] == 2
 
 
@@ -180,7 +183,7 @@ def test_kill_and_resume_of_a_hiper_run_reproduces_the_uninterrupted_one(tmp_pat
 
     resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.registry.collect_rollouts")
     assert resumed == whole
-    assert whole[-1]["value_mean"] != 0.0  # the critic had learnt something to restore
+    assert whole[-1]["critic/value_mean"] != 0.0  # the critic had learnt something to restore
 
 
 def _annotated_batch(tmp_path):

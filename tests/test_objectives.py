@@ -13,7 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ptgpo_algos.advantages import StepAdvantages
 from ptgpo_algos.config import TrainConfig
+from ptgpo_algos.metrics import TIMED
 from ptgpo_algos.records import Context, Decision, Step, Trajectory
 from ptgpo_algos.objectives import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec
 from ptgpo_algos.objectives.base import candidate_logprobs, split_parts
@@ -134,10 +136,10 @@ def test_isdpo_routes_only_all_failed_groups_with_privileged_information():
     assert route_groups(batch, None) == [False, True, False]
     # A threshold on the return replaces the won flag.
     assert route_groups([failed], -1.0) == [False]
-    advantages = [[[0.5], [-0.5]], [[0.3, -0.1], [0.2]], [[0.1], [0.0]]]
+    advantages = StepAdvantages.from_nested([[[0.5], [-0.5]], [[0.3, -0.1], [0.2]], [[0.1], [0.0]]])
     routed = ISDPO(alpha=0.5, tau_ema=0.05, beta=1.0, is_clip=2.0, threshold=None, hint_actions=1,
                    hint_template="{task} ({plan})").route(batch, advantages)
-    assert routed == [[[0.5], [-0.5]], [[0.0, 0.0], [0.0]], [[0.1], [0.0]]]
+    assert routed.nested() == [[[0.5], [-0.5]], [[0.0, 0.0], [0.0]], [[0.1], [0.0]]]
 
 
 def test_isdpo_hint_and_mixed_kl_on_hand_computed_numbers():
@@ -179,8 +181,9 @@ def _isdpo(policy):
 def test_isdpo_distillation_raises_the_teacher_preferred_action():
     policy = TablePolicy()
     objective, batch = _isdpo(policy)
-    objective.route(batch, [[[0.0], [0.0]]])
-    items, stats = objective.prepare(ObjectiveInputs(batch, [[[0.0], [0.0]]], policy, np.random.default_rng(0)))
+    zeros = StepAdvantages.from_nested([[[0.0], [0.0]]])
+    objective.route(batch, zeros)
+    items, stats = objective.prepare(ObjectiveInputs(batch, zeros, policy, np.random.default_rng(0)))
     assert stats["routed_share"] == 1.0 and len(items) == 2
     assert items[0].teacher_logp.exp().argmax() == 1 and items[0].decision.prompt_ids == [policy.rows["t"]]
     before = policy.probs("t")[1]
@@ -189,7 +192,7 @@ def test_isdpo_distillation_raises_the_teacher_preferred_action():
     assert policy.probs("t")[1] > before + 0.05
     # The EMA teacher moves tau_ema of the way to the policy.
     teacher_row = objective.teacher.model.logits[policy.rows["t"]].clone()
-    objective.after_update(ObjectiveInputs(batch, [[[0.0], [0.0]]], policy, np.random.default_rng(0)), None)
+    objective.after_update(ObjectiveInputs(batch, zeros, policy, np.random.default_rng(0)), None)
     expected = 0.5 * teacher_row + 0.5 * policy.model.logits[policy.rows["t"]].detach()
     assert torch.allclose(objective.teacher.model.logits[policy.rows["t"]], expected)
 
@@ -233,7 +236,8 @@ def test_seed_skills_shape_training_prompts_only():
     with torch.no_grad():
         policy.model.logits[policy.rows[skilled]] = torch.tensor([0.0, 2.0, 0.0])
     objective = SEED(beta_opd=5.0, max_skills=5, skill_source="auto", skill_template=template)
-    items, stats = objective.prepare(ObjectiveInputs([[trajectory]], [[[0.0]]], policy, np.random.default_rng(0)))
+    items, stats = objective.prepare(ObjectiveInputs([[trajectory]], StepAdvantages.from_nested([[[0.0]]]), policy,
+                                                     np.random.default_rng(0)))
     assert stats["skills"] == 1 and objective.source_for(policy) == "template"
     # The step's own decision keeps its prompt: skills are never part of what evaluation renders.
     assert items[0].decision.prompt_ids == [policy.rows["t"]] == trajectory.steps[0].decision.prompt_ids
@@ -320,7 +324,8 @@ def test_mcgpo_pair_loss_numbers_and_direction():
     group = _mcgpo_group(policy)
     objective = MCGPO(beta=1.0, folds=2, rules="exact-coarse", min_support=2, min_gap=0.0, support_prior=1.0,
                       coarse_weight=0.5, max_pairs=1, gamma=0.95, margin="reference")
-    items, stats = objective.prepare(ObjectiveInputs([group], [], policy, np.random.default_rng(0)))
+    items, stats = objective.prepare(ObjectiveInputs([group], StepAdvantages.from_nested([]), policy,
+                                                     np.random.default_rng(0)))
     assert stats["pairs"] == 1 and len(items) == 1  # capped
     preferred = items[0].better.action
     before = policy.probs("t")[ACTIONS.index(preferred)]
@@ -400,8 +405,8 @@ def test_an_objective_registered_from_outside_trains(tmp_path, monkeypatch):
     finally:
         OBJECTIVES.unregister("counting")
     rows = [json.loads(line) for line in summary.metrics_path.read_text().splitlines()]
-    assert built[-1].scale == 0.5 and [r["counting_steps"] for r in rows] == built[-1].seen
-    assert all(r["counting_items"] > 0 and "counting_loss" in r for r in rows)
+    assert built[-1].scale == 0.5 and [r["objective/counting/steps"] for r in rows] == built[-1].seen
+    assert all(r["objective/counting/items"] > 0 and "objective/counting/loss" in r for r in rows)
 
 
 @pytest.mark.parametrize("objective, algo, env", [
@@ -421,10 +426,10 @@ def test_each_objective_trains_from_the_command_line(tmp_path, monkeypatch, obje
     assert main(argv) == 0
     name = objective.split()[1].rstrip(",}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and all(f"{name}_items" in r for r in rows)
+    assert len(rows) == 2 and all(f"objective/{name}/items" in r for r in rows)
     assert json.loads((out / "config.json").read_text())["algorithm"]["objectives"][0]["name"] == name
     if name == "isdpo":
-        assert all(0.0 <= r["isdpo_routed_share"] <= 1.0 for r in rows)
+        assert all(0.0 <= r["objective/isdpo/routed_share"] <= 1.0 for r in rows)
 
 
 def test_rollouts_record_the_experts_next_action_only_when_asked(tmp_path):
@@ -491,8 +496,7 @@ def test_a_resumed_isdpo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypa
     from ptgpo_algos.training.trainer import run_training
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
-    timing = {"wall_time_s", "rollout_time_s", "decisions_per_s", "train_time_s", "train_tokens_per_s",
-              "iteration_time_s", "rollout_wait_s"}
+    timing = TIMED
 
     def config(out, iterations, **change):
         return TrainConfig.from_dict(dict(
@@ -508,7 +512,7 @@ def test_a_resumed_isdpo_run_reproduces_the_uninterrupted_one(tmp_path, monkeypa
     whole = rows(run_training(config("whole", 3), progress=False))
     run_training(config("parts", 2), progress=False)
     resumed = rows(run_training(config("parts", 3, resume=True), progress=False))
-    assert any(r["isdpo_items"] for r in whole) and resumed == whole
+    assert any(r["objective/isdpo/items"] for r in whole) and resumed == whole
 
 
 def test_seed_skills_written_by_the_policy_drop_answers_without_an_action():

@@ -68,5 +68,5 @@ def test_a_scheduled_run_resumes_as_it_would_have_gone_on(tmp_path, monkeypatch)
                                                               **schedule), progress=False)
     rows = resume_scenarios.metric_rows(whole.metrics_path)
     assert resume_scenarios.metric_rows(resumed.metrics_path) == rows
-    rates = [row["lr"] for row in rows]
+    rates = [row["update/lr"] for row in rows]
     assert len(set(rates)) > 1 and all(0.0 <= rate <= 5e-4 for rate in rates)  # the rate moved, within lr

@@ -160,10 +160,10 @@ def test_training_over_patr_rollouts_logs_its_counts_and_spends_the_budget_exact
     summary = run_training(_config(tmp_path), progress=False)
     assert summary.decisions == 150
     rows = [json.loads(line) for line in open(summary.metrics_path)]
-    assert {"patr_branches", "patr_checkpoints", "patr_expansions", "patr_pruned_score", "patr_pruned_repeat",
-            "patr_leaves_per_group"} <= set(rows[0])
-    assert sum(row["patr_expansions"] for row in rows) > 0
-    assert sum(row["decisions_saved"] for row in rows) == summary.decisions_saved > 0
+    assert {f"rollout/patr_{name}" for name in ("branches", "checkpoints", "expansions", "pruned_score",
+                                                "pruned_repeat", "leaves_per_group")} <= set(rows[0])
+    assert sum(row["rollout/patr_expansions"] for row in rows) > 0
+    assert sum(row["rollout/decisions_saved"] for row in rows) == summary.decisions_saved > 0
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["rollouts"]["strategy"] == "patr" and saved["rollouts"]["patr"]["every"] == 3
 
@@ -186,13 +186,13 @@ def test_every_seed_estimator_trains_over_patr_rollouts_from_the_command_line(al
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     passed = []
-    real = trainer.compute_advantages_with_diagnostics
+    real = trainer.estimate_batch
 
     def spy(name, batch, **config):
         passed.append((name, config.get("progress")))
         return real(name, batch, **config)
 
-    monkeypatch.setattr(trainer, "compute_advantages_with_diagnostics", spy)
+    monkeypatch.setattr(trainer, "estimate_batch", spy)
     code = main(["train", "--env", "ptgpo/FrozenLake-v0", "--algo", algo, "--rollout", "patr", "--iterations", "3",
                  "--tasks", "2", "--eval-every", "3", "--eval-episodes", "2", "--out", str(tmp_path / "run"),
                  "--no-progress", "--set", f"env_kwargs={json.dumps(LAKE)}", "--set", "max_steps=12",
@@ -212,4 +212,4 @@ def test_a_killed_patr_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
 
     resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.patr.collection.collect_patr_rollouts")
     assert resumed == whole
-    assert sum(row["patr_expansions"] for row in whole) > 0
+    assert sum(row["rollout/patr_expansions"] for row in whole) > 0

@@ -27,7 +27,7 @@ CONFIG = {
                 {"name": "ptgpo", "algo": "ptgpo", "rollout": "tree"}],
 }
 # Clocks (wall and CPU), rates measured by them and the time of writing are the only fields allowed to differ.
-CLOCK_SUFFIXES = ("_time_s", "_wait_s", "_per_s", "_cpu_s")
+CLOCK_SUFFIXES = ("_time_s", "_wait_s", "_per_s", "_cpu_s", "/time_s", "/wait_s")
 
 
 def _is_clock(key):

@@ -106,9 +106,9 @@ def test_tree_success_counts_episodes_from_reset_apart_from_branched_leaves(poli
     leaves = [t for group in batch for t in group]
     from_reset = [t.meta["won"] for t in leaves if t.meta["branch_point"] is None]
     row = stats.as_dict()
-    assert (row["episodes"], row["rollout_episodes"], row["episodes_cut"]) == (24, 9, 0)
+    assert (row["episodes"], row["reset_episodes"], row["episodes_cut"]) == (24, 9, 0)
     assert len(from_reset) == 9 and 0 < sum(from_reset) < 9
-    assert row["rollout_success"] == sum(from_reset) / 9
+    assert row["success"] == sum(from_reset) / 9
     assert row["leaf_success"] == sum(t.meta["won"] for t in leaves) / 24
 
 
@@ -119,7 +119,7 @@ def test_a_decision_budget_cuts_episodes_and_says_so(policy):
     batch, stats = _collect(policy, [lake] * 3, group_size=4, mode="tree", initial_rollouts=2, max_decisions=9)
     row = stats.as_dict()
     assert batch == [] and stats.decisions == 9
-    assert (row["episodes"], row["episodes_cut"], row["rollout_episodes"], row["rollout_success"]) == (0, 6, 0, 0.0)
+    assert (row["episodes"], row["episodes_cut"], row["reset_episodes"], row["success"]) == (0, 6, 0, 0.0)
 
 
 def test_tree_rollouts_are_reproducible(policy):
@@ -226,8 +226,7 @@ def test_patr_spends_a_decision_budget_exactly_and_is_reproducible(policy):
             _replay(task, trajectory)  # only finished or pruned leaves: the ones cut short are left out
     again, same = _collect_patr(policy, [LAKE, HOUSE], seed=3, every=3, max_decisions=41)
     assert [[[s.action for s in t] for t in g] for g in again] == [[[s.action for s in t] for t in g] for g in batch]
-    assert same.as_dict() | {"rollout_time_s": 0, "decisions_per_s": 0} == \
-        stats.as_dict() | {"rollout_time_s": 0, "decisions_per_s": 0}
+    assert same.as_dict() | {"time_s": 0, "decisions_per_s": 0} == stats.as_dict() | {"time_s": 0, "decisions_per_s": 0}
 
 
 def test_patr_plays_the_same_in_worker_processes(policy):

@@ -66,7 +66,7 @@ def test_recorded_groups_read_back_as_the_trainer_held_them(tmp_path):
     rows = read_recordings(tmp_path / "run" / "rollouts")
     batch, advantages = groups_from_rows(rows)
     held_batch, held_advantages = keep.seen[2]
-    assert _shape(batch, advantages) == _shape(held_batch, [[list(map(float, t)) for t in g] for g in held_advantages])
+    assert _shape(batch, advantages) == _shape(held_batch, held_advantages.nested())
     # a prefix tree: some decision is shared by several trajectories, and is one row
     assert any(len(row["trajectories"]) > 1 for row in rows)
     assert len(rows) == len({(r["group"], r["node"]) for r in rows})

@@ -139,8 +139,8 @@ def test_the_sync_check_is_held_to_four_times_the_floor_measured_before_the_firs
         ROLLOUT_BACKENDS.unregister("scripted-sync")
     assert trainer.sync_floor == 0.02 and engines[0].asked[0] == (4, 32)  # four distinct prompts, 32 tokens each
     rows = [__import__("json").loads(line) for line in summary.metrics_path.read_text().splitlines()]
-    assert [r["sync_mean_logprob_diff"] for r in rows] == [0.05, 0.07]
-    assert all(r["sync_floor"] == 0.02 and r["sync_tolerance"] == pytest.approx(0.08) for r in rows)
+    assert [r["sync/mean_logprob_diff"] for r in rows] == [0.05, 0.07]
+    assert all(r["sync/floor"] == 0.02 and r["sync/tolerance"] == pytest.approx(0.08) for r in rows)
 
 
 def test_a_run_without_its_final_model_plans_no_disk_for_it_and_says_why_evaluate_finds_nothing(tmp_path):

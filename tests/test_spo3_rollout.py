@@ -219,10 +219,11 @@ def test_training_over_3spo_rollouts_spends_the_budget_exactly(tmp_path, monkeyp
     summary = run_training(_config(tmp_path), progress=False)
     assert summary.decisions == 150
     rows = [json.loads(line) for line in open(summary.metrics_path)]
-    assert {"spo3_expansions", "spo3_cut", "spo3_states", "spo3_trajectories_per_group"} <= set(rows[0])
-    assert sum(row["decisions_saved"] for row in rows) == summary.decisions_saved > 0
-    assert rows[-1]["spo3_states"] > rows[0]["spo3_states"] > 0  # the statistics grow across iterations
-    assert any(row["adv_abs_mean"] > 0 for row in rows)
+    names = ("expansions", "cut", "states", "trajectories_per_group")
+    assert {f"rollout/spo3_{name}" for name in names} <= set(rows[0])
+    assert sum(row["rollout/decisions_saved"] for row in rows) == summary.decisions_saved > 0
+    assert rows[-1]["rollout/spo3_states"] > rows[0]["rollout/spo3_states"] > 0  # the statistics grow across iterations
+    assert any(row["advantages/abs_mean"] > 0 for row in rows)
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["rollouts"]["strategy"] == "3spo" and saved["rollouts"]["spo3"]["g_max"] == 4
 
@@ -236,4 +237,4 @@ def test_a_killed_3spo_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, m
 
     resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.spo3.collection.collect_spo3_rollouts")
     assert resumed == whole
-    assert whole[-1]["spo3_states"] > 0
+    assert whole[-1]["rollout/spo3_states"] > 0

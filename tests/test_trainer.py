@@ -14,6 +14,7 @@ import torch
 from ptgpo_algos.config import TrainConfig
 from ptgpo_algos.records import Step, Trajectory
 from ptgpo_algos.updates.losses import low_var_kl, policy_loss, ppo_clip_loss, weighted_token_mean
+from ptgpo_algos.metrics import TIMED
 from ptgpo_algos.records import Decision
 from ptgpo_algos.training.run_evaluation import evaluation_agent
 from ptgpo_algos.training.trainer import Trainer, run_training
@@ -276,8 +277,7 @@ def _small(out_dir, **change):
 
 
 def _rows(path):
-    drop = {"wall_time_s", "rollout_time_s", "decisions_per_s", "train_time_s", "train_tokens_per_s",
-            "iteration_time_s", "rollout_wait_s"}
+    drop = {"wall_time_s", *TIMED}  # the curve's clock, the metrics rows'
     return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in open(path)]
 
 
@@ -346,7 +346,7 @@ def test_short_run_improves_success_on_an_easy_environment(tmp_path, monkeypatch
     ))
     summary = run_training(config, progress=False)
     curve = [json.loads(line) for line in open(summary.curve_path)]
-    rollouts = [json.loads(line)["rollout_success"] for line in open(summary.metrics_path)]
+    rollouts = [json.loads(line)["rollout/success"] for line in open(summary.metrics_path)]
     # Sampled success, 96 episodes at the end against 96 at the start: near-random play succeeds
     # ~6 % of the time, so +0.15 is about four standard deviations of the difference (measured
     # here: ~0.06 -> ~0.4). The greedy evaluation on this one map is all-or-nothing.
@@ -370,10 +370,10 @@ def test_coverage_credit_reaches_all_succeeded_groups_only_when_asked(tmp_path, 
         summary = run_training(config, progress=False)
         rows[when] = [json.loads(line) for line in open(summary.metrics_path)]
     default, old = rows["all_failed"], rows["all_equal"]
-    assert sum(row["adv_all_equal_groups"] for row in default) > 0
-    assert all(row["adv_coverage_groups"] == 0 for row in default)
-    assert all(row["adv_coverage_groups"] == row["adv_all_equal_groups"] for row in old)
-    assert old[0]["leaf_success"] == default[0]["leaf_success"] > 0
+    assert sum(row["advantages/all_equal_groups"] for row in default) > 0
+    assert all(row["advantages/coverage_groups"] == 0 for row in default)
+    assert all(row["advantages/coverage_groups"] == row["advantages/all_equal_groups"] for row in old)
+    assert old[0]["rollout/leaf_success"] == default[0]["rollout/leaf_success"] > 0
 
 
 def test_generate_mode_run_penalises_unparsable_responses(tmp_path, monkeypatch):
@@ -384,8 +384,8 @@ def test_generate_mode_run_penalises_unparsable_responses(tmp_path, monkeypatch)
     row = _rows(summary.metrics_path)[0]
     # A from-scratch model cannot write the ReAct tags in 4 tokens: every step is invalid (and is
     # sent as an empty action, so the environment counts it as such).
-    assert row["invalid_rate"] == 1.0 and row["trained_steps"] == row["decisions"]
-    assert row["adv_steps"] == 2 * 4 * 8
+    assert row["rollout/invalid_rate"] == 1.0 and row["update/trained_steps"] == row["rollout/decisions"]
+    assert row["advantages/steps"] == 2 * 4 * 8
     assert summary.final_eval["invalid_rate"] == 1.0
 
 
@@ -501,9 +501,9 @@ def test_async_rollouts_lag_one_update_and_resume_reproduces_the_run(tmp_path, m
     rows = _rows(whole.metrics_path)
     # Iteration 1 plays the initial weights, as a synchronous run does; each later one plays the
     # weights from before the previous update.
-    assert [r["policy_lag"] for r in rows] == [0, 1, 1, 1]
+    assert [r["rollout/policy_lag"] for r in rows] == [0, 1, 1, 1]
     sync = _rows(run_training(_small(tmp_path / "sync"), progress=False).metrics_path)
-    assert [r["policy_lag"] for r in sync] == [0, 0, 0, 0]
+    assert [r["rollout/policy_lag"] for r in sync] == [0, 0, 0, 0]
 
     from ptgpo_algos.updates.updater import Updater
 
@@ -522,10 +522,11 @@ def test_async_rollouts_lag_one_update_and_resume_reproduces_the_run(tmp_path, m
 
 # ----------------------------------------------------------------------------- controls and curves
 def test_placebo_permutes_the_advantages_over_the_batch():
+    from ptgpo_algos.advantages import StepAdvantages
     from ptgpo_algos.training.trainer import permuted
 
-    advantages = [[[1.0, 2.0], [3.0]], [[4.0, 5.0, 6.0]]]
-    shuffled = permuted(advantages, np.random.default_rng(0))
+    advantages = StepAdvantages.from_nested([[[1.0, 2.0], [3.0]], [[4.0, 5.0, 6.0]]])
+    shuffled = permuted(advantages, np.random.default_rng(0)).nested()
     assert [[len(t) for t in g] for g in shuffled] == [[2, 1], [3]]
     flat = [a for g in shuffled for t in g for a in t]
     assert sorted(flat) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and flat != [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
@@ -546,7 +547,7 @@ def test_a_placebo_run_trains_on_permuted_advantages(tmp_path, monkeypatch):
     monkeypatch.setattr(trainer, "permuted", spy)
     summary = run_training(_small(tmp_path / "run", algo="gigpo", iterations=2, placebo=True), progress=False)
     assert summary.iterations == 2 and len(seen) == 2
-    assert all(sorted(a for g in o for t in g for a in t) == sorted(a for g in i for t in g for a in t) for i, o in seen)
+    assert all(sorted(o.values.tolist()) == sorted(i.values.tolist()) for i, o in seen)
 
 
 def test_curve_evaluations_play_the_first_seeds_and_the_last_plays_all(tmp_path, monkeypatch):

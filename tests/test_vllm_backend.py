@@ -218,9 +218,9 @@ def test_training_with_vllm_rollouts_syncs_after_every_update(tmp_path, monkeypa
     rows = [json.loads(line) for line in open(summary.metrics_path)]
     assert [r["iteration"] for r in rows] == [1, 2]
     for row in rows:
-        assert row["sync_mean_logprob_diff"] <= 1e-3 and row["sync_messages"] >= 1
+        assert row["sync/mean_logprob_diff"] <= 1e-3 and row["sync/messages"] >= 1
         # pi_old was recomputed by the trainer; the engine's float32 log-probabilities agree with it.
-        assert row["old_logprob_drift"] < 1e-3
+        assert row["update/old_logprob_drift"] < 1e-3
     assert summary.decisions > 0
 
 
@@ -240,8 +240,8 @@ def test_lora_training_with_vllm_rollouts_and_a_kl_reference(tmp_path, monkeypat
     rows = [json.loads(line) for line in open(summary.metrics_path)]
     assert [r["iteration"] for r in rows] == [1, 2]
     for row in rows:
-        assert row["sync_mean_logprob_diff"] <= 1e-3
-        assert row["sync_bytes"] < 2_000_000  # the adapters, not the model
+        assert row["sync/mean_logprob_diff"] <= 1e-3
+        assert row["sync/bytes"] < 2_000_000  # the adapters, not the model
 
 
 def test_ppo_s_critic_scores_on_the_trainer_s_model_with_vllm_rollouts(tmp_path, monkeypatch):
@@ -261,6 +261,7 @@ def test_ppo_s_critic_scores_on_the_trainer_s_model_with_vllm_rollouts(tmp_path,
     rows = [json.loads(line) for line in open(summary.metrics_path)]
     assert [r["iteration"] for r in rows] == [1, 2]
     # The 3x3 lake's goal is reached: value targets that are not all 0, which the head learnt on the trainer's model.
-    assert rows[0]["value_return_mean"] != 0.0 and rows[0]["value_mean"] == 0.0 and rows[1]["value_mean"] != 0.0
-    assert all(row["value_loss"] > 0 and row["sync_mean_logprob_diff"] <= 1e-3 for row in rows)
+    assert rows[0]["critic/value_return_mean"] != 0.0
+    assert rows[0]["critic/value_mean"] == 0.0 and rows[1]["critic/value_mean"] != 0.0
+    assert all(row["update/value_loss"] > 0 and row["sync/mean_logprob_diff"] <= 1e-3 for row in rows)
     assert (tmp_path / "run" / "final_model" / "critic.safetensors").is_file()

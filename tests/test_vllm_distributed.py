@@ -81,13 +81,13 @@ def test_training_across_ranks_with_vllm_rollouts_syncs_after_every_update_and_r
     summaries = launch(scenarios.train_on_rank, 2, runs, {})[0]
     rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     assert [r["iteration"] for r in rows] == [1, 2]
-    assert summaries[-1] == {"decisions": rows[-1]["total_decisions"], "iterations": 2}
+    assert summaries[-1] == {"decisions": rows[-1]["run/total_decisions"], "iterations": 2}
     for row in rows:
         # Every rank's engine got the gathered weights and passed the check (a failing rank stops the run).
-        assert row["sync_mean_logprob_diff"] <= row["sync_tolerance"] and row["sync_messages"] >= 1, row
+        assert row["sync/mean_logprob_diff"] <= row["sync/tolerance"] and row["sync/messages"] >= 1, row
         # pi_old was recomputed by the sharded model; the engines' float32 log-probabilities agree with it.
-        assert row["old_logprob_drift"] < 1e-3, row
+        assert row["update/old_logprob_drift"] < 1e-3, row
     # The resumed ranks measure the noise floor anew, before their first update: at float32 rounding,
     # so their new engines hold the checkpoint's weights, not the initial ones they were built from.
-    assert rows[1]["sync_floor"] != rows[0]["sync_floor"] and max(r["sync_floor"] for r in rows) < 1e-5, rows
+    assert rows[1]["sync/floor"] != rows[0]["sync/floor"] and max(r["sync/floor"] for r in rows) < 1e-5, rows
     assert (tmp_path / "run" / "final_model" / "config.json").is_file()

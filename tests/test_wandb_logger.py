@@ -110,12 +110,11 @@ def test_the_logger_sends_the_config_every_metrics_row_and_the_curve(monkeypatch
     logged = [call for call in calls if call[0] == "log"]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     curve = [json.loads(line) for line in (out / "curve.jsonl").open()]
-    trained = [(step, numbers["train/rollout_success"]) for _, step, numbers in logged
-               if "train/rollout_success" in numbers]
+    trained = [(step, numbers["rollout/success"]) for _, step, numbers in logged if "rollout/success" in numbers]
     evaluated = [(step, numbers["eval/success"]) for _, step, numbers in logged if "eval/success" in numbers]
-    assert trained == [(row["iteration"], row["rollout_success"]) for row in metrics]
+    assert trained == [(row["iteration"], row["rollout/success"]) for row in metrics]
     assert evaluated == [(row["iteration"], row["success"]) for row in curve]
-    assert all("train/iteration" not in numbers for _, _, numbers in logged)
+    assert all("iteration" not in numbers for _, _, numbers in logged)
     assert calls[-1] == ("finish",)
 
 
@@ -137,7 +136,7 @@ def test_an_offline_wandb_run_is_written_in_the_run_folder(offline, monkeypatch,
     run_training(_config(out, **{"run.wandb": {"project": "ptgpo-test"}, "run.record_rollouts": 2}), progress=False)
     (log,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
     data = log.read_bytes()
-    for key in (b"train/rollout_success", b"eval/success", b"ptgpo/FrozenLake-v0", b"ptgpo-test", b"rollout-viewer"):
+    for key in (b"rollout/success", b"eval/success", b"ptgpo/FrozenLake-v0", b"ptgpo-test", b"rollout-viewer"):
         assert key in data
 
 

@@ -37,9 +37,11 @@ from ptgpo_algos.advantages.estimate import (
     compute_advantages,
     compute_advantages_with_diagnostics,
     estimate_advantages,
+    estimate_batch,
     summarize_diagnostics,
 )
 from ptgpo_algos.advantages.registry import ESTIMATORS, Estimate, get_estimator, register_estimator
+from ptgpo_algos.advantages.step_advantages import StepAdvantages
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = [
@@ -47,10 +49,12 @@ __all__ = [
     "AdvantageResult",
     "Estimate",
     "GroupDiagnostics",
+    "StepAdvantages",
     "StepTable",
     "compute_advantages",
     "compute_advantages_with_diagnostics",
     "estimate_advantages",
+    "estimate_batch",
     "estimator_defaults",
     "register_estimator",
     "summarize_diagnostics",

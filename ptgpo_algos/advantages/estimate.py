@@ -14,6 +14,7 @@ from ptgpo_algos.advantages.config import COMMON_DEFAULTS, validate_config
 from ptgpo_algos.advantages.empg import EmpgSettings, empg_modulate
 from ptgpo_algos.advantages.registry import get_estimator
 from ptgpo_algos.advantages.signal import coverage_signal, outcome_all_equal, outcome_all_failed, outcome_signal
+from ptgpo_algos.advantages.step_advantages import StepAdvantages
 from ptgpo_algos.advantages.table import StepTable
 from ptgpo_algos.records import Trajectory
 
@@ -23,6 +24,7 @@ __all__ = [
     "compute_advantages",
     "compute_advantages_with_diagnostics",
     "estimate_advantages",
+    "estimate_batch",
     "summarize_diagnostics",
 ]
 
@@ -121,13 +123,22 @@ def estimate_advantages(name: str, table: StepTable, **config: Any) -> Advantage
     return AdvantageResult(advantages, diagnostics)
 
 
+def estimate_batch(
+    name: str, batch: Sequence[Sequence[Trajectory]], **config: Any
+) -> tuple[StepAdvantages, list[GroupDiagnostics]]:
+    """The advantages of ``batch``'s steps as one array with its step index (what the trainer carries
+    to the update), and one :class:`GroupDiagnostics` per group."""
+    table = StepTable.from_batch(batch)
+    result = estimate_advantages(name, table, **config)
+    return StepAdvantages(result.advantages, table.trajectory_length, table.group_size), result.diagnostics
+
+
 def compute_advantages_with_diagnostics(
     name: str, batch: Sequence[Sequence[Trajectory]], **config: Any
 ) -> tuple[list[list[list[float]]], list[GroupDiagnostics]]:
     """:func:`compute_advantages` plus one :class:`GroupDiagnostics` per group."""
-    table = StepTable.from_batch(batch)
-    result = estimate_advantages(name, table, **config)
-    return table.to_nested(result.advantages), result.diagnostics
+    advantages, diagnostics = estimate_batch(name, batch, **config)
+    return advantages.nested(), diagnostics
 
 
 def compute_advantages(

@@ -41,7 +41,9 @@ import numpy as np
 import torch
 
 from ptgpo_algos.advantages.config import ConfigKey
+from ptgpo_algos.advantages.step_advantages import StepAdvantages
 from ptgpo_algos.records import Batch, Decision, Step, Trajectory
+from ptgpo_algos.metrics import MetricsRow, objective_section
 from ptgpo_algos.validation import as_number
 from ptgpo_envs.plugins import Registry
 
@@ -60,7 +62,7 @@ class ObjectiveInputs:
     the policy under the rollout weights (no update has run yet), and the run's generator."""
 
     batch: Batch
-    advantages: list[list[list[float]]]
+    advantages: StepAdvantages
     policy: Any
     rng: np.random.Generator
 
@@ -73,7 +75,7 @@ class Objective:
     #: optimiser steps of its own in ``after_update``.
     shares_steps: bool = True
 
-    def route(self, batch: Batch, advantages: list[list[list[float]]]) -> list[list[list[float]]]:
+    def route(self, batch: Batch, advantages: StepAdvantages) -> StepAdvantages:
         """The advantages the RL loss uses (by default unchanged; I-SDPO zeroes the groups it distils)."""
         return advantages
 
@@ -261,14 +263,15 @@ class Objectives:
     def __bool__(self) -> bool:
         return bool(self.objectives)
 
-    def prepare(self, batch: Batch, advantages, policy: Any, rng: np.random.Generator, micro_batch_size: int | None):
+    def prepare(self, batch: Batch, advantages: StepAdvantages, policy: Any, rng: np.random.Generator,
+                micro_batch_size: int | None) -> tuple[StepAdvantages, _Auxiliary | None, MetricsRow]:
         """Route the advantages, prepare every objective's items; returns ``(advantages, auxiliary,
         metrics)`` where ``auxiliary(index, parts)`` backpropagates part ``index`` of each objective's
-        items and returns its figures (None when no objective has items)."""
-        advantages = [[list(map(float, t)) for t in g] for g in advantages]
+        items and returns its figures, named ``objective/<name>/<figure>`` (None when no objective has
+        items), and ``metrics`` holds each objective's figures in its section."""
         for _, _, objective in self.objectives:
             advantages = objective.route(batch, advantages)
-        prepared, names, metrics = [], [], {}
+        prepared, names, metrics = [], [], MetricsRow()
         with torch.no_grad():
             for name, weight, objective in self.objectives:
                 if not objective.shares_steps:
@@ -276,21 +279,22 @@ class Objectives:
                 items, stats = objective.prepare(ObjectiveInputs(batch, advantages, policy, rng))
                 prepared.append(_Prepared(objective, weight, items))
                 names.append(name)
-                metrics.update({f"{name}_{k}": v for k, v in stats.items()})
-                metrics[f"{name}_items"] = len(items)
+                metrics.add(objective_section(name), {**stats, "items": len(items)},
+                            f"objective {name!r}'s prepare")
         if not any(p.items and p.weight for p in prepared):
             return advantages, None, metrics
         return advantages, _Auxiliary(policy, prepared, names, micro_batch_size), metrics
 
-    def after_update(self, inputs: ObjectiveInputs, step: OptimizerStep) -> dict[str, Any]:
-        """Every objective's ``after_update`` (its ``step`` takes ``weight * loss``), its metrics
-        prefixed with the objective's name."""
-        out: dict[str, Any] = {}
+    def after_update(self, inputs: ObjectiveInputs, step: OptimizerStep) -> MetricsRow:
+        """Every objective's ``after_update`` (its ``step`` takes ``weight * loss``), its metrics in
+        the objective's section."""
+        out = MetricsRow()
         for name, weight, objective in self.objectives:
             def weighted(loss: torch.Tensor, w: float = weight) -> float:
                 return step(w * loss)
 
-            out.update({f"{name}_{k}": v for k, v in objective.after_update(inputs, weighted).items()})
+            out.add(objective_section(name), objective.after_update(inputs, weighted),
+                    f"objective {name!r}'s after_update")
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -326,6 +330,6 @@ class _Auxiliary:
                 loss, figures = p.objective.loss(self.policy, micro)
                 (p.weight * loss * (len(micro) / len(part))).backward()
                 total += float(loss.detach()) * len(micro) / len(part)
-                stats.update({f"{name}_{k}": v for k, v in figures.items()})
-            stats[f"{name}_loss"] = total
+                stats.update({f"{objective_section(name)}/{k}": v for k, v in figures.items()})
+            stats[f"{objective_section(name)}/loss"] = total
         return stats

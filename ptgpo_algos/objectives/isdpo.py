@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import torch
 
 from ptgpo_algos.advantages.config import ConfigKey
+from ptgpo_algos.advantages.step_advantages import StepAdvantages
 from ptgpo_algos.records import Batch, Context, Decision, Step
 from ptgpo_algos.objectives.base import (
     OBJECTIVES,
@@ -110,10 +111,10 @@ class ISDPO(Objective):
         self._routed: list[bool] | None = None
         self._saved: dict[str, torch.Tensor] | None = None
 
-    def route(self, batch: Batch, advantages):
+    def route(self, batch: Batch, advantages: StepAdvantages) -> StepAdvantages:
         """Zero the advantages of the groups that go to distillation (no success, privileged information recorded)."""
         self._routed = route_groups(batch, self.threshold)
-        return [[[0.0] * len(t) for t in g] if r else g for g, r in zip(advantages, self._routed)]
+        return advantages.zeroed_groups(self._routed)
 
     def _teacher(self, policy: Any) -> Any:
         if self.teacher is None:

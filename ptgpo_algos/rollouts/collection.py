@@ -97,16 +97,16 @@ class RolloutStats(Spend):
         return self.decisions / self.wall_time_s if self.wall_time_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, float]:
-        """The counts as a metrics row."""
+        """The counts as the metrics row's ``rollout`` section (:mod:`ptgpo_algos.metrics`)."""
         return {
             **self.spend(),
             "episodes": self.episodes,
             "episodes_cut": self.started - self.episodes,
-            "rollout_episodes": self.reset_episodes,
-            "rollout_success": self.reset_wins / self.reset_episodes if self.reset_episodes else 0.0,
+            "reset_episodes": self.reset_episodes,
+            "success": self.reset_wins / self.reset_episodes if self.reset_episodes else 0.0,
             "leaf_success": self.wins / self.episodes if self.episodes else 0.0,
             "invalid_rate": self.invalid_steps / self.decisions if self.decisions else 0.0,
-            "rollout_time_s": self.wall_time_s,
+            "time_s": self.wall_time_s,
             "decisions_per_s": self.decisions_per_s,
         }
 

@@ -34,6 +34,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ptgpo_algos.advantages.step_advantages import StepAdvantages
 from ptgpo_algos.records import Batch, Context, Group, Step, Trajectory
 from ptgpo_algos.files import atomic_write_text, read_jsonl
 
@@ -139,11 +140,14 @@ def _step(row: dict[str, Any]) -> Step:
                 context=context, extras=dict(row["extras"]))
 
 
-def write_iteration(folder: Path, iteration: int, env_id: str, batch: Batch, advantages: Any) -> Path:
-    """Write an iteration's groups to ``folder/iteration-NNNNNN.jsonl``, atomically; its path."""
+def write_iteration(folder: Path, iteration: int, env_id: str, batch: Batch,
+                    advantages: StepAdvantages | Sequence[Sequence[Sequence[float]]]) -> Path:
+    """Write an iteration's groups with their advantages (one per step) to ``folder/iteration-NNNNNN.jsonl``,
+    atomically; its path."""
+    nested = StepAdvantages.of(batch, advantages).nested()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / RECORDING.format(iteration)
-    lines = [json.dumps(row) for index, (group, group_adv) in enumerate(zip(batch, advantages))
+    lines = [json.dumps(row) for index, (group, group_adv) in enumerate(zip(batch, nested))
              for row in group_rows(iteration, index, env_id, group, group_adv)]
     atomic_write_text(path, "".join(line + "\n" for line in lines))
     return path

@@ -60,12 +60,14 @@ class Callback:
         """After the run's state is built or restored, before the first iteration."""
 
     def after_update(self, run: RunView, batch: Batch) -> dict[str, Any]:
-        """After an iteration's PPO update, with its batch; figures returned join the metrics row."""
+        """After an iteration's PPO update, with its batch; figures returned join the metrics row as
+        ``callback/<ClassName>/<figure>``."""
         return {}
 
     def on_rollouts(self, run: RunView, iteration: int, batch: Batch, advantages: Any) -> None:
-        """After the estimator, with the iteration's groups and their advantages (per group, trajectory,
-        step), before the update."""
+        """After the estimator, with the iteration's groups and their advantages (a
+        :class:`~ptgpo_algos.advantages.StepAdvantages`: one per step, in group, trajectory, time
+        order; ``advantages.nested()`` splits them by group and trajectory), before the update."""
 
     def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
         """At the end of an iteration, with its metrics row (``metrics.jsonl``)."""
@@ -113,7 +115,8 @@ class JsonlLogger(Callback):
 
 
 class TensorBoardLogger(Callback):
-    """The numbers of both logs as TensorBoard scalars (``train/...``, ``eval/...``) in ``tensorboard/``."""
+    """The numbers of both logs as TensorBoard scalars in ``tensorboard/``: the metrics rows' under their
+    sections' names (``rollout/...``, ``update/...``: :mod:`ptgpo_algos.metrics`), the curve rows' as ``eval/...``."""
 
     def __init__(self, out_dir: Path):
         from torch.utils.tensorboard import SummaryWriter
@@ -121,8 +124,8 @@ class TensorBoardLogger(Callback):
         self.writer = SummaryWriter(str(out_dir / "tensorboard"))
 
     def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
-        """Write the row's numbers as ``train/`` scalars."""
-        self._scalars("train", row)
+        """Write the row's numbers as scalars, each under its section's name."""
+        self._scalars("", row)
 
     def on_evaluation(self, run: RunView, row: dict[str, Any]) -> None:
         """Write the row's numbers as ``eval/`` scalars."""
@@ -131,7 +134,7 @@ class TensorBoardLogger(Callback):
     def _scalars(self, prefix: str, row: dict[str, Any]) -> None:
         for key, value in row.items():
             if isinstance(value, (int, float)) and key != "iteration":
-                self.writer.add_scalar(f"{prefix}/{key}", value, row["iteration"])
+                self.writer.add_scalar(f"{prefix}/{key}" if prefix else key, value, row["iteration"])
         self.writer.flush()
 
     def on_train_end(self, run: RunView) -> None:
@@ -140,11 +143,12 @@ class TensorBoardLogger(Callback):
 
 
 class WandbLogger(Callback):
-    """The run in Weights & Biases (``run.wandb``): the config, the metrics rows (``train/...``) and the
-    curve rows (``eval/...``) at their iteration, files under the run folder's ``wandb/``. A resumed run
-    continues the same wandb run: its id is kept in the checkpoint. A run that recorded rollouts
-    (``run.record_rollouts``) ends by drawing them (:mod:`ptgpo_algos.viewer`, into the run folder's
-    ``show/``, as ``ptgpo show`` does) and logging the pages as an artifact of type ``rollout-viewer``."""
+    """The run in Weights & Biases (``run.wandb``): the config, the metrics rows (under their sections'
+    names: ``rollout/...``, ``update/...``) and the curve rows (``eval/...``) at their iteration, files
+    under the run folder's ``wandb/``. A resumed run continues the same wandb run: its id is kept in
+    the checkpoint. A run that recorded rollouts (``run.record_rollouts``) ends by drawing them
+    (:mod:`ptgpo_algos.viewer`, into the run folder's ``show/``, as ``ptgpo show`` does) and logging the
+    pages as an artifact of type ``rollout-viewer``."""
 
     state_key = "wandb"
 
@@ -165,15 +169,15 @@ class WandbLogger(Callback):
         self.run_id = self.wandb_run.id
 
     def on_iteration_end(self, run: RunView, row: dict[str, Any]) -> None:
-        """Log the row's numbers as ``train/`` metrics at its iteration."""
-        self._log("train", row)
+        """Log the row's numbers at its iteration, each under its section's name."""
+        self._log("", row)
 
     def on_evaluation(self, run: RunView, row: dict[str, Any]) -> None:
         """Log the row's numbers as ``eval/`` metrics at its iteration (the learning curve)."""
         self._log("eval", row)
 
     def _log(self, prefix: str, row: dict[str, Any]) -> None:
-        numbers = {f"{prefix}/{key}": value for key, value in row.items()
+        numbers = {f"{prefix}/{key}" if prefix else key: value for key, value in row.items()
                    if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "iteration"}
         self.wandb_run.log(numbers, step=row["iteration"])
 
@@ -260,7 +264,7 @@ class ProgressBar(Callback):
         else:
             self.bar.update(1)
         self.bar.set_postfix(success=f"{state.last_eval.get('success', 0.0):.2f}",
-                             rollout=f"{row['rollout_success']:.2f}", decisions=state.decisions)
+                             rollout=f"{row['rollout/success']:.2f}", decisions=state.decisions)
 
     def on_train_end(self, run: RunView) -> None:
         """Close the bar."""

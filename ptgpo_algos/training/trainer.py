@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ptgpo_algos.advantages import compute_advantages_with_diagnostics, estimator_defaults, summarize_diagnostics
+from ptgpo_algos.advantages import StepAdvantages, estimate_batch, estimator_defaults, summarize_diagnostics
 from ptgpo_algos.training.callbacks import (
     Callback,
     JsonlLogger,
@@ -66,6 +66,7 @@ from ptgpo_algos.critic.gae import whitened
 from ptgpo_algos.records import Batch, Task
 from ptgpo_algos.device import check_reproducible_kernels, kernel_record
 from ptgpo_algos.rollouts.evaluation import overlap
+from ptgpo_algos.metrics import MetricsRow
 from ptgpo_algos.files import atomic_write_text
 from ptgpo_algos.objectives import ObjectiveInputs, Objectives
 from ptgpo_algos.updates.optimizer import build_optimizer, build_schedule
@@ -295,27 +296,30 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_rollouts(self.view, iteration, batch, advantages)
         train_start = time.perf_counter()
-        samples, update = self.update(batch, advantages)
+        samples, update_row = self.update(batch, advantages)
         train_time = time.perf_counter() - train_start
-        update.update(self.sync(samples))
+        update_row.add("sync", self.sync(samples), "the weight sync")
+        figures = update_row.section("update")
         self.record(stats, batch)
-        self.count_cost(stats, update, cpu_s=time.process_time() - cpu_start,
+        self.count_cost(stats, figures, cpu_s=time.process_time() - cpu_start,
                         wall_s=time.perf_counter() - iteration_start)
         state.iteration = iteration
-        row = {
-            "iteration": iteration,
-            **{f"total_{k}": getattr(state, k) for k in ("decisions", "tokens", "decisions_saved", "tokens_saved")},
-            **stats.as_dict(),
-            **self.batch_figures(samples, advantages, diagnostics),
-            **update,
-            "rollout_wait_s": rollout_wait,
-            "policy_lag": lag,
-            "train_time_s": train_time,
-            "train_tokens_per_s": update["train_tokens"] / train_time if train_time > 0 else 0.0,
-            "iteration_time_s": time.perf_counter() - iteration_start,
-            "wall_time_s": self.elapsed(),
-        }
-        self.end_iteration(row)
+        row = MetricsRow()
+        row.add("", {"iteration": iteration}, "the trainer")
+        row.add("run", {f"total_{k}": getattr(state, k)
+                        for k in ("decisions", "tokens", "decisions_saved", "tokens_saved")}, "the trainer's totals")
+        row.add("rollout", stats.as_dict(), "the rollout strategy's counts")
+        row.add("rollout", {"wait_s": rollout_wait, "policy_lag": lag}, "the trainer's collection")
+        trained_steps, advantage_figures = self.batch_figures(samples, advantages, diagnostics)
+        row.add("advantages", advantage_figures, "the estimator")
+        row.add("update", {"trained_steps": trained_steps}, "the trainer's samples")
+        row.merge(update_row)
+        row.add("update", {"train_time_s": train_time,
+                           "train_tokens_per_s": figures["train_tokens"] / train_time if train_time > 0 else 0.0},
+                "the trainer's clock")
+        row.add("run", {"iteration_time_s": time.perf_counter() - iteration_start, "wall_time_s": self.elapsed()},
+                "the trainer's clock")
+        self.end_iteration(row.as_dict())
 
     def record(self, stats: RolloutStats, batch: Batch) -> None:
         """Count the rollouts (all ranks' counts already) and the layouts all ranks' episodes started in."""
@@ -341,27 +345,26 @@ class Trainer:
         if budget is not None:
             self.budget_step = self.spend(budget.unit) - before
 
-    def batch_figures(self, samples: list, advantages, diagnostics) -> dict[str, float]:
-        """The metrics row's figures of the trained batch (all ranks' samples, advantages in task order
-        and diagnostics): its steps, its advantages and the estimator's diagnostics."""
+    def batch_figures(self, samples: list, advantages: StepAdvantages, diagnostics) -> tuple[int, dict[str, float]]:
+        """The trained batch's steps (all ranks' samples) and the figures of its advantages (all ranks',
+        in task order) with the estimator's diagnostics (:func:`~ptgpo_algos.advantages.summarize_diagnostics`)."""
         # The counts' read-only mapping does not pickle: each group's travels as a plain dict.
         plain = [dataclasses.replace(d, counts=dict(d.counts)) for d in diagnostics]
-        parts = self.placement.gather((len(samples), [a for g in advantages for t in g for a in t], plain))
-        flat = np.array([a for part in parts for a in part[1]], dtype=float)
+        parts = self.placement.gather((len(samples), advantages.values, plain))
+        flat = np.concatenate([part[1] for part in parts])
         diagnostics = [d for part in parts for d in part[2]]
-        return {
-            "trained_steps": sum(part[0] for part in parts),
-            "adv_mean": float(flat.mean()) if flat.size else 0.0,
-            "adv_std": float(flat.std()) if flat.size else 0.0,
-            "adv_abs_mean": float(np.abs(flat).mean()) if flat.size else 0.0,
-            **{f"adv_{k}": v for k, v in summarize_diagnostics(diagnostics).items()},
+        return sum(part[0] for part in parts), {
+            "mean": float(flat.mean()) if flat.size else 0.0,
+            "std": float(flat.std()) if flat.size else 0.0,
+            "abs_mean": float(np.abs(flat).mean()) if flat.size else 0.0,
+            **summarize_diagnostics(diagnostics),
         }
 
     def collect(self) -> tuple[Batch, RolloutStats, int]:
         """This iteration's rollouts and their policy lag (updates between the acting weights and now)."""
         return self.collector.collect()
 
-    def estimate(self, batch: Batch):
+    def estimate(self, batch: Batch) -> tuple[StepAdvantages, list]:
         """Advantages of every step by the configured estimator, with per-group diagnostics; with a
         critic, its values of the batch's states are recorded first (the estimator reads them)."""
         algorithm = self.config.algorithm
@@ -375,7 +378,7 @@ class Trainer:
             config["whiten"] = False
         if self.critic is not None:
             self.critic.annotate(batch, self.policy, self.updater.scoring_batch_size, self.placement.gather)
-        advantages, diagnostics = compute_advantages_with_diagnostics(algorithm.name, batch, **config)
+        advantages, diagnostics = estimate_batch(algorithm.name, batch, **config)
         if across:
             advantages, diagnostics = whitened_over_ranks(advantages, diagnostics, self.placement.gather)
         if algorithm.placebo:
@@ -394,27 +397,34 @@ class Trainer:
             fractions.append(self.elapsed() / run.time_limit_s)
         return float(min(1.0, max(fractions)))
 
-    def update(self, batch: Batch, advantages) -> tuple[list, dict[str, Any]]:
+    def update(self, batch: Batch, advantages: StepAdvantages) -> tuple[list, MetricsRow]:
         """The update on the batch's distinct steps (:class:`~ptgpo_algos.updates.updater.Updater`), then the
         objectives' and each callback's ``after_update``; before it, the auxiliary objectives route the
-        advantages and prepare their items (:mod:`ptgpo_algos.objectives`)."""
-        auxiliary, stats = None, {}
+        advantages and prepare their items (:mod:`ptgpo_algos.objectives`). Returns the samples and the
+        figures of the update, the objectives, the critic and the callbacks, each in its section."""
+        auxiliary, row = None, MetricsRow()
         if self.objectives:
-            advantages, auxiliary, stats = self.objectives.prepare(
+            advantages, auxiliary, prepared_objectives = self.objectives.prepare(
                 batch, advantages, self.policy, self.state.rng, self.config.optim.micro_batch_size)
+            row.merge(prepared_objectives)
         samples = flatten_batch(batch, advantages, self.config.algorithm.loss_agg, self.config.policy.mode)
         if self.critic is not None:
             algorithm = self.config.algorithm
-            stats.update(self.critic.set_targets(batch, samples, {**estimator_defaults(algorithm.name),
-                                                                  **algorithm.config}, gather=self.placement.gather))
-        prepared = self.updater.prepare(samples)
-        stats = {**self.updater.run(samples, auxiliary), **prepared, **stats}
+            estimator = {**estimator_defaults(algorithm.name), **algorithm.config}
+            row.add("critic", self.critic.set_targets(batch, samples, estimator, gather=self.placement.gather),
+                    "the critic's targets")
+        row.add("update", self.updater.prepare(samples), "the updater's scoring")
+        trained = self.updater.run(samples, auxiliary)
+        # The auxiliary objectives' figures of the update's steps come named in their own sections.
+        row.add("update", {k: v for k, v in trained.items() if "/" not in k}, "the updater")
+        row.add_named({k: v for k, v in trained.items() if "/" in k}, "an objective's loss in the update")
         if self.objectives:
             inputs = ObjectiveInputs(batch, advantages, self.policy, self.state.rng)
-            stats.update(self.objectives.after_update(inputs, self.updater.train_step))
+            row.merge(self.objectives.after_update(inputs, self.updater.train_step))
         for callback in self.callbacks:
-            stats.update(callback.after_update(self.view, batch))
-        return samples, stats
+            row.add(f"callback/{type(callback).__name__}", callback.after_update(self.view, batch),
+                    f"callback {type(callback).__name__}")
+        return samples, row
 
     def calibrate_sync(self, batch) -> None:
         """Measure the sync check's noise floor once per process, before its first update, when what plays
@@ -431,14 +441,16 @@ class Trainer:
     def sync(self, samples: list) -> dict[str, Any]:
         """Hand the updated weights to what plays (a separate engine, a rank's copy) and verify it acts like
         the trained model on the prompts its noise floor was measured on (without a floor yet: only hand
-        them over)."""
+        them over); the figures of the metrics row's ``sync`` section."""
         if self.rollout_policy is self.policy:
             return {}
         if self.sync_floor is None:
-            return {f"sync_{k}": v for k, v in self.placement.push_weights(self).items()}
+            return self.placement.push_weights(self)
         floor = self.sync_floor
-        return sync_weights(self.rollout_policy, self.policy, self.sync_prompts, floor,
-                            sync_tolerance(self.config, floor), push=lambda: self.placement.push_weights(self))
+        figures = sync_weights(self.rollout_policy, self.policy, self.sync_prompts, floor,
+                               sync_tolerance(self.config, floor), push=lambda: self.placement.push_weights(self))
+        # sync_weights names its figures for callers without a row; here the section says it.
+        return {k.removeprefix("sync_"): v for k, v in figures.items()}
 
     def end_iteration(self, row: dict[str, Any]) -> None:
         """Hand the row to the callbacks, then evaluate and checkpoint when due (and at the end)."""
@@ -562,24 +574,21 @@ def _marks_passed(progress: float, fraction: float) -> int:
     return math.floor(progress / fraction + 1e-9)
 
 
-def whitened_over_ranks(advantages: list, diagnostics: list, gather: Callable[[Any], list[Any]]) -> tuple[list, list]:
+def whitened_over_ranks(advantages: StepAdvantages, diagnostics: list,
+                        gather: Callable[[Any], list[Any]]) -> tuple[StepAdvantages, list]:
     """``advantages`` (this rank's groups) whitened as the ``ppo`` estimator's ``whiten`` does the whole
     batch, over every rank's (``gather``: in rank order, which is the batch's), and each group's
     ``nonzero_steps`` counted again."""
-    flat = np.asarray([a for group in advantages for trajectory in group for a in trajectory], dtype=float)
-    whole = np.concatenate(gather(flat))
+    whole = np.concatenate(gather(advantages.values))
     if whole.size <= 1:
         return advantages, diagnostics
-    white = iter(whitened(flat, over=whole).tolist())
-    advantages = [[[next(white) for _ in trajectory] for trajectory in group] for group in advantages]
-    diagnostics = [dataclasses.replace(d, nonzero_steps=int(sum(a != 0.0 for t in group for a in t)))
-                   for d, group in zip(diagnostics, advantages)]
+    advantages = advantages.with_values(whitened(advantages.values, over=whole))
+    diagnostics = [dataclasses.replace(d, nonzero_steps=int(n))
+                   for d, n in zip(diagnostics, advantages.nonzero_per_group())]
     return advantages, diagnostics
 
 
-def permuted(advantages: list, rng: np.random.Generator) -> list:
+def permuted(advantages: StepAdvantages, rng: np.random.Generator) -> StepAdvantages:
     """The placebo: the same advantages, randomly permuted over all steps of the batch (every
     trajectory keeps its length; the values lose their link to the steps that earned them)."""
-    flat = [a for group in advantages for trajectory in group for a in trajectory]
-    shuffled = iter(np.asarray(flat, dtype=float)[rng.permutation(len(flat))].tolist())
-    return [[[next(shuffled) for _ in trajectory] for trajectory in group] for group in advantages]
+    return advantages.with_values(advantages.values[rng.permutation(advantages.n_steps)])

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from ptgpo_algos.advantages.step_advantages import StepAdvantages
 from ptgpo_algos.records import Batch, Decision
 from ptgpo_algos.updates.losses import PolicyLoss
 
@@ -77,9 +78,13 @@ class TrainingSample:
 
 
 def flatten_batch(
-    batch: Batch, advantages: Sequence[Sequence[Sequence[float]]], loss_agg: str = "token-mean", mode: str = "choose"
+    batch: Batch, advantages: StepAdvantages | Sequence[Sequence[Sequence[float]]], loss_agg: str = "token-mean",
+    mode: str = "choose",
 ) -> list[TrainingSample]:
     """One sample per distinct step (by identity): mean advantage over its trajectories, and a weight.
+
+    ``advantages``: one per step of the batch (:class:`~ptgpo_algos.advantages.StepAdvantages`, or
+    ``compute_advantages``' nested lists); a shape that does not match the batch's is refused.
 
     ``token-mean``: the weight is the number of trajectories through the step, so every unit of every
     trajectory counts once. ``trajectory-mean``: each trajectory through the step adds ``1 / units of
@@ -88,20 +93,23 @@ def flatten_batch(
     both are means. ``loss_agg`` is one of :data:`~ptgpo_algos.updates.losses.LOSS_AGGREGATIONS`, as
     ``algorithm.loss_agg`` checks.
     """
+    values = StepAdvantages.of(batch, advantages).values.tolist()
     found: dict[int, list] = {}
     order: list[int] = []
-    for group, group_adv in zip(batch, advantages):
-        for trajectory, traj_adv in zip(group, group_adv):
+    index = 0
+    for group in batch:
+        for trajectory in group:
             share = 1.0
             if loss_agg == "trajectory-mean":
                 share = 1.0 / max(1, sum(units(s.decision, mode) for s in trajectory.steps))
-            for step, advantage in zip(trajectory.steps, traj_adv):
+            for step in trajectory.steps:
+                advantage, index = values[index], index + 1
                 entry = found.get(id(step))
                 if entry is None:
-                    found[id(step)] = [step, float(advantage), 1, share]
+                    found[id(step)] = [step, advantage, 1, share]
                     order.append(id(step))
                 else:
-                    entry[1] += float(advantage)
+                    entry[1] += advantage
                     entry[2] += 1
                     entry[3] += share
     samples = []

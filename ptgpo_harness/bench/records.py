@@ -11,7 +11,8 @@ from typing import Any
 
 from leaderboard.records import PROTOCOL_KEYS, ResultRecord, record_path, write_record
 from ptgpo_harness.bench.plan import Cell
-from ptgpo_algos.files import FileFormatError, folder_lock, read_jsonl
+from ptgpo_algos.files import FileFormatError, folder_lock
+from ptgpo_algos.metrics import read_metrics
 from ptgpo_algos.provenance import provenance
 
 __all__ = ["run_cell"]
@@ -106,13 +107,14 @@ _COST_FIELDS = ("unique_tokens", "optimizer_updates", "train_cpu_s", "eval_cpu_s
 
 def _training_counts(metrics_path: Path) -> dict[str, int | None]:
     """Training episodes and trained tokens, summed over the run's metrics rows (one per iteration;
-    a resume trims them to its checkpoint, so each iteration counts once)."""
+    a resume trims them to its checkpoint, so each iteration counts once; a run's rows of either
+    naming, :func:`~ptgpo_algos.metrics.read_metrics`)."""
     try:
-        rows = read_jsonl(metrics_path)
+        rows = read_metrics(metrics_path)
     except (OSError, FileFormatError):
         return {"episodes": None, "trained_tokens": None}
-    return {"episodes": int(sum(row.get("episodes", 0) for row in rows)),
-            "trained_tokens": int(sum(row.get("train_tokens", 0) for row in rows))}
+    return {"episodes": int(sum(row.get("rollout/episodes", 0) for row in rows)),
+            "trained_tokens": int(sum(row.get("update/train_tokens", 0) for row in rows))}
 
 
 def _run_baseline(cell: Cell, run_dir: Path) -> dict[str, Any]:
