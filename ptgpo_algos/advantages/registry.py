@@ -11,9 +11,10 @@ parameter too: the driver then passes it on, and the parameter's default is that
 
 :data:`ESTIMATORS` is an open registry (:mod:`ptgpo_envs.plugins`). The built-in estimators are declared in
 one table here, :data:`BUILT_IN_ESTIMATORS`: each by its name, its function's import string and its own
-config keys with their defaults, so that checking a name and its keys, listing them (``ptgpo algos``)
-and the config schema import no estimator's module; its function is imported when it first estimates.
-A test holds each declaration equal to its function's keyword-only parameters. Another package adds an
+config keys with their defaults, so that checking a name and its keys and listing them (``ptgpo algos``)
+import no estimator's module; its function is imported when it first estimates
+(``tests/test_registries.py`` holds each declaration equal to its function's keyword-only parameters).
+Another package adds an
 estimator with :func:`register_estimator` from the ``ptgpo.estimators`` entry points, declaring the
 rules of any key the suite does not document already (``keys``)::
 
