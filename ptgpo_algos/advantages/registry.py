@@ -14,9 +14,8 @@ one table here, :data:`BUILT_IN_ESTIMATORS`: each by its name, its function's im
 config keys with their defaults, so that checking a name and its keys and listing them (``ptgpo algos``)
 import no estimator's module; its function is imported when it first estimates
 (``tests/test_registries.py`` holds each declaration equal to its function's keyword-only parameters).
-Another package adds an
-estimator with :func:`register_estimator` from the ``ptgpo.estimators`` entry points, declaring the
-rules of any key the suite does not document already (``keys``)::
+Another package adds an estimator with :func:`register_estimator` from the ``ptgpo.estimators`` entry
+points, declaring the rules of any key the suite does not document already (``keys``)::
 
     @register_estimator("my_estimator", keys={"tau": ConfigKey("temperature", "a number > 0", convert)})
     def my_estimator(table, signal, *, tau: float = 1.0) -> Estimate: ...
