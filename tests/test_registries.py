@@ -213,3 +213,39 @@ def test_checking_a_config_that_names_a_strategy_imports_none_of_its_collection(
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_each_built_in_estimator_declares_the_keys_its_function_takes():
+    # The table is what configs are checked against without importing the functions: it must not drift.
+    import importlib
+
+    from ptgpo_algos.advantages.registry import BUILT_IN_ESTIMATORS, get_estimator, own_keys
+
+    assert [built_in.name for built_in in BUILT_IN_ESTIMATORS] == ESTIMATORS.names()[:len(BUILT_IN_ESTIMATORS)]
+    for built_in in BUILT_IN_ESTIMATORS:
+        module, _, attribute = built_in.target.partition(":")
+        function = getattr(importlib.import_module(module), attribute)
+        assert list(own_keys(function).items()) == list(built_in.own.items()), built_in.name
+        assert get_estimator(built_in.name).function is function
+
+
+def test_checking_and_listing_the_built_in_estimators_imports_none_of_their_modules():
+    # Every built-in named with each of its own keys set, then listed; its module comes on first use.
+    code = ("import argparse, contextlib, io, sys\n"
+            "from ptgpo_algos.config import TrainConfig\n"
+            "from ptgpo_algos.advantages.registry import BUILT_IN_ESTIMATORS, get_estimator\n"
+            "from ptgpo_harness.commands import algos\n"
+            "modules = [built_in.target.partition(':')[0] for built_in in BUILT_IN_ESTIMATORS]\n"
+            "for built_in in BUILT_IN_ESTIMATORS:\n"
+            "    policy = {'mode': 'generate'} if built_in.name == 'hiper' else {}\n"
+            "    TrainConfig.from_dict({'algorithm': {'name': built_in.name, 'config': dict(built_in.own)},\n"
+            "                           'policy': policy})\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    algos.run(argparse.Namespace())\n"
+            "print(sorted(m for m in modules if m in sys.modules))\n"
+            "get_estimator('gigpo').function\n"
+            "print(sorted(m for m in modules if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[]", "['ptgpo_algos.advantages.gigpo']"]

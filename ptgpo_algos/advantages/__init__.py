@@ -18,8 +18,10 @@ ptgpo, g2po, progpo), ``K`` [2] (hgpo, ptgpo, progpo), ``alpha`` [1.0] (hgpo, pt
 ``variant`` [trajectory] (covgpo), ``distance_base`` [0.2] (graphgpo; also ``omega`` and
 ``success_reward``), ``gae_lambda`` [0.95] and ``whiten`` [True] (ppo, which takes no coverage keys). ``estimator_defaults(name)`` lists them.
 
-:data:`ESTIMATORS` is an open registry: ``register_estimator`` adds one, here or from another package
-(the ``ptgpo.estimators`` entry points), and the trainer's config accepts it by name.
+:data:`ESTIMATORS` is an open registry: the built-in estimators are declared by import string in
+:mod:`ptgpo_algos.advantages.registry`, so importing this package (checking a config, listing the
+estimators) imports none of their modules; ``register_estimator`` adds one from another package (the
+``ptgpo.estimators`` entry points), and the trainer's config accepts it by name.
 """
 
 from __future__ import annotations
@@ -27,10 +29,6 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping
 
-# Importing the estimator modules registers them, in this order.
-from ptgpo_algos.advantages import grpo, rloo, gigpo, hgpo, ptgpo  # noqa: F401, I001
-from ptgpo_algos.advantages import g2po, planpo, progpo, covgpo  # noqa: F401, I001
-from ptgpo_algos.advantages import graphgpo, spo3, bpo, ppo, hiper  # noqa: F401, I001
 from ptgpo_algos.advantages.estimate import (
     AdvantageResult,
     GroupDiagnostics,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ptgpo_algos.advantages.ops import compact_ids, snap_rounding
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal
 from ptgpo_algos.advantages.table import StepTable
 
@@ -26,7 +26,6 @@ def leave_one_out(values: np.ndarray, pool: np.ndarray, n_pools: int) -> np.ndar
     return np.where(count >= 2, snap_rounding(values - others, others), 0.0)
 
 
-@register_estimator("bpo", strategy="bpo", paper="arXiv 2607.14171")
 def bpo(table: StepTable, signal: Signal) -> Estimate:
     """Branching Policy Optimization's credit (arXiv 2607.14171).
 

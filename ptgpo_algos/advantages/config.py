@@ -1,8 +1,8 @@
 """The estimators' configuration keys: one rule per key, checked at the edge with a helpful message.
 
 Every estimator accepts ``gamma``, ``invalid_penalty`` and ``empg`` (:mod:`ptgpo_algos.advantages.empg`), and all but those registered without
-coverage credit ``coverage_beta`` and ``coverage_when``; its own keys are the keyword-only parameters of its registered
-function (see :mod:`ptgpo_algos.advantages.registry`).
+coverage credit ``coverage_beta`` and ``coverage_when``; its own keys are the keyword-only parameters of its function,
+declared beside its import string for a built-in one (see :mod:`ptgpo_algos.advantages.registry`).
 """
 
 from __future__ import annotations
@@ -70,6 +70,13 @@ def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
 
 def _one_of(options: tuple[str, ...]) -> str:
     return f"one of {', '.join(options)}"
+
+
+def _open_unit(value: Any) -> float:
+    number = real_rule(0.0, 1.0, open_low=True)(value)
+    if number >= 1.0:  # base 1 makes every transition worth the same: no credit at all
+        raise ValueError
+    return number
 
 
 TURN_GROUPS = ("index", "pooled")
@@ -142,6 +149,21 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
         "ProGPO's tau, added to each potential pool's outcome variance before inverse-variance fusion",
         "a finite number > 0",
         real_rule(0.0, open_low=True),
+    ),
+    "distance_base": ConfigKey(
+        "GraphGPO's base of the distance reward success_reward * base^d(s') (smaller: steeper)",
+        "a number in (0, 1)",
+        _open_unit,
+    ),
+    "gae_lambda": ConfigKey(
+        "GAE's lambda: 1 the discounted return minus the value, 0 the one-step TD error",
+        "a number in [0, 1]",
+        real_rule(0.0, 1.0),
+    ),
+    "whiten": ConfigKey(
+        "normalise the advantages to mean 0 and standard deviation 1 over the whole batch (verl's masked_whiten)",
+        "true or false",
+        _flag,
     ),
 }
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from ptgpo_algos.advantages.ops import episode_norm, pooled_norm
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal, novel_next, outcome_all_failed
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["covgpo"]
 
 
-@register_estimator("covgpo", coverage_beta=None)
 def covgpo(
     table: StepTable,
     signal: Signal,

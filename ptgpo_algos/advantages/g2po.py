@@ -6,14 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from ptgpo_algos.advantages.ops import pool_moments, pooled_norm, successor
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal, environment_returns, solved
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["g2po"]
 
 
-@register_estimator("g2po", coverage_beta=None)
 def g2po(
     table: StepTable,
     signal: Signal,

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from ptgpo_algos.advantages.ops import episode_norm, pooled_norm
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["gigpo"]
 
 
-@register_estimator("gigpo")
 def gigpo(
     table: StepTable, signal: Signal, *, norm: str = "mean_std_norm", omega: float = 1.0
 ) -> Estimate:

@@ -5,27 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptgpo_algos.advantages.config import ConfigKey, real_rule
 from ptgpo_algos.advantages.ops import episode_norm, pooled_norm, successor
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal, solved
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["graphgpo", "success_distances"]
-
-
-def _open_unit(value: object) -> float:
-    number = real_rule(0.0, 1.0, open_low=True)(value)
-    if number >= 1.0:  # base 1 makes every transition worth the same: no credit at all
-        raise ValueError
-    return number
-
-
-DISTANCE_BASE = ConfigKey(
-    "GraphGPO's base of the distance reward success_reward * base^d(s') (smaller: steeper)",
-    "a number in (0, 1)",
-    _open_unit,
-)
 
 
 def success_distances(table: StepTable, success_reward: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -67,7 +52,6 @@ def success_distances(table: StepTable, success_reward: float) -> tuple[np.ndarr
     return next_distance, reachable, has_success
 
 
-@register_estimator("graphgpo", coverage_beta=None, keys={"distance_base": DISTANCE_BASE})
 def graphgpo(
     table: StepTable,
     signal: Signal,

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from ptgpo_algos.advantages.ops import episode_norm
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["grpo"]
 
 
-@register_estimator("grpo")
 def grpo(table: StepTable, signal: Signal, *, norm: str = "mean_std_norm") -> Estimate:
     """Group Relative Policy Optimization (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300).
 

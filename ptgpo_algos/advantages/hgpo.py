@@ -7,7 +7,7 @@ from typing import Iterator
 import numpy as np
 
 from ptgpo_algos.advantages.ops import compact_ids, episode_norm, pooled_norm
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal
 from ptgpo_algos.advantages.table import StepTable
 
@@ -31,7 +31,6 @@ def history_levels(table: StepTable, K: int) -> Iterator[tuple[np.ndarray, np.nd
         yield steps, key, n_keys
 
 
-@register_estimator("hgpo")
 def hgpo(
     table: StepTable,
     signal: Signal,

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["hiper"]
 
 
-@register_estimator("hiper", coverage_beta=None, critic="ptgpo_algos.hiper.critic:HiperCritic",
-                    paper="Peng et al. 2026, HiPER: hierarchical plan-execute RL with hierarchical advantage "
-                          "estimation (ICML 2026, arXiv 2602.16165)")
 def hiper(table: StepTable, signal: Signal) -> Estimate:
     """Each turn's low-level HAE advantage as the HiPER critic recorded it (``Step.extras["credit"]``,
     whitened over the batch with ``hiper.normalize``). The update puts it on the action block's tokens

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from ptgpo_algos.advantages.ops import compact_ids, episode_norm, pooled_norm
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal, solved
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["planpo"]
 
 
-@register_estimator("planpo", coverage_beta=None)
 def planpo(
     table: StepTable,
     signal: Signal,

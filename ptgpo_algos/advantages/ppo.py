@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from ptgpo_algos.advantages.config import ConfigKey, real_rule
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal, penalised_rewards
 from ptgpo_algos.advantages.table import StepTable
 from ptgpo_algos.critic.gae import turn_gae, whitened
 
 __all__ = ["ppo", "ppo_targets"]
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError
-    return bool(value)
-
-
-_KEYS = {
-    "gae_lambda": ConfigKey("GAE's lambda: 1 the discounted return minus the value, 0 the one-step TD error",
-                            "a number in [0, 1]", real_rule(0.0, 1.0)),
-    "whiten": ConfigKey("normalise the advantages to mean 0 and standard deviation 1 over the whole batch (verl's "
-                        "masked_whiten)", "true or false", _boolean),
-}
 
 
 def ppo_targets(table: StepTable, gamma: float, invalid_penalty: float, gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
@@ -41,9 +24,6 @@ def ppo_targets(table: StepTable, gamma: float, invalid_penalty: float, gae_lamb
     return result.advantages, result.returns
 
 
-@register_estimator("ppo", coverage_beta=None, keys=_KEYS, critic="ptgpo_algos.critic.component:Critic",
-                    paper="Schulman et al. 2017, PPO (arXiv 1707.06347), with GAE (Schulman et al. 2016, arXiv "
-                          "1506.02438); verl-agent's PPO with a critic is the seed papers' baseline")
 def ppo(table: StepTable, signal: Signal, *, gamma: float = 0.95, invalid_penalty: float = 0.1,
         gae_lambda: float = 0.95, whiten: bool = True) -> Estimate:
     """PPO's advantage with a learned critic, one value per turn (:mod:`ptgpo_algos.critic`).

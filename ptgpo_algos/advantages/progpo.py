@@ -7,14 +7,13 @@ import numpy as np
 
 from ptgpo_algos.advantages.hgpo import history_levels
 from ptgpo_algos.advantages.ops import episode_norm, pool_moments, pooled_norm, successor
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["progpo"]
 
 
-@register_estimator("progpo")
 def progpo(
     table: StepTable,
     signal: Signal,

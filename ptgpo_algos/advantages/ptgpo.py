@@ -6,14 +6,13 @@ import numpy as np
 
 from ptgpo_algos.advantages.hgpo import hgpo
 from ptgpo_algos.advantages.ops import STD_EPSILON, compact_ids, episode_norm, snap_rounding
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["ptgpo"]
 
 
-@register_estimator("ptgpo", coverage_beta=0.1)
 def ptgpo(
     table: StepTable,
     signal: Signal,

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from ptgpo_algos.advantages.ops import episode_leave_one_out
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["rloo"]
 
 
-@register_estimator("rloo")
 def rloo(table: StepTable, signal: Signal) -> Estimate:
     """REINFORCE Leave-One-Out (Ahmadian et al. 2024, "Back to Basics", arXiv 2402.14740).
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from ptgpo_algos.advantages.ops import pooled_norm
-from ptgpo_algos.advantages.registry import Estimate, register_estimator
+from ptgpo_algos.advantages.registry import Estimate
 from ptgpo_algos.advantages.signal import Signal
 from ptgpo_algos.advantages.table import StepTable
 
 __all__ = ["spo3"]
 
 
-@register_estimator("3spo", coverage_beta=None, strategy="3spo")
 def spo3(table: StepTable, signal: Signal, *, norm: str = "mean_norm", invalid_penalty: float = 0.1) -> Estimate:
     """State-Score-Supervised Policy Optimization's step credit (arXiv 2606.09961).
 
