@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from ptgpo_algos.advantages import StepAdvantages, compute_advantages, estimate_batch
-from ptgpo_algos.data import Step, Trajectory
+from ptgpo_algos.records import Step, Trajectory
 from ptgpo_algos.metrics import (LEGACY_NAMES, SECTIONS, DuplicateMetricError, MetricsRow, current_name, current_row,
                                  read_metrics)
-from ptgpo_algos.update import flatten_batch
+from ptgpo_algos.updates.samples import flatten_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A committed bench cell, run before the metrics rows had sections.
@@ -49,8 +49,8 @@ def test_a_training_run_refuses_two_sources_of_one_figure(tmp_path, monkeypatch)
     # The updater's scoring pass reporting an "updates" beside the update's own count: merged into one
     # dict, one of the two figures was silently lost.
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.trainer import run_training
-    from ptgpo_algos.updater import Updater
+    from ptgpo_algos.training.trainer import run_training
+    from ptgpo_algos.updates.updater import Updater
 
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     real = Updater.prepare

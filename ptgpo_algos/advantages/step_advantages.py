@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ptgpo_algos.data import Trajectory
+from ptgpo_algos.records import Trajectory
 
 __all__ = ["StepAdvantages"]
 
