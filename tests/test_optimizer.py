@@ -3,7 +3,9 @@ config's refusals, and a scheduled run that resumes as it would have gone on."""
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 
 import pytest
 import torch
@@ -70,3 +72,65 @@ def test_a_scheduled_run_resumes_as_it_would_have_gone_on(tmp_path, monkeypatch)
     assert resume_scenarios.metric_rows(resumed.metrics_path) == rows
     rates = [row["update/lr"] for row in rows]
     assert len(set(rates)) > 1 and all(0.0 <= rate <= 5e-4 for rate in rates)  # the rate moved, within lr
+
+
+def test_sgd_steps_by_hand_and_keeps_a_group_s_own_settings():
+    weights = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    head = torch.nn.Parameter(torch.tensor([0.5]))
+    optim = TrainConfig.from_dict({"optim": {"optimizer": "SGD", "lr": 0.1, "weight_decay": 0.5}}).optim
+    assert optim.optimizer == "sgd"  # the registered spelling
+    optimizer = build_optimizer([weights], optim, [{"params": [head], "lr": 0.01, "weight_decay": 0.0}])
+    assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"] == 0.0
+    ((weights * torch.tensor([3.0, 1.0])).sum() + 2.0 * head.sum()).backward()
+    optimizer.step()
+    # w - lr (grad + decay w): 1 - 0.1 (3 + 0.5) and -2 - 0.1 (1 - 1); the head: 0.5 - 0.01 * 2.
+    assert weights.tolist() == pytest.approx([0.65, -2.0]) and head.tolist() == pytest.approx([0.48])
+
+
+def test_an_unknown_optimiser_is_refused_with_the_field_and_the_names():
+    with pytest.raises(ValueError, match=r"optim.optimizer: unknown optimiser 'adam' \(did you mean 'adamw'\?\); "
+                                         r"choose one of adamw, sgd"):
+        TrainConfig.from_dict({"optim": {"optimizer": "adam"}})
+
+
+def test_an_optimiser_registered_from_its_own_module_trains_with_the_critic_s_group(tmp_path, monkeypatch):
+    from ptgpo_algos.updates.optimizer_registry import OPTIMIZERS
+    from ptgpo_algos.training.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "halving_optimizer.py").write_text(
+        "import torch\n"
+        "from ptgpo_algos.updates.optimizer_registry import register_optimizer\n"
+        "GROUPS = []\n"
+        "@register_optimizer('halving-sgd')\n"
+        "def halving_sgd(param_groups, *, lr, weight_decay):\n"
+        "    GROUPS.append(len(param_groups))\n"
+        "    return torch.optim.SGD(param_groups, lr=lr / 2, weight_decay=weight_decay)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import halving_optimizer
+
+    try:
+        # PPO's critic trains its value head in a group of its own beside the policy's.
+        summary = run_training(resume_scenarios.small_lake_config(tmp_path / "run", algo="ppo", iterations=1,
+                                                                  **{"optim.optimizer": "halving-sgd"}),
+                               progress=False)
+        assert summary.iterations == 1 and halving_optimizer.GROUPS == [2]
+    finally:
+        OPTIMIZERS.unregister("halving-sgd")
+        monkeypatch.delitem(sys.modules, "halving_optimizer")
+    with pytest.raises(ValueError, match="unknown optimiser 'halving-sgd'"):
+        TrainConfig.from_dict({"optim": {"optimizer": "halving-sgd"}})
+
+
+def test_a_run_saved_before_the_optimiser_field_resumes_with_adamw(tmp_path, monkeypatch):
+    from ptgpo_algos.training.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    whole = run_training(resume_scenarios.small_lake_config(tmp_path / "whole"), progress=False)
+    run_training(resume_scenarios.small_lake_config(tmp_path / "cut", iterations=1), progress=False)
+    saved = tmp_path / "cut" / "config.json"
+    data = json.loads(saved.read_text())
+    del data["optim"]["optimizer"]  # as a run written before the field
+    saved.write_text(json.dumps(data))
+    resumed = run_training(resume_scenarios.small_lake_config(tmp_path / "cut", resume=True), progress=False)
+    assert resume_scenarios.metric_rows(resumed.metrics_path) == resume_scenarios.metric_rows(whole.metrics_path)

@@ -249,3 +249,31 @@ def test_checking_and_listing_the_built_in_estimators_imports_none_of_their_modu
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["[]", "['ptgpo_algos.advantages.gigpo']"]
+
+
+def test_each_built_in_optimiser_names_a_factory_that_builds_one():
+    # The table is what configs are checked against without importing torch's optimisers: it must resolve.
+    import importlib
+
+    from ptgpo_algos.updates.optimizer_registry import BUILT_IN_OPTIMIZERS, OPTIMIZERS
+
+    assert list(BUILT_IN_OPTIMIZERS) == OPTIMIZERS.names()[:len(BUILT_IN_OPTIMIZERS)] == ["adamw", "sgd"]
+    parameter = torch.nn.Parameter(torch.zeros(2))
+    for name, target in BUILT_IN_OPTIMIZERS.items():
+        module, _, attribute = target.partition(":")
+        factory = getattr(importlib.import_module(module), attribute)
+        assert OPTIMIZERS.get(name) is factory
+        optimizer = factory([{"params": [parameter]}], lr=0.1, weight_decay=0.0)
+        assert isinstance(optimizer, torch.optim.Optimizer) and type(optimizer).__name__.lower() == name
+
+
+def test_checking_a_config_s_optimiser_imports_none_of_the_optimisers():
+    code = ("import sys\n"
+            "from ptgpo_algos.config import TrainConfig\n"
+            "for name in ('adamw', 'sgd'):\n"
+            "    TrainConfig.from_dict({'optim': {'optimizer': name}})\n"
+            "print('ptgpo_algos.updates.optimizer' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -1,11 +1,12 @@
-"""The optimiser every run trains with, in one process or across ranks: AdamW on the trainable
-parameters, and the learning-rate schedule ``optim.lr_schedule`` names.
+"""The optimiser every run trains with, in one process or across ranks: the one ``optim.optimizer``
+names (:mod:`ptgpo_algos.updates.optimizer_registry`; the built-ins ``adamw`` and ``sgd`` are here) on the
+trainable parameters, and the learning-rate schedule ``optim.lr_schedule`` names.
 
 A schedule multiplies ``optim.lr`` by a factor of the optimiser steps taken so far (the updater steps
 it after each optimiser step): a linear warm-up from 0 over ``optim.lr_warmup_steps``, then
 ``constant`` (1), ``linear`` (down to 0 at ``optim.lr_decay_steps``) or ``cosine`` (half a cosine down
 to 0 at ``optim.lr_decay_steps``); past ``lr_decay_steps`` the factor stays 0. ``constant`` with no
-warm-up has no scheduler at all: the step is the plain AdamW step.
+warm-up has no scheduler at all: the step is the optimiser's plain step.
 """
 
 from __future__ import annotations
@@ -15,10 +16,20 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from ptgpo_algos.updates.optimizer_registry import OPTIMIZERS
 from ptgpo_algos.updates.settings import OptimConfig
 
-__all__ = ["build_optimizer", "build_schedule", "lr_factor"]
+__all__ = ["adamw", "build_optimizer", "build_schedule", "lr_factor", "sgd"]
 
+
+def adamw(param_groups: list[dict[str, Any]], *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW (decoupled weight decay), torch's default betas and epsilon."""
+    return torch.optim.AdamW(param_groups, lr=lr, weight_decay=weight_decay)
+
+
+def sgd(param_groups: list[dict[str, Any]], *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """Plain SGD: no momentum, so no state; ``weight_decay`` is an L2 term added to the gradient."""
+    return torch.optim.SGD(param_groups, lr=lr, momentum=0.0, weight_decay=weight_decay)
 
 
 def lr_factor(step: int, schedule: str, warmup_steps: int = 0, decay_steps: int | None = None) -> float:
@@ -36,12 +47,11 @@ def lr_factor(step: int, schedule: str, warmup_steps: int = 0, decay_steps: int 
 
 def build_optimizer(parameters: Iterable[torch.nn.Parameter], optim: OptimConfig,
                     groups: Sequence[dict[str, Any]] = ()) -> torch.optim.Optimizer:
-    """AdamW at ``optim.lr`` with ``optim.weight_decay`` on ``parameters``; ``groups``: further parameter
-    groups with settings of their own (a critic's value head, :mod:`ptgpo_algos.critic`). The schedule
-    scales every group's rate alike."""
-    if not groups:
-        return torch.optim.AdamW(list(parameters), lr=optim.lr, weight_decay=optim.weight_decay)
-    return torch.optim.AdamW([{"params": list(parameters)}, *groups], lr=optim.lr, weight_decay=optim.weight_decay)
+    """The optimiser ``optim.optimizer`` names, at ``optim.lr`` with ``optim.weight_decay`` on ``parameters``;
+    ``groups``: further parameter groups with settings of their own (a critic's value head,
+    :mod:`ptgpo_algos.critic`). The schedule scales every group's rate alike."""
+    factory = OPTIMIZERS.get(optim.optimizer)
+    return factory([{"params": list(parameters)}, *groups], lr=optim.lr, weight_decay=optim.weight_decay)
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, optim: OptimConfig) -> Any:

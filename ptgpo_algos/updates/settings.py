@@ -13,6 +13,7 @@ from ptgpo_algos.advantages.config import validate_config
 from ptgpo_algos.critic.settings import CriticSettings
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.hiper.settings import HiperSettings
+from ptgpo_algos.updates.optimizer_registry import BUILT_IN_OPTIMIZERS, OPTIMIZERS
 from ptgpo_algos.sections import field_labels, option
 from ptgpo_algos.validation import check_bool, check_choice, check_int, check_mapping, check_number, check_registered
 
@@ -94,7 +95,9 @@ class OptimConfig:
     """The PPO update (:mod:`ptgpo_algos.updates.samples`). ``None`` values take the model's defaults."""
 
     lr: float | None = option(None, "learning rate [5e-4 tiny, 1e-6 pretrained]", flat="learning_rate", flag="lr")
-    weight_decay: float = option(0.0, "AdamW weight decay")
+    optimizer: str = option("adamw", f"optimiser, by name: {' or '.join(BUILT_IN_OPTIMIZERS)} (plain, no "
+                            "momentum), or a plugin's (ptgpo_algos.updates.optimizer_registry)", flat=False)
+    weight_decay: float = option(0.0, "weight decay: AdamW's decoupled, SGD's an L2 term in the gradient")
     lr_schedule: str = option("constant", "learning-rate schedule over optimiser steps: constant, linear or cosine "
                               "(down to 0 at lr_decay_steps), after a linear warm-up (ptgpo_algos.updates.optimizer)")
     lr_warmup_steps: int = option(0, "optimiser steps of linear warm-up from 0 to lr")
@@ -127,6 +130,7 @@ class OptimConfig:
             object.__setattr__(self, "fsdp", FsdpConfig.from_dict(self.fsdp))
         if self.lr is not None:
             check_number(label("optim.lr"), self.lr, 0.0, 1.0, exclusive_low=True)
+        object.__setattr__(self, "optimizer", check_registered(label("optim.optimizer"), self.optimizer, OPTIMIZERS))
         check_number(label("optim.weight_decay"), self.weight_decay, 0.0)
         check_choice(label("optim.lr_schedule"), self.lr_schedule, ("constant", "linear", "cosine"))
         check_int(label("optim.lr_warmup_steps"), self.lr_warmup_steps, 0)
