@@ -18,7 +18,7 @@ import torch
 
 from ptgpo_algos.advantages.config import ConfigKey, real_rule
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.updates.losses import register_loss
+from ptgpo_algos.updates.loss_registry import register_loss
 from ptgpo_algos.training.trainer import run_training
 
 

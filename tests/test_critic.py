@@ -201,7 +201,8 @@ def _zero_grads(policy, critic):
 
 
 def test_the_value_heads_gradient_comes_from_the_value_loss_alone(policy):
-    from ptgpo_algos.updates.losses import PolicyLoss, get_loss
+    from ptgpo_algos.updates.loss_registry import get_loss
+    from ptgpo_algos.updates.losses import PolicyLoss
     from ptgpo_algos.updates.samples import accumulate_gradients
 
     critic, samples = _critic(policy), _targeted_samples(policy)
@@ -392,7 +393,8 @@ def test_under_lora_the_value_head_trains_with_the_adapters_and_the_base_stays_f
 
 
 def test_a_critic_model_of_its_own_is_trained_by_the_value_loss_alone(policy):
-    from ptgpo_algos.updates.losses import PolicyLoss, get_loss
+    from ptgpo_algos.updates.loss_registry import get_loss
+    from ptgpo_algos.updates.losses import PolicyLoss
     from ptgpo_algos.updates.samples import accumulate_gradients
 
     critic, samples = _critic(policy, shared_trunk=False), _targeted_samples(policy)

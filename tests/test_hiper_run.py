@@ -65,7 +65,8 @@ def test_ppo_clip_takes_one_advantage_per_token_and_a_row_of_equal_ones_is_the_p
 def test_the_update_uses_a_samples_token_advantages_when_it_has_them():
     from ptgpo_algos.updates import samples as update
     from ptgpo_algos.records import Decision
-    from ptgpo_algos.updates.losses import PolicyLoss, get_loss
+    from ptgpo_algos.updates.loss_registry import get_loss
+    from ptgpo_algos.updates.losses import PolicyLoss
     from ptgpo_algos.policy.base import ScoredBatch
 
     seen = {}
@@ -243,7 +244,8 @@ def test_the_critics_figures_do_not_depend_on_how_a_mini_batch_is_cut(tmp_path):
     # The heads' losses were averaged over a mini-batch's micro-batches where their sum, value_loss, was
     # added up: split in parts, they no longer made up value_loss (and a run across ranks, whose parts
     # are a rank's, reported other figures than one process).
-    from ptgpo_algos.updates.losses import PolicyLoss, get_loss
+    from ptgpo_algos.updates.loss_registry import get_loss
+    from ptgpo_algos.updates.losses import PolicyLoss
     from ptgpo_algos.updates.samples import accumulate_gradients
 
     policy, _, critic, samples, _ = _annotated_batch(tmp_path)

@@ -17,7 +17,8 @@ import torch
 import ptgpo_envs
 from ptgpo_algos.advantages import ESTIMATORS, Estimate, register_estimator
 from ptgpo_algos.config import TrainConfig
-from ptgpo_algos.updates.losses import LOSSES, ppo_clip_loss
+from ptgpo_algos.updates.loss_registry import LOSSES
+from ptgpo_algos.updates.losses import ppo_clip_loss
 from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
 from ptgpo_envs.plugins import Registry, RegistryError
 
@@ -277,3 +278,34 @@ def test_checking_a_config_s_optimiser_imports_none_of_the_optimisers():
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_each_built_in_loss_declares_what_its_function_s_signature_says():
+    # The table is what configs are checked against without importing the losses: it must not drift.
+    import importlib
+
+    from ptgpo_algos.updates.loss_registry import BUILT_IN_LOSSES, LossSpec, get_loss
+
+    assert [spec.name for spec in BUILT_IN_LOSSES] == LOSSES.names()[:len(BUILT_IN_LOSSES)]
+    for declared in BUILT_IN_LOSSES:
+        module, _, attribute = declared.implementation.partition(":")
+        function = getattr(importlib.import_module(module), attribute)
+        read = LossSpec.of(declared.name, function, declared.keys)
+        assert (read.common_parameters, dict(read.defaults), dict(read.keys)) == \
+               (declared.common_parameters, dict(declared.defaults), dict(declared.keys)), declared.name
+        assert get_loss(declared.name).function is function
+
+
+def test_checking_the_default_config_imports_no_loss_and_no_optimiser():
+    # Building a config checks the loss and the optimiser by their registries' tables; the update's
+    # modules come with a run. The objectives' modules are still imported (their keys live with them).
+    code = ("import sys\n"
+            "from ptgpo_algos.config import TrainConfig\n"
+            "TrainConfig.from_dict({})\n"
+            "TrainConfig.from_dict({'algorithm': {'loss': 'ppo-clip'}, 'optim': {'clip_ratio_c': 2.0}})\n"
+            "print(sorted(m for m in ('ptgpo_algos.updates.losses', 'ptgpo_algos.updates.optimizer',\n"
+            "                         'ptgpo_algos.updates.updater', 'ptgpo_algos.updates.samples') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from ptgpo_algos.updates.settings import OptimConfig
-from ptgpo_algos.updates.losses import PolicyLoss, get_loss, policy_loss, ppo_clip_loss
+from ptgpo_algos.updates.loss_registry import get_loss
+from ptgpo_algos.updates.losses import PolicyLoss, policy_loss, ppo_clip_loss
 from ptgpo_algos.policy import Context, load_policy
 from ptgpo_algos.updates.samples import (
     COUNTS,
@@ -211,7 +212,7 @@ def _scaled_pg(logprobs, old_logprobs, advantages, *, clip_ratio=0.2, scale=1.0)
 @pytest.fixture()
 def scaled_pg():
     from ptgpo_algos.advantages.config import ConfigKey, real_rule
-    from ptgpo_algos.updates.losses import LOSSES, register_loss
+    from ptgpo_algos.updates.loss_registry import LOSSES, register_loss
 
     register_loss("scaled-pg", keys={"scale": ConfigKey("factor", "a finite number >= 0", real_rule(0.0))})(_scaled_pg)
     yield "scaled-pg"
@@ -230,7 +231,8 @@ def _gradients(loss, logprobs, entropy):
 
 def test_kl_and_entropy_coefficients_act_on_the_gradient_of_every_registered_loss(scaled_pg):
     from ptgpo_algos.updates.settings import AlgorithmConfig
-    from ptgpo_algos.updates.losses import LOSSES, low_var_kl, weighted_token_mean
+    from ptgpo_algos.updates.loss_registry import LOSSES
+    from ptgpo_algos.updates.losses import low_var_kl, weighted_token_mean
     from ptgpo_algos.updates.updater import policy_loss_for
 
     logprobs = torch.tensor([[-0.9, -0.8, -1.7], [-0.4, -1.2, -1.0]])
@@ -262,7 +264,7 @@ def test_kl_and_entropy_coefficients_act_on_the_gradient_of_every_registered_los
 
 def test_a_losss_keys_follow_the_estimators_rules(scaled_pg):
     from ptgpo_algos.config import TrainConfig
-    from ptgpo_algos.updates.losses import LOSSES
+    from ptgpo_algos.updates.loss_registry import LOSSES
 
     config = TrainConfig.from_dict({"algorithm": {"loss": scaled_pg, "loss_config": {"scale": "1e-1"}}})
     assert config.algorithm.loss_config == {"scale": 0.1}  # converted by its rule, as an estimator's key

@@ -1,6 +1,6 @@
-"""The trainer's loss terms as pure functions on tensors (verl ``core_algos`` style), the registry of
-policy-gradient losses (:data:`LOSSES`) the config names (``algorithm.loss``), and the update's whole
-loss (:class:`PolicyLoss`).
+"""The trainer's loss terms as pure functions on tensors (verl ``core_algos`` style), the built-in
+policy-gradient losses that ``algorithm.loss`` names (their registry, :data:`~ptgpo_algos.updates.loss_registry.LOSSES`,
+and how to add one: :mod:`ptgpo_algos.updates.loss_registry`), and the update's whole loss (:class:`PolicyLoss`).
 
 Shapes: ``(batch, units)`` where a unit is a response token (``generate`` mode) or the single choice
 among candidates (``choose`` mode). ``mask`` marks real units; ``weight`` (``(batch,)``) counts how
@@ -8,103 +8,26 @@ many trajectories go through each step, since a step shared by several leaves of
 trained once. Aggregation is the token mean: every real unit of every step counts ``weight`` times,
 divided by the weighted number of units.
 
-A registered loss is the policy-gradient term only, as in verl: it takes ``(logprobs, old_logprobs,
-advantages)`` and its keys, and returns the per-unit loss and which units were clipped (``None`` when
-it has no clip). The update (:class:`PolicyLoss`) weighs it by the importance weights, aggregates it,
-and adds the entropy bonus and the KL term, so ``optim.entropy_coef`` and ``optim.kl_coef`` act on
-every loss alike. A loss's keys are its parameters after the three tensors, with their defaults:
-``clip_ratio`` and ``clip_ratio_c`` come from the ``optim`` section (a loss takes them by naming
-them), any other is the loss's own and is set in ``algorithm.loss_config`` under the rule given at
-registration (the estimators' rules, :class:`~ptgpo_algos.advantages.config.ConfigKey`)::
-
-    @register_loss("my-loss", keys={"clip_low": ConfigKey("lower clip", "a number in (0, 1)", rule)})
-    def my_loss(logprobs, old_logprobs, advantages, *, clip_ratio=0.2, clip_low=0.1):
-        ...
-        return per_unit_loss, clipped
+The update (:class:`PolicyLoss`) weighs a registered loss's per-unit term by the importance weights,
+aggregates it, and adds the entropy bonus and the KL term, so ``optim.entropy_coef`` and
+``optim.kl_coef`` act on every loss alike.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
-from ptgpo_algos.advantages.config import ConfigKey, validate_config
-from ptgpo_envs.plugins import Registry, RegistryError
+# The registry's names stay importable here too: a plugin written against this module registers through it.
+from ptgpo_algos.updates.loss_registry import (COMMON_LOSS_KEYS, LOSS_AGGREGATIONS, LOSSES, LossSpec,  # noqa: F401
+                                               get_loss, register_loss)
 
-__all__ = ["COMMON_LOSS_KEYS", "LOG_RATIO_LIMIT", "LOSSES", "LOSS_AGGREGATIONS", "LossSpec", "PolicyLoss", "get_loss",
-           "low_var_kl", "policy_loss", "ppo_clip_loss", "register_loss", "weighted_token_mean"]
+__all__ = ["LOG_RATIO_LIMIT", "PolicyLoss", "low_var_kl", "policy_loss", "ppo_clip_loss", "weighted_token_mean"]
 
 #: Log-ratios ``log pi - log pi_old`` are clamped to [-20, 20] before ``exp`` (as verl does).
 LOG_RATIO_LIMIT = 20.0
-#: How a batch's per-unit losses are averaged (:func:`ptgpo_algos.updates.samples.flatten_batch`).
-LOSS_AGGREGATIONS = ("token-mean", "trajectory-mean")
-#: Keys every loss may take by naming them, whose values are the ``optim`` section's fields.
-COMMON_LOSS_KEYS = ("clip_ratio", "clip_ratio_c")
-#: Policy-gradient losses by name (:class:`LossSpec`, or a plain function without keys of its own);
-#: other packages add theirs through the ``ptgpo.losses`` entry points.
-LOSSES: Registry = Registry("policy loss", "ptgpo.losses")
-
-_TENSORS = 3  # logprobs, old_logprobs, advantages
-
-
-@dataclass(frozen=True)
-class LossSpec:
-    """A registered policy-gradient loss: its function, the common keys it takes, and its own keys with
-    their defaults and rules (``defaults`` and ``keys``, as an estimator's)."""
-
-    name: str
-    function: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
-    common_parameters: tuple[str, ...] = ()
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    keys: Mapping[str, ConfigKey] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, name: str, function: Callable, keys: Mapping[str, ConfigKey] | None = None) -> LossSpec:
-        """The spec of ``function``, read from its signature; ``RegistryError`` for a function that does
-        not follow the protocol or has a key without a rule."""
-        parameters = list(inspect.signature(function).parameters.values())
-        positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        required = [p.name for p in positional if p.default is p.empty]
-        if len(positional) < _TENSORS or len(required) > _TENSORS:
-            raise RegistryError(
-                f"policy loss {name!r}: a loss takes (logprobs, old_logprobs, advantages, *, keys...) and returns "
-                f"(per-unit loss, clipped or None), got parameters ({', '.join(p.name for p in parameters)}); the "
-                "update applies mask, weight, entropy, KL and importance weights itself (see ptgpo_algos.updates.losses)")
-        named = {p.name: p.default for p in positional[_TENSORS:] + [p for p in parameters if p.kind is p.KEYWORD_ONLY]}
-        rules = dict(keys or {})
-        own = {key: default for key, default in named.items() if key not in COMMON_LOSS_KEYS}
-        missing = sorted(set(own) - set(rules))
-        if missing:
-            raise RegistryError(f"policy loss {name!r}: keys {missing} have no rule; register it with "
-                                "register_loss(name, keys={key: ConfigKey(...)})")
-        common = tuple(key for key in named if key in COMMON_LOSS_KEYS)
-        return cls(name, function, common, MappingProxyType(own), MappingProxyType({k: rules[k] for k in own}))
-
-    def keywords(self, common: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-        """What the function is called with: the common keys it takes (from ``common``, the ``optim``
-        section's values) and its own keys, ``config`` over their defaults, each checked by its rule."""
-        own = validate_config(self, config, kind="policy loss")
-        return {**{key: common[key] for key in self.common_parameters}, **own}
-
-
-def register_loss(name: str, *, keys: Mapping[str, ConfigKey] | None = None) -> Callable:
-    """Register the decorated function as the policy loss ``name`` (``keys``: the rules of its own keys)."""
-
-    def decorator(function: Callable) -> Callable:
-        LOSSES.register(name, LossSpec.of(name, function, keys))
-        return function
-
-    return decorator
-
-
-def get_loss(name: str) -> LossSpec:
-    """The loss registered as ``name`` (a plain registered function read as a spec without own keys)."""
-    entry = LOSSES.get(name)
-    return entry if isinstance(entry, LossSpec) else LossSpec.of(name, entry)
 
 
 def weighted_token_mean(
@@ -119,7 +42,6 @@ def weighted_token_mean(
     return (values * w).sum() / denominator.clamp(min=1e-8)
 
 
-@register_loss("ppo-clip")
 def ppo_clip_loss(
     logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, clip_ratio: float = 0.2,
     clip_ratio_c: float | None = None,

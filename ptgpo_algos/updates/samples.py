@@ -90,7 +90,7 @@ def flatten_batch(
     trajectory counts once. ``trajectory-mean``: each trajectory through the step adds ``1 / units of
     that trajectory``, so every trajectory counts once whatever its length (a 7-step success weighs as
     much as a 30-step failure instead of a quarter of it). The loss divides by the summed weights, so
-    both are means. ``loss_agg`` is one of :data:`~ptgpo_algos.updates.losses.LOSS_AGGREGATIONS`, as
+    both are means. ``loss_agg`` is one of :data:`~ptgpo_algos.updates.loss_registry.LOSS_AGGREGATIONS`, as
     ``algorithm.loss_agg`` checks.
     """
     values = StepAdvantages.of(batch, advantages).values.tolist()

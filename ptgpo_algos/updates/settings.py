@@ -13,6 +13,7 @@ from ptgpo_algos.advantages.config import validate_config
 from ptgpo_algos.critic.settings import CriticSettings
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.hiper.settings import HiperSettings
+from ptgpo_algos.updates.loss_registry import COMMON_LOSS_KEYS, LOSS_AGGREGATIONS, LOSSES, get_loss
 from ptgpo_algos.updates.optimizer_registry import BUILT_IN_OPTIMIZERS, OPTIMIZERS
 from ptgpo_algos.sections import field_labels, option
 from ptgpo_algos.validation import check_bool, check_choice, check_int, check_mapping, check_number, check_registered
@@ -22,7 +23,7 @@ __all__ = ["AlgorithmConfig", "OptimConfig"]
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    """The advantage estimator (:mod:`ptgpo_algos.advantages`) and the policy loss (:mod:`ptgpo_algos.updates.losses`)."""
+    """The advantage estimator (:mod:`ptgpo_algos.advantages`) and the policy loss (:mod:`ptgpo_algos.updates.loss_registry`)."""
 
     name: str = option("gigpo", "advantage estimator, e.g. grpo, rloo, gigpo, hgpo, ptgpo", flat="algo", flag="algo")
     config: dict[str, Any] = option(help="the estimator's keys (gamma, norm, omega...)", flat="algo_config",
@@ -44,9 +45,8 @@ class AlgorithmConfig:
                                   flat=False, factory=HiperSettings)
 
     def __post_init__(self) -> None:
-        # The losses and objectives import torch: imported here, they load only when a config is built,
-        # not with every module that names TrainConfig (the leaderboard, the CLI's help).
-        from ptgpo_algos.updates.losses import LOSS_AGGREGATIONS, LOSSES
+        # The objectives import torch: imported here, they load only when a config is built, not with
+        # every module that names TrainConfig (the leaderboard, the CLI's help).
         from ptgpo_algos.objectives import validate_objectives
 
         object.__setattr__(self, "name", check_registered(label("algorithm.name"), self.name, ESTIMATORS))
@@ -71,8 +71,6 @@ class AlgorithmConfig:
 
 def _loss_config(loss: str, given: Any) -> dict[str, Any]:
     """The policy loss's own keys as given, each converted by its rule (a YAML "1e-3" is a number)."""
-    from ptgpo_algos.updates.losses import COMMON_LOSS_KEYS, get_loss
-
     where = label("algorithm.loss_config")
     config = check_mapping(where, given)
     common = sorted(set(config) & set(COMMON_LOSS_KEYS))

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from ptgpo_algos.updates.settings import AlgorithmConfig, OptimConfig
-from ptgpo_algos.updates.losses import PolicyLoss, get_loss
+from ptgpo_algos.updates.loss_registry import get_loss
+from ptgpo_algos.updates.losses import PolicyLoss
 from ptgpo_algos.updates.samples import (
     TrainingSample,
     accumulate_gradients,

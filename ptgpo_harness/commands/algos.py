@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print every registered name a training config takes, by the key that takes it."""
     from ptgpo_algos.advantages import ESTIMATORS, estimator_defaults
-    from ptgpo_algos.updates.losses import LOSSES, get_loss
+    from ptgpo_algos.updates.loss_registry import LOSSES, get_loss
     from ptgpo_algos.objectives import OBJECTIVES
     from ptgpo_algos.rollouts.patr.settings import SCORERS
     from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
