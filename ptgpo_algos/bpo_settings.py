@@ -38,6 +38,14 @@ class BpoConfig:
         """The most leaves a group has."""
         return self.trunks * (1 + self.branch_points * self.forks)
 
+    def most_decisions(self, horizon: int) -> int:
+        """The most decisions a group can spend with episodes of at most ``horizon`` steps: each trunk's
+        own, and at each of its branch points (distinct steps, so at most ``horizon`` of them) ``forks``
+        continuations deciding from that step to the horizon (the prefix before it is the trunk's)."""
+        points = min(self.branch_points, horizon)
+        fork_decisions = sum(horizon - step for step in range(points))
+        return self.trunks * (horizon + self.forks * fork_decisions)
+
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain mapping."""
         return dataclasses.asdict(self)

@@ -78,8 +78,11 @@ def remaining_budget(config: TrainConfig, spent: int) -> int | None:
 
 
 def most_decisions(config: TrainConfig, task: Task, horizon: int) -> int:
-    """The most decisions ``task``'s group can spend: its leaves times the episode horizon."""
+    """The most decisions ``task``'s group can spend: its leaves times the episode horizon (BPO's: its
+    trunks' and forks', :meth:`~ptgpo_algos.bpo_settings.BpoConfig.most_decisions`)."""
     rollouts = config.rollouts
+    if rollouts.strategy == "bpo":
+        return rollouts.bpo.most_decisions(task.max_steps or horizon)
     leaves = rollouts.patr.max_leaves if rollouts.strategy == "patr" else rollouts.group_size
     return leaves * (task.max_steps or horizon)
 

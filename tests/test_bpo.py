@@ -269,6 +269,25 @@ def test_bpo_rollouts_spend_the_decision_budget_exactly():
     assert sum(len(t.steps) - (t.meta["branch_point"] or 0) for group in batch for t in group) <= 9
 
 
+def test_a_bpo_groups_decision_cap_is_its_trunks_and_forks_not_group_size():
+    from ptgpo_algos.collectors import most_decisions
+
+    def config(**bpo):
+        return TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "algo": "bpo", "group_size": 2, "bpo": bpo})
+
+    # Per trunk: its own 5 decisions, and 3 forks at each of two distinct steps, which decide from
+    # there to the horizon: at most 3 x 5 (step 0) + 3 x 4 (step 1). Two trunks: 2 x 32.
+    assert most_decisions(config(trunks=2, branch_points=2, forks=3), FIELD, 8) == 64
+    # A trunk of 5 decisions has at most 5 branch points: 2 x (5 + 3 x (5 + 4 + 3 + 2 + 1)).
+    assert most_decisions(config(trunks=2, branch_points=7, forks=3), FIELD, 8) == 100
+    assert most_decisions(config(trunks=3, branch_points=0), FIELD, 8) == 15
+    # Capped there, the group plays every leaf: none is cut off by the budget.
+    settings = config(trunks=2, branch_points=2, forks=3).rollouts.bpo
+    cap = most_decisions(config(trunks=2, branch_points=2, forks=3), FIELD, 8)
+    batch, stats = collect_bpo_rollouts(Cycling(), [FIELD], settings, max_decisions=cap)
+    assert len(batch[0]) == settings.leaves == 14 and stats.decisions <= cap
+
+
 # ----------------------------------------------------------------------------- config and CLI
 def test_bpo_is_a_typed_section_and_the_default_strategy_of_its_estimator():
     config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "algo": "bpo"})
