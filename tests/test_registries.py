@@ -68,11 +68,14 @@ def test_every_extensible_part_is_a_registry_of_one_kind():
 
     from ptgpo_algos.objectives import OBJECTIVES
 
-    for registry in (ESTIMATORS, LOSSES, OBJECTIVES, ROLLOUT_BACKENDS, BASELINES, ptgpo_envs.ENVIRONMENTS):
+    from ptgpo_algos.updates.optimizer_registry import OPTIMIZERS
+
+    for registry in (ESTIMATORS, LOSSES, OPTIMIZERS, OBJECTIVES, ROLLOUT_BACKENDS, BASELINES, ptgpo_envs.ENVIRONMENTS):
         assert isinstance(registry, Registry) and registry.group.startswith("ptgpo.")
-    assert {"isdpo", "seed", "mcgpo"} <= set(OBJECTIVES)
+    assert {"isdpo", "seed", "mcgpo", "hindsight"} <= set(OBJECTIVES)
     assert {"grpo", "gigpo", "ptgpo", "g2po"} <= set(ESTIMATORS)
     assert set(ROLLOUT_BACKENDS) >= {"transformers", "vllm"} and "ppo-clip" in LOSSES
+    assert {"adamw", "sgd"} <= set(OPTIMIZERS)
 
 
 LAKE = {"desc": ["SFF", "FHF", "FFG"]}
@@ -298,7 +301,7 @@ def test_each_built_in_loss_declares_what_its_function_s_signature_says():
 
 def test_checking_the_default_config_imports_no_loss_and_no_optimiser():
     # Building a config checks the loss and the optimiser by their registries' tables; the update's
-    # modules come with a run. The objectives' modules are still imported (their keys live with them).
+    # modules come with a run.
     code = ("import sys\n"
             "from ptgpo_algos.config import TrainConfig\n"
             "TrainConfig.from_dict({})\n"
@@ -309,3 +312,50 @@ def test_checking_the_default_config_imports_no_loss_and_no_optimiser():
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_each_built_in_objective_declares_the_keys_its_class_takes():
+    # The table is what configs are checked against without importing the objectives: it must not drift.
+    import importlib
+    import inspect
+
+    from ptgpo_algos.objectives import OBJECTIVES
+    from ptgpo_algos.objectives.base import Objective
+    from ptgpo_algos.objectives.registry import BUILT_IN_OBJECTIVES
+
+    assert [spec.name for spec in BUILT_IN_OBJECTIVES] == OBJECTIVES.names()[:len(BUILT_IN_OBJECTIVES)]
+    for declared in BUILT_IN_OBJECTIVES:
+        module, _, attribute = declared.build.partition(":")
+        builder = getattr(importlib.import_module(module), attribute)
+        parameters = inspect.signature(builder).parameters.values()
+        assert [p.name for p in parameters] == list(declared.defaults), declared.name
+        assert all(p.kind is p.KEYWORD_ONLY for p in parameters), declared.name
+        given = {p.name: p.default for p in parameters if p.default is not p.empty}
+        assert given == {key: declared.defaults[key] for key in given}, declared.name
+        assert OBJECTIVES.get(declared.name).builder is builder and issubclass(builder, Objective)
+        # Every default passes its own rule unchanged, so the builder gets what the config check gives.
+        assert {key: declared.keys[key].convert(value) for key, value in declared.defaults.items()} == \
+               dict(declared.defaults), declared.name
+
+
+def test_checking_a_config_s_objectives_imports_none_of_their_modules():
+    # Every built-in named with each of its keys set to its default, then listed; its module comes when
+    # a run builds it.
+    code = ("import argparse, contextlib, io, sys\n"
+            "from ptgpo_algos.config import TrainConfig\n"
+            "from ptgpo_algos.objectives.registry import BUILT_IN_OBJECTIVES\n"
+            "from ptgpo_harness.commands import algos\n"
+            "modules = ['ptgpo_algos.objectives.base'] + [spec.build.partition(':')[0] for spec in BUILT_IN_OBJECTIVES]\n"
+            "for spec in BUILT_IN_OBJECTIVES:\n"
+            "    TrainConfig.from_dict({'algorithm': {'objectives': [{'name': spec.name, **spec.defaults}]}})\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    algos.run(argparse.Namespace())\n"
+            "print(sorted(m for m in modules if m in sys.modules))\n"
+            "from ptgpo_algos.objectives import Objectives\n"
+            "Objectives.from_config([{'name': 'mcgpo'}])\n"
+            "print(sorted(m for m in modules if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == [
+        "[]", "['ptgpo_algos.objectives.base', 'ptgpo_algos.objectives.mcgpo']"]

@@ -5,17 +5,18 @@
 * ``mcgpo`` (:mod:`.mcgpo`) -- pairwise preferences between actions taken in matched contexts;
 * ``hindsight`` (:mod:`.hindsight`) -- failed rollouts relabelled with the tasks they completed, in steps of their own.
 
-How an objective joins an update, and how to add one: :mod:`.base`.
+The registry and the config check (:mod:`.registry`) import no objective and not torch; how an objective
+joins an update, and how to add one: :mod:`.base`, imported when one of its names is first asked for.
 """
 
-from ptgpo_algos.objectives import hindsight, isdpo, mcgpo, seed  # noqa: F401  (they register themselves)
-from ptgpo_algos.objectives.base import (
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ptgpo_algos.objectives.registry import (
     OBJECTIVES,
-    Objective,
-    ObjectiveInputs,
-    Objectives,
     ObjectiveSpec,
-    OptimizerStep,
     needs_expert,
     objective_needs,
     validate_objectives,
@@ -23,3 +24,12 @@ from ptgpo_algos.objectives.base import (
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveInputs", "ObjectiveSpec", "Objectives", "OptimizerStep", "needs_expert",
            "objective_needs", "validate_objectives"]
+
+#: The update's names, from :mod:`.base` (which imports torch) on first use.
+_FROM_BASE = ("Objective", "ObjectiveInputs", "Objectives", "OptimizerStep")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_BASE:
+        return getattr(importlib.import_module("ptgpo_algos.objectives.base"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

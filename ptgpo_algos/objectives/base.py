@@ -1,8 +1,8 @@
-"""Auxiliary objectives beside the RL loss: the registry, the config check, and how they join an update.
+"""Auxiliary objectives beside the RL loss: how they join an update.
 
 An objective adds a second signal to the policy update where the estimator's advantages give none
-(all-failed groups, task-blind policies). It is registered by name with its configuration keys (each a
-:class:`~ptgpo_algos.advantages.config.ConfigKey`, checked at the edge) and a builder::
+(all-failed groups, task-blind policies). It is registered by name with its configuration keys and a
+builder in :data:`~ptgpo_algos.objectives.registry.OBJECTIVES` (checked without this module)::
 
     OBJECTIVES.register("my-objective", ObjectiveSpec("my-objective", build, defaults, keys))
 
@@ -40,16 +40,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from ptgpo_algos.advantages.config import ConfigKey
 from ptgpo_algos.advantages.step_advantages import StepAdvantages
 from ptgpo_algos.records import Batch, Decision, Step, Trajectory
 from ptgpo_algos.metrics import MetricsRow, objective_section
-from ptgpo_algos.validation import as_number
-from ptgpo_envs.plugins import Registry
+from ptgpo_algos.objectives.registry import OBJECTIVES, WEIGHT_KEY, validate_objectives
 
-__all__ = ["OBJECTIVES", "Objective", "ObjectiveInputs", "ObjectiveSpec", "Objectives", "OptimizerStep", "WEIGHT_KEY",
-           "candidate_logprobs", "distinct_steps", "needs_expert", "objective_needs", "split_parts",
-           "trajectory_succeeded", "validate_objectives"]
+__all__ = ["Objective", "ObjectiveInputs", "Objectives", "OptimizerStep", "candidate_logprobs", "distinct_steps",
+           "split_parts", "trajectory_succeeded"]
 
 #: One optimiser step of the update on a loss (zero the gradients, backward, clip, step); returns the
 #: gradient norm.
@@ -100,101 +97,7 @@ class Objective:
         """Restore the state :meth:`state_dict` returned."""
 
 
-@dataclass(frozen=True)
-class ObjectiveSpec:
-    """A registered objective: its builder, every config key with its default, and their rules."""
-
-    name: str
-    build: Callable[..., Objective]
-    defaults: Mapping[str, Any]
-    keys: Mapping[str, ConfigKey]
-    summary: str = ""
-    #: The weight when the config gives none (SEED's lambda_opd is 0.01).
-    default_weight: float = 1.0
-    #: What it needs of the run: ``expert``, ``full_weights``, or optional environment features
-    #: (:data:`ptgpo_envs.FEATURES`), checked before the run.
-    needs: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        missing = sorted(set(self.defaults) - set(self.keys))
-        if missing:
-            raise RuntimeError(f"objective {self.name!r}: keys {missing} have no rule")
-
-
-#: Auxiliary objectives by name; other packages add theirs through the ``ptgpo.objectives`` entry points.
-OBJECTIVES: Registry[ObjectiveSpec] = Registry("objective", "ptgpo.objectives")
-#: The key every objective takes: the factor on its loss.
-WEIGHT_KEY = "weight"
-
-
-def validate_objectives(where: str, value: Any) -> list[dict[str, Any]]:
-    """The ``objectives`` list with every entry complete (name, weight and each key at its default),
-    checked and converted; ``ValueError`` names the entry and the key to fix."""
-    if value is None:
-        return []
-    if isinstance(value, Mapping) or not isinstance(value, (list, tuple)):
-        raise ValueError(f"{where}: expected a list of objectives, e.g. [{{name: isdpo, weight: 1.0}}], got "
-                         f"{value!r}")
-    checked, names = [], set()
-    for i, entry in enumerate(value):
-        if isinstance(entry, str):
-            entry = {"name": entry}
-        if not isinstance(entry, Mapping) or "name" not in entry:
-            raise ValueError(f"{where}[{i}]: expected a mapping with a name, e.g. {{name: isdpo}}, got {entry!r}")
-        name = entry["name"]
-        if name not in OBJECTIVES:
-            raise ValueError(f"{where}[{i}]: {OBJECTIVES.unknown(name)}")
-        if name in names:
-            raise ValueError(f"{where}[{i}]: objective {name!r} is listed twice; keep one")
-        names.add(name)
-        checked.append({"name": name, **_checked_params(f"{where}[{i}]", OBJECTIVES.get(name), entry)})
-    return checked
-
-
-def _checked_params(where: str, spec: ObjectiveSpec, entry: Mapping[str, Any]) -> dict[str, Any]:
-    given = {k: v for k, v in entry.items() if k != "name"}
-    valid = [WEIGHT_KEY, *spec.defaults]
-    unknown = sorted(set(given) - set(valid))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} for objective {spec.name!r}; "
-                         f"valid keys: {', '.join(valid)}")
-    out = {WEIGHT_KEY: spec.default_weight, **spec.defaults}
-    rules = {WEIGHT_KEY: WEIGHT_RULE, **spec.keys}
-    for key, item in given.items():
-        try:
-            out[key] = rules[key].convert(item)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: {key}={item!r} is invalid for objective {spec.name!r}: {key} "
-                             f"({rules[key].meaning}) must be {rules[key].expected}") from None
-    return out
-
-
-def _weight(value: Any) -> float:
-    value = as_number(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
-        raise ValueError
-    return float(value)
-
-
-WEIGHT_RULE = ConfigKey("factor on the objective's loss, added to the RL loss", "a finite number >= 0", _weight)
-
-
 # ----------------------------------------------------------------------------------------- helpers
-def objective_needs(entries: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """What the configured objectives need (``expert``, ``full_weights``, environment features), each
-    with the first objective that needs it."""
-    needs: dict[str, str] = {}
-    for entry in entries:
-        for need in sorted(OBJECTIVES.get(entry["name"]).needs):
-            needs.setdefault(need, entry["name"])
-    return needs
-
-
-def needs_expert(entries: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether any of the configured objectives needs the expert's next actions recorded in rollouts."""
-    return "expert" in objective_needs(entries)
-
-
 def trajectory_succeeded(trajectory: Trajectory, threshold: float | None) -> bool:
     """The environment's ``won`` flag, or a return that reaches ``threshold`` when one is given."""
     if threshold is None:
@@ -257,7 +160,7 @@ class Objectives:
         for entry in validate_objectives("objectives", list(entries)):
             params = {k: v for k, v in entry.items() if k not in ("name", WEIGHT_KEY)}
             spec = OBJECTIVES.get(entry["name"])
-            built.append((entry["name"], float(entry.get(WEIGHT_KEY, spec.default_weight)), spec.build(**params)))
+            built.append((entry["name"], float(entry.get(WEIGHT_KEY, spec.default_weight)), spec.builder(**params)))
         return cls(built)
 
     def __bool__(self) -> bool:

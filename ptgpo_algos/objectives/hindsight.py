@@ -39,15 +39,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from ptgpo_algos.advantages.config import ConfigKey
 from ptgpo_algos.records import Batch, Context, Decision, Trajectory
-from ptgpo_algos.objectives.base import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec, OptimizerStep
-from ptgpo_algos.objectives.rules import choice_rule, count_rule
+from ptgpo_algos.objectives.base import Objective, ObjectiveInputs, OptimizerStep
 
 __all__ = ["Hindsight", "HindsightBuffer", "relabel_trajectory", "relabel_batch", "hindsight_loss", "hindsight_steps"]
-
-#: Which completed tasks a failed rollout is relabelled into: of its own type, or of any.
-RELABEL_TYPES = ("same", "any")
 
 
 def relabel_trajectory(
@@ -160,17 +155,3 @@ class Hindsight(Objective):
     def load_state_dict(self, state: list[dict[str, Any]] | None) -> None:
         """Refill the buffer from the checkpoint."""
         self.buffer.add(Decision(**item) for item in state or [])
-
-
-DEFAULTS = {"updates": 1, "batch_size": 256, "window": 4, "buffer_size": 4096, "types": "same"}
-KEYS = {
-    "updates": ConfigKey("cross-entropy steps after each PPO update", "an integer >= 0", count_rule(0)),
-    "batch_size": ConfigKey("relabelled decisions per step", "an integer >= 1", count_rule(1)),
-    "window": ConfigKey("steps up to a completion that are relabelled", "an integer >= 1", count_rule(1)),
-    "buffer_size": ConfigKey("relabelled decisions kept", "an integer >= 1", count_rule(1)),
-    "types": ConfigKey("relabel into tasks of the rollout's own type (same) or any type",
-                       "one of " + ", ".join(RELABEL_TYPES), choice_rule(RELABEL_TYPES)),
-}
-OBJECTIVES.register("hindsight", ObjectiveSpec(
-    "hindsight", Hindsight, DEFAULTS, KEYS, "failed rollouts relabelled with the tasks they completed, trained "
-    "on by cross-entropy in steps of their own after the update", needs=frozenset({"achieved_tasks"})))

@@ -33,20 +33,16 @@ from typing import Any, Sequence
 
 import torch
 
-from ptgpo_algos.advantages.config import ConfigKey
 from ptgpo_algos.advantages.step_advantages import StepAdvantages
 from ptgpo_algos.records import Batch, Context, Decision, Step
 from ptgpo_algos.objectives.base import (
-    OBJECTIVES,
     Objective,
     ObjectiveInputs,
-    ObjectiveSpec,
     OptimizerStep,
     candidate_logprobs,
     distinct_steps,
     trajectory_succeeded,
 )
-from ptgpo_algos.objectives.rules import count_rule, fraction_rule, optional_real_rule, real_rule, template_rule
 
 __all__ = ["ISDPO", "hint_context", "isdpo_unit_loss", "mixed_kl", "route_groups", "teacher_weights"]
 
@@ -199,25 +195,3 @@ class ISDPO(Objective):
         self._saved = copy.copy(state)
         if state is not None and self.teacher is not None:
             self.teacher.model.load_state_dict(state)
-
-
-DEFAULTS = {"alpha": 0.5, "tau_ema": 0.05, "beta": 1.0, "is_clip": 2.0, "threshold": None, "hint_actions": 1,
-            "hint_template": "{task} (an expert's next actions: {plan})"}
-KEYS = {
-    "alpha": ConfigKey("share of the reverse KL(pi || pi_tea) in the mixed KL", "a number in [0, 1]",
-                       fraction_rule),
-    "tau_ema": ConfigKey("EMA step of the teacher towards the policy after each update", "a number in (0, 1]",
-                         real_rule(0.0, 1.0, open_low=True)),
-    "beta": ConfigKey("sharpness of the teacher-entropy weights exp(-beta H)", "a finite number >= 0",
-                      real_rule(0.0)),
-    "is_clip": ConfigKey("cap on the importance ratio of a routed unit", "a number >= 1", real_rule(1.0)),
-    "threshold": ConfigKey("a trajectory succeeded when its return reaches it (null: the environment's won)",
-                           "null or a finite number", optional_real_rule),
-    "hint_actions": ConfigKey("expert actions the teacher is shown (the next ones)", "an integer >= 1",
-                              count_rule(1)),
-    "hint_template": ConfigKey("the teacher's task line, with {task} and {plan}", "a string with {task} and {plan}",
-                               template_rule("task", "plan")),
-}
-OBJECTIVES.register("isdpo", ObjectiveSpec("isdpo", ISDPO, DEFAULTS, KEYS,
-                                           "all-failed groups distilled from an EMA teacher shown the expert's plan",
-                                           needs=frozenset({"expert", "full_weights"})))

@@ -45,15 +45,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ptgpo_algos.advantages.config import ConfigKey
 from ptgpo_algos.records import Decision, Step, Trajectory
-from ptgpo_algos.objectives.base import OBJECTIVES, Objective, ObjectiveInputs, ObjectiveSpec
-from ptgpo_algos.objectives.rules import choice_rule, count_rule, real_rule
+from ptgpo_algos.objectives.base import Objective, ObjectiveInputs
+from ptgpo_algos.objectives.registry import RULE_SETS
 
 __all__ = ["MCGPO", "Pair", "context_keys", "group_pairs", "pair_loss"]
-
-MARGINS = ("reference", "absolute")
-RULE_SETS = {"exact-coarse": ("exact", "coarse"), "exact": ("exact",), "coarse": ("coarse",)}
 
 
 def context_keys(trajectory: Trajectory) -> list[dict[str, tuple]]:
@@ -195,26 +191,3 @@ class MCGPO(Objective):
         loss = pair_loss(better, worse, weight, self.beta)
         agree = float(((better - worse) > 0).float().mean())
         return loss, {"pair_accuracy": agree}
-
-
-DEFAULTS = {"beta": 1.0, "folds": 2, "rules": "exact-coarse", "min_support": 2, "min_gap": 0.0,
-            "support_prior": 1.0, "coarse_weight": 0.5, "max_pairs": 256, "gamma": 0.95, "margin": "reference"}
-KEYS = {
-    "beta": ConfigKey("scale of the log-probability margin in the logistic loss", "a number > 0",
-                      real_rule(0.0, open_low=True)),
-    "folds": ConfigKey("fixed folds of a group's trajectories (by index): compared in one, oriented by the "
-                       "others", "an integer >= 2", count_rule(2)),
-    "rules": ConfigKey("context rules tried in order", "one of " + ", ".join(RULE_SETS), choice_rule(tuple(RULE_SETS))),
-    "min_support": ConfigKey("distinct valued actions a context needs", "an integer >= 2", count_rule(2)),
-    "min_gap": ConfigKey("smallest difference of values that makes a preference", "a finite number >= 0",
-                         real_rule(0.0)),
-    "support_prior": ConfigKey("kappa of the support weight n / (n + kappa)", "a finite number >= 0", real_rule(0.0)),
-    "coarse_weight": ConfigKey("factor on pairs matched by the coarse rule", "a finite number >= 0", real_rule(0.0)),
-    "max_pairs": ConfigKey("pairs kept per group (drawn at random when more)", "an integer >= 1", count_rule(1)),
-    "margin": ConfigKey("the log-probability margin: against the rollout policy's (reference) or absolute",
-                        "one of " + ", ".join(MARGINS), choice_rule(MARGINS)),
-    "gamma": ConfigKey("discount of an orienting trajectory's return by the steps it had left", "a number in [0, 1]",
-                       real_rule(0.0, 1.0)),
-}
-OBJECTIVES.register("mcgpo", ObjectiveSpec("mcgpo", MCGPO, DEFAULTS, KEYS,
-                                           "pairwise preferences between actions in matched contexts, fold-oriented"))

@@ -28,20 +28,15 @@ from typing import Any, Sequence
 
 import torch
 
-from ptgpo_algos.advantages.config import ConfigKey
 from ptgpo_algos.records import Context, Decision, Trajectory
 from ptgpo_algos.objectives.base import (
-    OBJECTIVES,
     Objective,
     ObjectiveInputs,
-    ObjectiveSpec,
     distinct_steps,
 )
-from ptgpo_algos.objectives.rules import choice_rule, count_rule, real_rule, template_rule
 
 __all__ = ["SEED", "seed_unit_loss", "skill_context", "template_skill", "transcript"]
 
-SKILL_SOURCES = ("auto", "template", "policy")
 WRITER_TASK = ("Read this finished attempt and write up to {n} short lessons (skills) that would help on the "
                "same task, separated by ';', inside <action></action>")
 
@@ -149,19 +144,3 @@ class SEED(Objective):
             gates += float(torch.sigmoid(self.beta * (skill - logp.detach())).sum())
             units += n
         return total / max(1, units), {"gate": gates / max(1, units)}
-
-
-DEFAULTS = {"beta_opd": 5.0, "max_skills": 5, "skill_source": "auto",
-            "skill_template": "{task} (skills from an earlier attempt: {skill})"}
-KEYS = {
-    "beta_opd": ConfigKey("sharpness of the gate sigmoid(beta (l_sk - l))", "a finite number >= 0", real_rule(0.0)),
-    "max_skills": ConfigKey("lessons per trajectory's skill", "an integer >= 1", count_rule(1)),
-    "skill_source": ConfigKey("who writes the skills: the policy, the template, or auto (the policy in generate "
-                              "mode with a pretrained model, else the template)", "one of " + ", ".join(SKILL_SOURCES),
-                              choice_rule(SKILL_SOURCES)),
-    "skill_template": ConfigKey("the task line with the skill, with {task} and {skill}",
-                                "a string with {task} and {skill}", template_rule("task", "skill")),
-}
-OBJECTIVES.register("seed", ObjectiveSpec("seed", SEED, DEFAULTS, KEYS,
-                                          "hindsight skills in context, their log-prob shift distilled (gated NLL)",
-                                          default_weight=0.01))

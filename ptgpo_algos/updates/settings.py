@@ -13,6 +13,7 @@ from ptgpo_algos.advantages.config import validate_config
 from ptgpo_algos.critic.settings import CriticSettings
 from ptgpo_algos.distributed.fsdp_config import FsdpConfig
 from ptgpo_algos.hiper.settings import HiperSettings
+from ptgpo_algos.objectives.registry import validate_objectives
 from ptgpo_algos.updates.loss_registry import COMMON_LOSS_KEYS, LOSS_AGGREGATIONS, LOSSES, get_loss
 from ptgpo_algos.updates.optimizer_registry import BUILT_IN_OPTIMIZERS, OPTIMIZERS
 from ptgpo_algos.sections import field_labels, option
@@ -45,10 +46,6 @@ class AlgorithmConfig:
                                   flat=False, factory=HiperSettings)
 
     def __post_init__(self) -> None:
-        # The objectives import torch: imported here, they load only when a config is built, not with
-        # every module that names TrainConfig (the leaderboard, the CLI's help).
-        from ptgpo_algos.objectives import validate_objectives
-
         object.__setattr__(self, "name", check_registered(label("algorithm.name"), self.name, ESTIMATORS))
         config = check_mapping(label("algorithm.config"), self.config)
         try:
