@@ -32,6 +32,7 @@ def test_algos_lists_every_name_a_config_takes_with_keys_and_defaults(capsys):
     for name in ("linear", "tree", "patr", "ppo-clip", "progress", "transformers", "vllm"):
         assert name in lines
     assert "rollout strategies (rollouts.strategy (--rollout)):" in out
+    assert "optimisers (optim.optimizer):\n  adamw\n  sgd\n" in out
 
 
 def test_train_options_have_readable_placeholders():

@@ -1,12 +1,13 @@
 """``ptgpo algos``: list what a training config can name: estimators, rollout strategies, losses,
-objectives, process scorers and rollout backends, with their keys and defaults; plugins marked."""
+objectives, process scorers, rollout backends and optimisers, with their keys and defaults; plugins
+marked. It reads the registries' declarations, importing no estimator, objective, scorer or optimiser."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any, Mapping
 
-HELP = "list the advantage estimators, rollout strategies, losses, objectives and scorers, with their keys"
+HELP = "list the advantage estimators, rollout strategies, losses, objectives, scorers and optimisers, with their keys"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from ptgpo_algos.rollouts.patr.settings import SCORERS
     from ptgpo_algos.policy.backends import ROLLOUT_BACKENDS
     from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES
+    from ptgpo_algos.updates.optimizer_registry import OPTIMIZERS
 
     objectives = {name: {"weight": spec.default_weight, **spec.defaults} for name, spec in OBJECTIVES.items()}
     sections = [
@@ -35,21 +37,23 @@ def run(args: argparse.Namespace) -> int:
          OBJECTIVES),
         ("process scorers", "rollouts.patr.scorer, rollouts.patr.judge", dict.fromkeys(SCORERS), SCORERS),
         ("rollout backends", "rollouts.backend", dict.fromkeys(ROLLOUT_BACKENDS), ROLLOUT_BACKENDS),
+        ("optimisers", "optim.optimizer", dict.fromkeys(OPTIMIZERS), OPTIMIZERS),
     ]
+    papers = {name: ESTIMATORS.get(name).paper for name in ESTIMATORS}
     for title, key, entries, registry in sections:
         print(f"{title} ({key}):")
-        _print_entries(entries, registry)
+        _print_entries(entries, registry, papers if registry is ESTIMATORS else {})
         for why in (registry.broken.values() if registry is not None else ()):
             print(f"  ! {why}")
     return 0
 
 
-def _print_entries(entries: Mapping[str, Mapping[str, Any] | None], registry: Any) -> None:
+def _print_entries(entries: Mapping[str, Mapping[str, Any] | None], registry: Any, papers: Mapping[str, str]) -> None:
     width = max(map(len, entries))
     for name, keys in entries.items():
         origin = registry.origins.get(name) if registry is not None else None
         plugin = f"  [plugin: {origin}]" if origin else ""
-        paper = getattr(registry.get(name), "paper", "") if registry is not None else ""
+        paper = papers.get(name, "")
         cited = f"  ({paper})" if paper else ""
         defaults = ", ".join(f"{key}={value!r}" for key, value in (keys or {}).items())
         print(f"  {name:<{width}}{plugin}{cited}  {defaults}".rstrip())
