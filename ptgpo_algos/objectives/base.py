@@ -43,7 +43,8 @@ import torch
 from ptgpo_algos.advantages.step_advantages import StepAdvantages
 from ptgpo_algos.records import Batch, Decision, Step, Trajectory
 from ptgpo_algos.metrics import MetricsRow, objective_section
-from ptgpo_algos.objectives.registry import OBJECTIVES, WEIGHT_KEY, validate_objectives
+# ObjectiveSpec is re-exported: plugins written before the registry moved import it from here.
+from ptgpo_algos.objectives.registry import OBJECTIVES, WEIGHT_KEY, ObjectiveSpec, validate_objectives  # noqa: F401
 
 __all__ = ["Objective", "ObjectiveInputs", "Objectives", "OptimizerStep", "candidate_logprobs", "distinct_steps",
            "split_parts", "trajectory_succeeded"]
