@@ -53,7 +53,8 @@ def test_train_help_documents_each_strategy_s_settings_without_importing_its_col
             "from ptgpo_harness.cli import build_parser\n"
             "parser = build_parser()\n"
             "print(parser._subparsers._group_actions[0].choices['train'].format_help())\n"
-            "print(sorted(m for m in sys.modules if m.startswith('ptgpo_algos.rollouts.') and m.endswith('.collection')))\n")
+            "print(sorted(m for m in sys.modules\n"
+            "             if m.startswith('ptgpo_algos.rollouts.') and m.endswith('.collection')))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr

@@ -9,9 +9,9 @@ plain data; the trainer holds it, checkpoints it and hands it to every ``collect
 A strategy with settings of its own declares their dataclass (``settings``): the config reads them
 from ``rollouts.<name>`` (or the ``section`` it names), refuses a key the dataclass lacks, and hands
 them to ``collect`` within the ``rollouts`` section, as ``rollouts.<name>``; ``ptgpo algos`` lists
-their defaults and ``ptgpo train --help`` each one's default and help. The built-in strategies' settings live apart from their collections
-(:mod:`ptgpo_algos.rollouts.patr.settings`...), which are imported when a run first collects: checking a config
-imports none of them.
+their defaults, ``ptgpo train --help`` each one's default and help. The built-in strategies' settings
+live apart from their collections (:mod:`ptgpo_algos.rollouts.patr.settings`...), which are imported
+when a run first collects: checking a config imports none of them.
 The built-in ones: ``linear`` (independent episodes), ``tree`` (a prefix tree branched from earlier
 steps; :mod:`ptgpo_algos.rollouts.collection`), ``patr`` (PATR's process-scored tree; :mod:`ptgpo_algos.rollouts.patr.collection`)
 ``3spo`` (3SPO's ranked backtracking over states scored across iterations;

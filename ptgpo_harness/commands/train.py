@@ -41,7 +41,8 @@ def strategy_settings_help() -> str:
         if not settings:
             continue
         origin = ROLLOUT_STRATEGIES.origins.get(name)
-        lines.append(f"  {name}" + (f" [plugin: {origin}]" if origin else "") + (f": {strategy.summary}" if strategy.summary else ""))
+        summary = f": {strategy.summary}" if strategy.summary else ""
+        lines.append(f"  {name}" + (f" [plugin: {origin}]" if origin else "") + summary)
         for key, default, help_text in settings:
             lines += textwrap.wrap(f"rollouts.{key} ({default!r})" + (f": {help_text}" if help_text else ""), width,
                                    initial_indent="    ", subsequent_indent="        ")
