@@ -4,13 +4,18 @@ and progress bars that suit a terminal, a log file, or ``--no-progress``."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from ptgpo_harness.cli import build_parser, main
 from ptgpo_envs.progress import NO_PROGRESS_ENV, progress_bar
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_version_prints_the_installed_version(capsys):
@@ -40,6 +45,26 @@ def test_train_options_have_readable_placeholders():
     assert "CFG:" not in helptext
     for option in ("--lr NUMBER", "--group-size N", "--env ENV", "--config YAML", "--out OUT"):
         assert option in helptext
+
+
+def test_train_help_documents_each_strategy_s_settings_without_importing_its_collection():
+    # The help named the strategies (--rollout) but none of the rollouts.<name>.<key> settings --set takes.
+    code = ("import sys\n"
+            "from ptgpo_harness.cli import build_parser\n"
+            "parser = build_parser()\n"
+            "print(parser._subparsers._group_actions[0].choices['train'].format_help())\n"
+            "print(sorted(m for m in sys.modules\n"
+            "             if m.startswith('ptgpo_algos.rollouts.') and m.endswith('.collection')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    helptext, imported = done.stdout.rstrip().rsplit("\n", 1)
+    section = helptext[helptext.index("rollout strategies' settings (set with --set rollouts.NAME.KEY=VALUE):"):]
+    assert "\n  patr: PATR's process-scored tree of up to max_leaves leaves\n" in section
+    assert "\n    rollouts.patr.top_k (2): branches expanded at a checkpoint (0: prune only)\n" in section
+    assert "\n    rollouts.spo3.g_max (8): " in section and "\n    rollouts.bpo.forks (4): " in section
+    assert "  linear" not in section  # a strategy without settings of its own
+    assert imported == "['ptgpo_algos.rollouts.collection']"  # the linear and tree collection only, as before
 
 
 def test_a_bar_off_a_terminal_writes_whole_lines(monkeypatch):

@@ -147,14 +147,16 @@ def test_the_example_plugin_trains_and_benchmarks(plugin_site, tmp_path):
 SWEEP_PLUGIN = '''
 import dataclasses
 
+from ptgpo_algos.rollouts.collection import RolloutStats, collect_rollouts
 from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES, RolloutStrategy
+from ptgpo_algos.validation import setting
 
 SEEN = []
 
 
 @dataclasses.dataclass(frozen=True)
 class SweepSettings:
-    width: int = 3
+    width: int = setting(3, "episodes in each task's group")
     label: str = "wide"
 
     def __post_init__(self):
@@ -162,22 +164,40 @@ class SweepSettings:
             raise ValueError(f"rollouts.sweep.width: expected an integer >= 1, got {self.width!r}")
 
 
+@dataclasses.dataclass(kw_only=True)
+class SweepStats(RolloutStats):
+    groups: int = 0
+
+    def as_dict(self):
+        return {**super().as_dict(), "sweep_groups": self.groups}
+
+
 def collect(policy, tasks, rollouts, **common):
     SEEN.append(rollouts.sweep)
-    return "batch", "stats"
+    batch, stats = collect_rollouts(policy, tasks, group_size=rollouts.sweep.width, mode="linear", **common)
+    return batch, SweepStats(**vars(stats), groups=len(batch))
 
 
 def register():
-    ROLLOUT_STRATEGIES.register("sweep", RolloutStrategy("sweep", collect, summary="a sweep", settings=SweepSettings))
+    ROLLOUT_STRATEGIES.register("sweep", RolloutStrategy("sweep", collect, summary="a sweep", settings=SweepSettings,
+                                                         slots=lambda sweep: {"sweep.width": sweep.width}))
 '''
+
+
+def _sweep_site(tmp_path: Path) -> Path:
+    """The ``sweep-plugin`` distribution installed in ``tmp_path/site``: a rollout strategy ``sweep`` that
+    plays linear groups of ``rollouts.sweep.width`` episodes and counts them (``rollout/sweep_groups``)."""
+    site = tmp_path / "site"
+    _fake_distribution(site, "sweep-plugin", "[ptgpo.rollout_strategies]\nsweep = sweep_plugin:register\n")
+    (site / "sweep_plugin.py").write_text(SWEEP_PLUGIN)
+    return site
 
 
 def test_a_plugin_strategy_declares_its_settings_section(tmp_path):
     # A strategy from another package, with settings of its own: the config reads, checks and saves them
-    # under rollouts.sweep, refuses a key they lack by name, hands them to the strategy and ptgpo algos lists them.
-    site = tmp_path / "site"
-    _fake_distribution(site, "sweep-plugin", "[ptgpo.rollout_strategies]\nsweep = sweep_plugin:register\n")
-    (site / "sweep_plugin.py").write_text(SWEEP_PLUGIN)
+    # under rollouts.sweep, refuses a key they lack by name, hands them to the strategy, ptgpo algos lists them
+    # and ptgpo train --help documents each one.
+    site = _sweep_site(tmp_path)
     done = _python(
         "import json, sweep_plugin\n"
         "from ptgpo_algos.config import TrainConfig\n"
@@ -193,14 +213,54 @@ def test_a_plugin_strategy_declares_its_settings_section(tmp_path):
         "    except ValueError as error:\n"
         "        errors.append(str(error))\n"
         "print(json.dumps({'saved': saved['rollouts']['sweep'], 'errors': errors,\n"
-        "                  'collected': collect_with('sweep', None, [], config.rollouts),\n"
+        "                  'collected': [collect_with('sweep', None, [], config.rollouts)[1].groups],\n"
         "                  'seen': [s.width for s in sweep_plugin.SEEN]}))\n"
-        "main(['algos'])\n", site, tmp_path)
+        "main(['algos'])\n"
+        "try:\n"
+        "    main(['train', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n", site, tmp_path)
     assert done.returncode == 0, done.stderr
-    result, listing = done.stdout.split("\n", 1)
+    result, rest = done.stdout.split("\n", 1)
+    listing, helptext = rest.split("rollout strategies' settings", 1)
     assert json.loads(result) == {
-        "saved": {"width": 5, "label": "wide"}, "collected": ["batch", "stats"], "seen": [5],
+        "saved": {"width": 5, "label": "wide"}, "collected": [0], "seen": [5],
         "errors": ["rollouts.sweep: unknown key(s) 'widht' (did you mean 'width'?); valid keys: width, label",
                    "rollouts.sweep.width: expected an integer >= 1, got 0"]}
     [line] = [line for line in listing.splitlines() if line.split()[:1] == ["sweep"]]
     assert "[plugin: sweep-plugin]" in line and "sweep.width=3, sweep.label='wide'" in line
+    assert "  sweep [plugin: sweep-plugin]: a sweep\n" in helptext
+    assert "    rollouts.sweep.width (3): episodes in each task's group\n" in helptext
+    assert "    rollouts.sweep.label ('wide')\n" in helptext
+
+
+@pytest.mark.distributed
+def test_a_plugin_strategy_trains_across_two_ranks_as_in_one_process(tmp_path):
+    # ptgpo train --nproc 2 with the plugin's strategy: each rank finds the plugin through the installed
+    # distribution's entry point, plays its tasks' groups of rollouts.sweep.width episodes, and the ranks'
+    # counts (the plugin's own too) add up to the one-process run's.
+    from test_distributed_training import _assert_close, _rows
+
+    import distributed_scenarios as scenarios
+
+    site = _sweep_site(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "OMP_NUM_THREADS": "1",
+           "PTGPO_CACHE": str(tmp_path / "cache")}
+    for key in (PINNED_PLUGINS_ENV, "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    for name, nproc in (("two", ["--nproc", "2"]), ("alone", [])):
+        config = tmp_path / f"{name}.yaml"  # JSON is YAML
+        config.write_text(json.dumps(scenarios.training_config(str(tmp_path / name), "grpo", rollout="sweep",
+                                                               rollouts={"sweep": {"width": 3}}, iterations=2)))
+        done = subprocess.run([sys.executable, "-m", "ptgpo_harness.cli", "train", "--config", str(config),
+                               "--no-progress", *nproc], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    two, alone = _rows(tmp_path / "two"), _rows(tmp_path / "alone")
+    _assert_close(two, alone)
+    assert _rows(tmp_path / "two", "curve") == _rows(tmp_path / "alone", "curve")
+    # 3 tasks of 3 episodes (not group_size's 4) an iteration, 2 tasks played on one rank and 1 on the other
+    assert [(row["rollout/sweep_groups"], row["rollout/reset_episodes"]) for row in two] == [(3, 9), (3, 9)]
+    saved = json.loads((tmp_path / "two" / "config.json").read_text())["rollouts"]
+    assert saved["strategy"] == "sweep" and saved["sweep"] == {"width": 3, "label": "wide"}
+    assert (tmp_path / "two" / "checkpoint" / "__1_0.distcp").is_file()  # sharded over 2 ranks

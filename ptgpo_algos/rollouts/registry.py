@@ -9,9 +9,9 @@ plain data; the trainer holds it, checkpoints it and hands it to every ``collect
 A strategy with settings of its own declares their dataclass (``settings``): the config reads them
 from ``rollouts.<name>`` (or the ``section`` it names), refuses a key the dataclass lacks, and hands
 them to ``collect`` within the ``rollouts`` section, as ``rollouts.<name>``; ``ptgpo algos`` lists
-their defaults. The built-in strategies' settings live apart from their collections
-(:mod:`ptgpo_algos.rollouts.patr.settings`...), which are imported when a run first collects: checking a config
-imports none of them.
+their defaults, ``ptgpo train --help`` each one's default and help. The built-in strategies' settings
+live apart from their collections (:mod:`ptgpo_algos.rollouts.patr.settings`...), which are imported
+when a run first collects: checking a config imports none of them.
 The built-in ones: ``linear`` (independent episodes), ``tree`` (a prefix tree branched from earlier
 steps; :mod:`ptgpo_algos.rollouts.collection`), ``patr`` (PATR's process-scored tree; :mod:`ptgpo_algos.rollouts.patr.collection`)
 ``3spo`` (3SPO's ranked backtracking over states scored across iterations;
@@ -82,6 +82,15 @@ class RolloutStrategy:
     def default_settings(self) -> dict[str, Any]:
         """Its settings' defaults as plain data (empty: it has none)."""
         return {} if self.settings is None else dataclasses.asdict(self.settings())
+
+    def documented_settings(self) -> list[tuple[str, Any, str]]:
+        """Its settings as ``(key under rollouts, default, help)``, ``("patr.top_k", 2, "branches expanded...")``:
+        the help is the field's (:func:`~ptgpo_algos.validation.setting`), "" where it gives none."""
+        if self.settings is None:
+            return []
+        defaults = self.default_settings()
+        return [(f"{self.settings_key}.{field.name}", defaults[field.name], field.metadata.get("help", ""))
+                for field in dataclasses.fields(self.settings)]
 
 
 #: Rollout strategies by name; other packages add theirs through the ``ptgpo.rollout_strategies`` entry points.

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         ("advantage estimators", "algorithm.name (--algo); keys: algorithm.config",
          {name: dict(estimator_defaults(name)) for name in ESTIMATORS}, ESTIMATORS),
         ("rollout strategies", "rollouts.strategy (--rollout)",
-         {name: {f"{strategy.settings_key}.{key}": value for key, value in strategy.default_settings().items()}
+         {name: {key: default for key, default, _ in strategy.documented_settings()}
           for name, strategy in ROLLOUT_STRATEGIES.items()}, ROLLOUT_STRATEGIES),
         ("policy losses", "algorithm.loss; keys: algorithm.loss_config",
          {name: dict(get_loss(name).defaults) for name in LOSSES}, LOSSES),

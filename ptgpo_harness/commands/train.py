@@ -2,7 +2,8 @@
 
 The options are the config's own fields: every field with a ``flag`` in its metadata
 (:func:`ptgpo_algos.config.cli_fields`) is an option with that field's help, and ``--set KEY=VALUE``
-sets any other (a dotted path such as ``optim.lr`` or a flat name such as ``learning_rate``).
+sets any other (a dotted path such as ``optim.lr`` or a flat name such as ``learning_rate``). The help
+ends with every rollout strategy's own settings (``rollouts.<name>.<key>``), built-in and plugin alike.
 """
 
 from __future__ import annotations
@@ -13,6 +14,39 @@ import os
 import sys
 
 HELP = "train a policy (tiny model or a Hugging Face model) with any registered advantage estimator"
+#: The title of the help's last section, the rollout strategies' settings (:func:`strategy_settings_help`).
+STRATEGY_SETTINGS = "rollout strategies' settings (set with --set rollouts.NAME.KEY=VALUE):"
+
+
+class _StrategySettingsFormatter(argparse.RawDescriptionHelpFormatter):
+    """Fills in the strategies' settings under their title when the help is shown: reading them when the
+    parser is built would load every strategy plugin on every ``ptgpo`` command line."""
+
+    def add_text(self, text: str | None) -> None:
+        super().add_text(strategy_settings_help() if text == STRATEGY_SETTINGS else text)
+
+
+def strategy_settings_help() -> str:
+    """The rollout strategies with settings of their own (the registry's, plugins' too), each setting
+    as ``rollouts.<name>.<key> (default): help``; imports no strategy's collection."""
+    import shutil
+    import textwrap
+
+    from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES
+
+    width = max(shutil.get_terminal_size().columns - 2, 40)
+    lines = [STRATEGY_SETTINGS]
+    for name, strategy in ROLLOUT_STRATEGIES.items():
+        settings = strategy.documented_settings()
+        if not settings:
+            continue
+        origin = ROLLOUT_STRATEGIES.origins.get(name)
+        summary = f": {strategy.summary}" if strategy.summary else ""
+        lines.append(f"  {name}" + (f" [plugin: {origin}]" if origin else "") + summary)
+        for key, default, help_text in settings:
+            lines += textwrap.wrap(f"rollouts.{key} ({default!r})" + (f": {help_text}" if help_text else ""), width,
+                                   initial_indent="    ", subsequent_indent="        ")
+    return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nproc", type=int, default=None, metavar="N",
                         help="train on N processes of this machine (one per GPU; or CPU processes on gloo, at most "
                              "two per core), the model sharded with FSDP2 (optim.fsdp); under torchrun leave it out")
+    parser.formatter_class = _StrategySettingsFormatter
+    parser.epilog = STRATEGY_SETTINGS
 
 
 def _set_items(items: list[str]) -> list[tuple[str, object]]:
