@@ -204,6 +204,14 @@ def test_a_lazy_entry_is_named_checked_and_listed_without_its_import(tmp_path, m
     monkeypatch.delitem(sys.modules, "lazy_entry_module")
 
 
+def _fresh_python(code: str) -> str:
+    """``code`` run by a new interpreter on this checkout (what it imports is its own); its stdout."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_checking_a_config_that_names_a_strategy_imports_none_of_its_collection():
     # The settings and the scorers' names are checked apart from the collections, which a run imports.
     code = ("import sys\n"
@@ -213,10 +221,8 @@ def test_checking_a_config_that_names_a_strategy_imports_none_of_its_collection(
             "    TrainConfig.from_dict(data)\n"
             "print(sorted(m for m in ('ptgpo_algos.rollouts.patr.collection', 'ptgpo_algos.rollouts.spo3.collection', 'ptgpo_algos.rollouts.bpo.collection')\n"
             "             if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    stdout = _fresh_python(code)
+    assert stdout.strip() == "[]"
 
 
 def test_each_built_in_estimator_declares_the_keys_its_function_takes():
@@ -249,10 +255,8 @@ def test_checking_and_listing_the_built_in_estimators_imports_none_of_their_modu
             "print(sorted(m for m in modules if m in sys.modules))\n"
             "get_estimator('gigpo').function\n"
             "print(sorted(m for m in modules if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["[]", "['ptgpo_algos.advantages.gigpo']"]
+    stdout = _fresh_python(code)
+    assert stdout.split("\n")[:2] == ["[]", "['ptgpo_algos.advantages.gigpo']"]
 
 
 def test_each_built_in_optimiser_names_a_factory_that_builds_one():
@@ -280,10 +284,8 @@ def test_checking_a_config_s_optimiser_and_listing_them_import_none_of_the_optim
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    algos.run(argparse.Namespace())\n"
             "print('ptgpo_algos.updates.optimizer' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    stdout = _fresh_python(code)
+    assert stdout.strip() == "False"
 
 
 def test_each_built_in_loss_declares_what_its_function_s_signature_says():
@@ -311,10 +313,8 @@ def test_checking_the_default_config_imports_no_loss_and_no_optimiser():
             "TrainConfig.from_dict({'algorithm': {'loss': 'ppo-clip'}, 'optim': {'clip_ratio_c': 2.0}})\n"
             "print(sorted(m for m in ('ptgpo_algos.updates.losses', 'ptgpo_algos.updates.optimizer',\n"
             "                         'ptgpo_algos.updates.updater', 'ptgpo_algos.updates.samples') if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    stdout = _fresh_python(code)
+    assert stdout.strip() == "[]"
 
 
 def test_each_built_in_objective_declares_the_keys_its_class_takes():
@@ -357,8 +357,6 @@ def test_checking_a_config_s_objectives_imports_none_of_their_modules():
             "from ptgpo_algos.objectives import Objectives\n"
             "Objectives.from_config([{'name': 'mcgpo'}])\n"
             "print(sorted(m for m in modules if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == [
+    stdout = _fresh_python(code)
+    assert stdout.split("\n")[:2] == [
         "[]", "['ptgpo_algos.objectives.base', 'ptgpo_algos.objectives.mcgpo']"]
