@@ -39,9 +39,9 @@ import json
 import os
 import warnings
 from importlib import metadata
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
-__all__ = ["PINNED_PLUGINS_ENV", "PluginWarning", "Registry", "RegistryError", "installed_plugins", "pinned_plugins"]
+__all__ = ["PINNED_PLUGINS_ENV", "PluginWarning", "Registry", "RegistryError", "imported", "installed_plugins", "pinned_plugins"]
 
 #: The environment variable that holds a pinned list of entry points (JSON); see :func:`pinned_plugins`.
 PINNED_PLUGINS_ENV = "PTGPO_PLUGINS"
@@ -49,6 +49,13 @@ PINNED_PLUGINS_ENV = "PTGPO_PLUGINS"
 _GROUP_PREFIX = "ptgpo."
 
 T = TypeVar("T")
+
+
+def imported(target: str) -> Any:
+    """The object at ``target`` (``"module:attribute"``), its module imported now: how a registry's entry
+    named by import string, or a spec's implementation named so, is resolved."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 class _Lazy:
@@ -132,8 +139,7 @@ class Registry(Generic[T]):
     def _resolved(self, name: str) -> T:
         entry = self._entries[name]
         if isinstance(entry, _Lazy):
-            module, _, attribute = entry.target.partition(":")
-            entry = getattr(importlib.import_module(module), attribute)
+            entry = imported(entry.target)
             self._entries[name] = entry
         return entry
 

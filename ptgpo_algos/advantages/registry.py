@@ -26,7 +26,6 @@ string, ``critic="my_package.critic:MyCritic"`` (:data:`ptgpo_algos.critic.setti
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -36,7 +35,7 @@ import numpy as np
 
 from ptgpo_algos.advantages.config import COMMON_DEFAULTS, CONFIG_KEYS, COVERAGE_KEYS, ConfigKey
 from ptgpo_algos.critic.settings import CRITIC_ESTIMATORS
-from ptgpo_envs.plugins import Registry
+from ptgpo_envs.plugins import Registry, imported
 
 __all__ = [
     "BUILT_IN_ESTIMATORS", "ESTIMATORS", "BuiltInEstimator", "Estimate", "EstimatorSpec", "get_estimator",
@@ -73,10 +72,7 @@ class EstimatorSpec:
     @property
     def function(self) -> Callable[..., Estimate]:
         """The estimator's function, its module imported here the first time where it is named by import string."""
-        if isinstance(self.implementation, str):
-            module, _, attribute = self.implementation.partition(":")
-            return getattr(importlib.import_module(module), attribute)
-        return self.implementation
+        return imported(self.implementation) if isinstance(self.implementation, str) else self.implementation
 
 
 #: Advantage estimators by name; other packages add theirs through the ``ptgpo.estimators`` entry points.

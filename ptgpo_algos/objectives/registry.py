@@ -15,7 +15,6 @@ declaration equal to its class's keyword parameters).
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -30,7 +29,7 @@ from ptgpo_algos.objectives.rules import (
     template_rule,
 )
 from ptgpo_algos.validation import as_number
-from ptgpo_envs.plugins import Registry
+from ptgpo_envs.plugins import Registry, imported
 
 __all__ = ["BUILT_IN_OBJECTIVES", "MARGINS", "OBJECTIVES", "ObjectiveSpec", "RELABEL_TYPES", "RULE_SETS",
            "SKILL_SOURCES", "WEIGHT_KEY", "WEIGHT_RULE", "needs_expert", "objective_needs", "validate_objectives"]
@@ -60,10 +59,7 @@ class ObjectiveSpec:
     @property
     def builder(self) -> Callable[..., Any]:
         """The builder, its module imported here the first time where it is named by import string."""
-        if isinstance(self.build, str):
-            module, _, attribute = self.build.partition(":")
-            return getattr(importlib.import_module(module), attribute)
-        return self.build
+        return imported(self.build) if isinstance(self.build, str) else self.build
 
 
 #: Auxiliary objectives by name; other packages add theirs through the ``ptgpo.objectives`` entry points.

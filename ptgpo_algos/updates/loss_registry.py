@@ -22,14 +22,13 @@ each declaration equal to its function's signature).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from ptgpo_algos.advantages.config import ConfigKey, validate_config
-from ptgpo_envs.plugins import Registry, RegistryError
+from ptgpo_envs.plugins import Registry, RegistryError, imported
 
 __all__ = ["BUILT_IN_LOSSES", "COMMON_LOSS_KEYS", "LOSSES", "LOSS_AGGREGATIONS", "LossSpec", "get_loss",
            "register_loss"]
@@ -60,10 +59,7 @@ class LossSpec:
     @property
     def function(self) -> Callable[..., tuple[Any, Any]]:
         """The loss's function, its module imported here the first time where it is named by import string."""
-        if isinstance(self.implementation, str):
-            module, _, attribute = self.implementation.partition(":")
-            return getattr(importlib.import_module(module), attribute)
-        return self.implementation
+        return imported(self.implementation) if isinstance(self.implementation, str) else self.implementation
 
     @classmethod
     def of(cls, name: str, function: Callable, keys: Mapping[str, ConfigKey] | None = None) -> LossSpec:
