@@ -167,6 +167,42 @@ def test_rank_info_reads_torchrun_s_variables(monkeypatch):
         rank_info()
 
 
+def test_a_rank_s_process_ends_with_its_status_its_output_flushed_and_no_interpreter_exit():
+    # The interpreter's exit is where a gloo worker thread, still freeing its last collective's tensors,
+    # asks for the GIL and aborts the process (SIGABRT) after a complete run.
+    import subprocess
+    import sys
+
+    script = ("import atexit, sys\n"
+              "from ptgpo_algos.distributed.process_group import end_rank_process\n"
+              "atexit.register(lambda: print('the interpreter exited'))\n"
+              "sys.stdout.write('the summary')\n"  # no newline: still in the buffer
+              "end_rank_process(3)\n"
+              "print('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert (done.returncode, done.stdout) == (3, "the summary"), done.stderr
+
+
+def test_ptgpo_train_ends_a_torchrun_rank_s_process_with_its_status(monkeypatch, capsys):
+    from ptgpo_algos.distributed import process_group
+    from ptgpo_harness.cli import main
+
+    ended = []
+
+    def end(status):
+        ended.append(status)
+        raise SystemExit(status)
+
+    monkeypatch.setattr(process_group, "end_rank_process", end)
+    assert main(["train", "--env", "ptgpo/FrozenLake-v0", "--iterations", "0", "--no-progress"]) == 2
+    assert ended == []  # a process that started no group returns to its caller
+    monkeypatch.setattr(process_group, "joined_a_group", lambda: True)
+    with pytest.raises(SystemExit):
+        main(["train", "--env", "ptgpo/FrozenLake-v0", "--iterations", "0", "--no-progress"])
+    assert ended == [2] and "ptgpo train:" in capsys.readouterr().err
+
+
 def test_launch_under_torchrun_keeps_torchrun_s_world(monkeypatch):
     _launched_by_torchrun(monkeypatch, rank=0, local=0, world=4)
     with pytest.raises(ValueError, match="one of 4 that torchrun started; leave --nproc out under torchrun, or give "

@@ -396,14 +396,16 @@ def test_the_same_config_under_torchrun_is_the_same_run(runs, tmp_path):
     root, out = runs["root"], tmp_path / "torchrun"
     config = tmp_path / "config.yaml"  # JSON is YAML
     config.write_text(json.dumps(scenarios.training_config(str(out), "ptgpo", **PTGPO)))
+    # A rank that dies in native code prints its Python threads' stacks (faulthandler).
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1",
-           "PTGPO_CACHE": str(root / "cache")}
+           "PTGPO_CACHE": str(root / "cache"), "PYTHONFAULTHANDLER": "1"}
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
                            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}",
                            "-m", "ptgpo_harness.cli", "train", "--config", str(config), "--no-progress"],
                           env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # The ranks' own words come first in stderr; torchrun's report of them last.
+    assert done.returncode == 0, f"{done.stderr[:3000]}\n...\n{done.stderr[-1500:]}\nstdout: {done.stdout[-1000:]}"
     assert json.loads(done.stdout[done.stdout.index("{"):])["out_dir"] == str(out)  # rank 0 alone reports
     assert _rows(out) == _rows(root / "ptgpo-2") and _rows(out, "curve") == _rows(root / "ptgpo-2", "curve")

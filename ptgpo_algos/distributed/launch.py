@@ -39,7 +39,8 @@ import torch
 import torch.multiprocessing as mp
 
 from ptgpo_algos.child_processes import OversubscribedWarning, die_with_parent, stop_processes, usable_cores
-from ptgpo_algos.distributed.process_group import abandon, init_process_group, is_distributed, teardown
+from ptgpo_algos.distributed.process_group import (abandon, end_rank_process, init_process_group, is_distributed,
+                                                    teardown)
 
 __all__ = ["MAX_RANKS_PER_CORE", "RankError", "RankFailed", "check_process_count", "free_port", "launch",
            "under_launcher"]
@@ -198,7 +199,8 @@ def _spawned(index: int, fn: Callable[..., Any], nproc: int, port: int, device: 
     except BaseException as error:  # noqa: BLE001 - the launcher reports it, on one line
         with contextlib.suppress(OSError):  # the launcher may be gone
             report(error)
-        raise SystemExit(1) from None
+        end_rank_process(1)
+    end_rank_process(0)
 
 
 def launch(fn: Callable[..., Any], nproc: int, *args: Any, device: str = "cpu") -> list[Any]:

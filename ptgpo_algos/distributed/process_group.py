@@ -9,19 +9,25 @@ local GPU, so that collectives and the model land on the same device.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["ENV_KEYS", "RankInfo", "abandon", "backend_for", "init_process_group", "is_distributed", "rank_info",
-           "teardown"]
+__all__ = ["ENV_KEYS", "RankInfo", "abandon", "backend_for", "end_rank_process", "init_process_group",
+           "is_distributed", "joined_a_group", "rank_info", "teardown"]
 
 #: The environment variables a launched process is described by (``torchrun``'s).
 ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 BACKENDS = ("gloo", "nccl")
+
+#: Whether :func:`init_process_group` ran in this process: only such a process is ended by
+#: :func:`end_rank_process` rather than returning to the interpreter's exit.
+_joined = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,8 @@ def init_process_group(device: str = "cpu", timeout_s: float = 600.0) -> RankInf
         torch.cuda.set_device(info.local_rank)
     dist.init_process_group(backend_for(info.device), rank=info.rank, world_size=info.world_size,
                             timeout=timedelta(seconds=timeout_s))
+    global _joined
+    _joined = True
     return info
 
 
@@ -113,3 +121,28 @@ def abandon() -> None:
     collective should fail too rather than wait for it until the group's timeout."""
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def joined_a_group() -> bool:
+    """Whether this process started a process group (and so is a rank that :func:`end_rank_process` ends)."""
+    return _joined
+
+
+def end_rank_process(status: int) -> None:
+    """End a rank's process with ``status`` once its work is written and its output flushed, without the
+    interpreter's finalization.
+
+    After the group is left, a gloo worker thread may still hold its last collectives (a barrier keeps
+    the collectives queued before it), and freeing their tensors takes the GIL. Once the interpreter
+    finalizes, a thread that asks for the GIL is ended inside that destructor and the process aborts
+    (SIGABRT) though the run is complete, and ``torchrun`` reports the run failed. Ending the process
+    here skips the finalization that thread races; files are written atomically and closed by then,
+    and the operating system releases the folder locks.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed, or replaced by a caller
+            pass
+    logging.shutdown()
+    os._exit(status)

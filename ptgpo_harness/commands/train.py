@@ -126,7 +126,18 @@ def build_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the config, train, and print the summary; the exit status (2 for a bad configuration)."""
+    """Build the config, train, and print the summary; the exit status (2 for a bad configuration). A rank
+    that ``torchrun`` started ends its process here, once it has reported
+    (:func:`~ptgpo_algos.distributed.process_group.end_rank_process` says why)."""
+    status = _run(args)
+    from ptgpo_algos.distributed.process_group import end_rank_process, joined_a_group
+
+    if joined_a_group():
+        end_rank_process(status)
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
     except ValueError as error:
