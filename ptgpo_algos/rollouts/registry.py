@@ -4,9 +4,10 @@ A strategy is a :class:`RolloutStrategy`: a ``collect`` function over the shared
 (:class:`~ptgpo_algos.rollouts.collection.Collection`, which PATR's extends) and what it ``needs`` of the
 environment (:data:`ptgpo_envs.FEATURES`: ``snapshot`` to fork episodes, ``progress``...), checked
 once before the run, and the most decisions one task's group can spend (``most_decisions``), which
-sizes each task's share of a decision budget. A strategy that learns across iterations declares its ``memory``: a factory of
-the state it keeps (given the ``rollouts`` section), with ``state_dict()``/``load_state_dict()`` of
-plain data; the trainer holds it, checkpoints it and hands it to every ``collect`` as ``memory=``.
+sizes each task's share of a decision budget. A strategy that learns across iterations declares its
+``memory``: a factory of the state it keeps (given the ``rollouts`` section), with
+``state_dict()``/``load_state_dict()`` of plain data; the trainer holds it, checkpoints it and hands
+it to every ``collect`` as ``memory=``.
 A strategy with settings of its own declares their dataclass (``settings``): the config reads them
 from ``rollouts.<name>`` (or the ``section`` it names), refuses a key the dataclass lacks, and hands
 them to ``collect`` within the ``rollouts`` section, as ``rollouts.<name>``; ``ptgpo algos`` lists
