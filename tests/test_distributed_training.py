@@ -367,14 +367,75 @@ def test_a_prefix_tree_scored_in_chunks_of_different_counts_on_each_rank_trains(
     assert rows[-1]["iteration"] == 2 and all(row["update/updates"] > 0 for row in rows[1:])
 
 
-def test_a_task_s_most_decisions_are_its_leaves_times_the_horizon():
+def test_a_task_s_most_decisions_are_what_its_strategy_declares():
     from ptgpo_algos.records import Task
     from ptgpo_algos.training.collectors import most_decisions
 
-    task = Task("ptgpo/FrozenLake-v0", 3, {}, None)
+    task, five = Task("ptgpo/FrozenLake-v0", 3, {}, None), Task("ptgpo/FrozenLake-v0", 3, {}, 5)
+    # Linear episodes and a tree's leaves: group_size x the horizon (the task's own step limit first).
     assert most_decisions(TrainConfig.from_dict({"algo": "gigpo", "group_size": 4}), task, 8) == 32
-    patr = TrainConfig.from_dict({"algo": "grpo", "rollout": "patr", "patr": {"max_leaves": 10}})
-    assert most_decisions(patr, Task("ptgpo/FrozenLake-v0", 3, {}, 5), 8) == 50
+    assert most_decisions(TrainConfig.from_dict({"algo": "ptgpo", "group_size": 4}), five, 8) == 20
+    # PATR: max_leaves x the horizon, whatever group_size says.
+    patr = TrainConfig.from_dict({"algo": "grpo", "rollout": "patr", "group_size": 4, "patr": {"max_leaves": 10}})
+    assert most_decisions(patr, five, 8) == 50
+    # 3SPO: g_max x (1 + trajectories x (horizon - 1)): 4 x (1 + 3 x 7) and 4 x (1 + 3 x 4).
+    spo3 = TrainConfig.from_dict({"algo": "3spo", "group_size": 2, "spo3": {"g_max": 4, "trajectories": 3}})
+    assert (most_decisions(spo3, task, 8), most_decisions(spo3, five, 8)) == (88, 52)
+    # BPO: 2 trunks x (8 + 4 forks x 8 at its one branch point); tests/test_bpo.py has more.
+    assert most_decisions(TrainConfig.from_dict({"algo": "bpo", "group_size": 2}), task, 8) == 80
+
+
+class Wandering:
+    """Uniform over the admissible actions, drawn from the collection's generator, with a drawn entropy
+    (BPO's branch points): the same decisions for the same generator."""
+
+    def decide(self, contexts, generator=None):
+        from ptgpo_algos.records import Decision
+
+        decisions = []
+        for context in contexts:
+            action = context.admissible_actions[int(torch.randint(len(context.admissible_actions), (1,),
+                                                                  generator=generator))]
+            decisions.append(Decision(text=action, action=action, prompt_ids=[1], response_ids=[2], logprobs=[0.0],
+                                      entropy=float(torch.rand(1, generator=generator))))
+        return decisions
+
+
+#: Each built-in strategy, sized to spend far more than group_size (2) x the horizon where it can.
+BOUNDED = {
+    "linear": {"algo": "grpo", "rollout": "linear", "group_size": 3},
+    "tree": {"algo": "ptgpo", "group_size": 4, "initial_rollouts": 2},
+    "patr": {"algo": "grpo", "rollout": "patr", "patr": {"initial_branches": 2, "every": 2, "max_leaves": 6}},
+    "3spo": {"algo": "3spo", "spo3": {"g_max": 3, "trajectories": 4}},
+    "bpo": {"algo": "bpo", "bpo": {"trunks": 2, "branch_points": 2, "forks": 2}},
+}
+
+
+@pytest.mark.parametrize("strategy", BOUNDED)
+@pytest.mark.parametrize("seed", range(4))
+def test_a_group_never_spends_more_than_its_strategy_declares(strategy, seed):
+    # The trainer caps each task's group at its declared most (share_budget gives each task at most
+    # that): a group that could spend more would be cut short by a budget it has not used up.
+    import numpy as np
+
+    from ptgpo_algos.records import Task
+    from ptgpo_algos.rollouts.registry import collect_with, new_memory
+    from ptgpo_algos.training.collectors import most_decisions
+
+    config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "group_size": 2, **BOUNDED[strategy]})
+    rollouts = config.rollouts
+    task = Task("ptgpo/FrozenLake-v0", seed, {"desc": ["SFF", "FFF", "FFG"]}, 6)
+
+    def collect(cap):
+        batch, stats = collect_with(rollouts.strategy, Wandering(), [task], rollouts, rng=np.random.default_rng(seed),
+                                    generator=torch.Generator().manual_seed(seed), max_decisions=cap,
+                                    memory=new_memory(rollouts.strategy, rollouts))
+        return [[step.sent for step in trajectory.steps] for group in batch for trajectory in group], stats.decisions
+
+    cap = most_decisions(config, task, 6)
+    free, capped = collect(None), collect(cap)
+    assert free[1] <= cap
+    assert capped == free  # capped at its most, the group plays as it would unbounded
 
 
 def test_ptgpo_train_nproc_refuses_before_starting_a_process(capsys):

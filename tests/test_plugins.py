@@ -179,8 +179,9 @@ def collect(policy, tasks, rollouts, **common):
 
 
 def register():
-    ROLLOUT_STRATEGIES.register("sweep", RolloutStrategy("sweep", collect, summary="a sweep", settings=SweepSettings,
-                                                         slots=lambda sweep: {"sweep.width": sweep.width}))
+    ROLLOUT_STRATEGIES.register("sweep", RolloutStrategy(
+        "sweep", collect, summary="a sweep", settings=SweepSettings, slots=lambda sweep: {"sweep.width": sweep.width},
+        most_decisions=lambda rollouts, horizon: rollouts.sweep.width * horizon))
 '''
 
 
@@ -195,13 +196,15 @@ def _sweep_site(tmp_path: Path) -> Path:
 
 def test_a_plugin_strategy_declares_its_settings_section(tmp_path):
     # A strategy from another package, with settings of its own: the config reads, checks and saves them
-    # under rollouts.sweep, refuses a key they lack by name, hands them to the strategy, ptgpo algos lists them
-    # and ptgpo train --help documents each one.
+    # under rollouts.sweep, refuses a key they lack by name, hands them to the strategy, sizes a task's share of a
+    # decision budget by the most it declares, ptgpo algos lists them and ptgpo train --help documents each one.
     site = _sweep_site(tmp_path)
     done = _python(
         "import json, sweep_plugin\n"
         "from ptgpo_algos.config import TrainConfig\n"
+        "from ptgpo_algos.records import Task\n"
         "from ptgpo_algos.rollouts.registry import collect_with\n"
+        "from ptgpo_algos.training.collectors import most_decisions\n"
         "from ptgpo_harness.cli import main\n"
         "config = TrainConfig.from_dict({'rollouts': {'strategy': 'sweep', 'sweep': {'width': 5}}})\n"
         "saved = config.to_dict()\n"
@@ -214,7 +217,8 @@ def test_a_plugin_strategy_declares_its_settings_section(tmp_path):
         "        errors.append(str(error))\n"
         "print(json.dumps({'saved': saved['rollouts']['sweep'], 'errors': errors,\n"
         "                  'collected': [collect_with('sweep', None, [], config.rollouts)[1].groups],\n"
-        "                  'seen': [s.width for s in sweep_plugin.SEEN]}))\n"
+        "                  'seen': [s.width for s in sweep_plugin.SEEN],\n"
+        "                  'most': most_decisions(config, Task('ptgpo/FrozenLake-v0', 0, {}, None), 7)}))\n"
         "main(['algos'])\n"
         "try:\n"
         "    main(['train', '--help'])\n"
@@ -224,7 +228,7 @@ def test_a_plugin_strategy_declares_its_settings_section(tmp_path):
     result, rest = done.stdout.split("\n", 1)
     listing, helptext = rest.split("rollout strategies' settings", 1)
     assert json.loads(result) == {
-        "saved": {"width": 5, "label": "wide"}, "collected": [0], "seen": [5],
+        "saved": {"width": 5, "label": "wide"}, "collected": [0], "seen": [5], "most": 35,
         "errors": ["rollouts.sweep: unknown key(s) 'widht' (did you mean 'width'?); valid keys: width, label",
                    "rollouts.sweep.width: expected an integer >= 1, got 0"]}
     [line] = [line for line in listing.splitlines() if line.split()[:1] == ["sweep"]]
@@ -232,6 +236,47 @@ def test_a_plugin_strategy_declares_its_settings_section(tmp_path):
     assert "  sweep [plugin: sweep-plugin]: a sweep\n" in helptext
     assert "    rollouts.sweep.width (3): episodes in each task's group\n" in helptext
     assert "    rollouts.sweep.label ('wide')\n" in helptext
+
+
+def _linear(policy, tasks, rollouts, **common):
+    from ptgpo_algos.rollouts.collection import collect_rollouts
+
+    return collect_rollouts(policy, tasks, group_size=rollouts.group_size, mode="linear", **common)
+
+
+def test_a_plugin_strategy_s_most_decisions_declared_or_not():
+    # What sizes a task's share of a decision budget, and caps its group: the strategy's declaration; a
+    # strategy that declares none plays group_size episodes, so group_size x the horizon; one that sizes
+    # its groups itself (slots) has no such default and is refused when it is built; a declaration that
+    # is not a count is named when it is read.
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.records import Task
+    from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES, RolloutStrategy
+    from ptgpo_algos.training.collectors import most_decisions
+
+    task = Task("ptgpo/FrozenLake-v0", 0, {}, None)
+    ROLLOUT_STRATEGIES.register("plain", RolloutStrategy("plain", _linear))
+    ROLLOUT_STRATEGIES.register("thrice", RolloutStrategy("thrice", _linear,
+                                                          most_decisions=lambda rollouts, h: 3 * rollouts.group_size * h))
+    ROLLOUT_STRATEGIES.register("halves", RolloutStrategy("halves", _linear, most_decisions=lambda rollouts, h: h / 2))
+    try:
+        def config(strategy):
+            return TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "rollout": strategy, "group_size": 3})
+
+        assert most_decisions(config("plain"), task, 7) == 21
+        assert most_decisions(config("thrice"), task, 7) == 63
+        with pytest.raises(ValueError) as error:
+            most_decisions(config("halves"), task, 7)
+        assert str(error.value) == ("rollout strategy 'halves': most_decisions gave 3.5 for a horizon of 7; it must "
+                                    "return an integer >= 0")
+    finally:
+        for name in ("plain", "thrice", "halves"):
+            ROLLOUT_STRATEGIES.unregister(name)
+    with pytest.raises(ValueError) as error:
+        RolloutStrategy("wide", _linear, slots=lambda wide: {"wide.width": 5})
+    assert str(error.value) == ("rollout strategy 'wide': declare most_decisions(rollouts, horizon), the most "
+                                "decisions one task's group can spend; a strategy that declares slots has no default")
+    assert "wide" not in ROLLOUT_STRATEGIES
 
 
 @pytest.mark.distributed

@@ -18,6 +18,7 @@ from ptgpo_algos.rollouts.spo3.search import (
     step_credit,
     step_rewards,
 )
+from ptgpo_algos.rollouts.spo3.settings import Spo3Config
 
 
 def test_state_scores_by_hand():
@@ -99,6 +100,60 @@ def test_search_stops_at_its_budget_and_truncates_deep_or_dropped_states():
     hopeless = StateStats(total={"y": 20}, success={"y": 0}, t=30)  # S(y) = 0: no rollouts from y
     cut = ranked_backtracking("r", str, expand, hopeless, Spo3Settings(), max_trajectories=10, max_depth=5)
     assert _actions(cut) == [["b"], ["a", "f"], ["c"]]
+
+
+def _spent(expand, stats, settings, trajectories):
+    """The decisions a search asks for (the sum of its ``n``) and its result."""
+    asked = []
+
+    def counted(node, n):
+        asked.append(n)
+        return expand(node, n)
+
+    result = ranked_backtracking((0, ()), lambda node: node, counted, stats, settings.settings,
+                                 max_trajectories=trajectories, max_depth=10**9, min_start=settings.min_start)
+    return sum(asked), result
+
+
+def test_a_search_can_spend_exactly_its_declared_most():
+    # Spo3Config.most_decisions, g_max x (1 + trajectories x (horizon - 1)), reached: the start has
+    # `trajectories` distinct actions, each later state one action sampled g_max times, every state new
+    # and every episode ending at the horizon. 4 x 5 on the way down from the start, 4 x 4 on each of
+    # the two ways down from its other actions.
+    horizon, settings = 5, Spo3Config(g_max=4, trajectories=3)
+
+    def expand(node, n):
+        depth, path = node
+        actions = [f"a{i}" for i in range(n)] if depth == 0 else ["on"] * n
+        return [Candidate(a, 0.0, (depth + 1, (*path, a)), done=depth + 1 == horizon) for a in actions]
+
+    spent, result = _spent(expand, StateStats(), settings, settings.trajectories)
+    assert spent == settings.most_decisions(horizon) == 4 * 5 + 2 * 4 * 4 == 52
+    assert _actions(result) == [["a0", "on", "on", "on", "on"], ["a1", "on", "on", "on", "on"],
+                                ["a2", "on", "on", "on", "on"]]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_search_never_spends_more_than_its_declared_most(seed):
+    # Random trees under random statistics: repeats, explored actions, episodes ending anywhere up to
+    # the horizon, states scored 0 (cut) or low (fewer samples).
+    rng = np.random.default_rng(seed)
+    horizon = int(rng.integers(1, 7))
+    g_max = int(rng.integers(1, 5))
+    settings = Spo3Config(g_max=g_max, trajectories=int(rng.integers(1, 6)), xi=float(rng.integers(1, 4)),
+                          min_start=int(rng.integers(0, g_max + 1)))
+
+    def expand(node, n):
+        depth, path = node
+        actions = rng.choice(["a", "b", "c", "d"], size=n)
+        return [Candidate(str(a), float(rng.random()), (depth + 1, (*path, str(a))),
+                          done=depth + 1 == horizon or bool(rng.random() < 0.2), success=bool(rng.random() < 0.3))
+                for a in actions]
+
+    stats = StateStats(t=int(rng.integers(1, 20)))
+    for _ in range(3):  # statistics from earlier searches, and their explored pairs
+        spent, _ = _spent(expand, stats, settings, settings.trajectories)
+        assert spent <= settings.most_decisions(horizon)
 
 
 @pytest.mark.parametrize("change", [{"alpha": -1.0}, {"g_max": 0}, {"xi": math.nan}, {"g_max": 2.5}])

@@ -228,6 +228,22 @@ def test_training_over_3spo_rollouts_spends_the_budget_exactly(tmp_path, monkeyp
     assert saved["rollouts"]["strategy"] == "3spo" and saved["rollouts"]["spo3"]["g_max"] == 4
 
 
+def test_a_budget_that_is_not_spent_does_not_cut_3spo_groups_short(tmp_path, monkeypatch):
+    # Each task's group is capped at the most its strategy declares it can spend: at group_size x the
+    # horizon (2 x 12), 3SPO's searches were stopped there with most of the budget left.
+    from ptgpo_algos.training.trainer import run_training
+
+    monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
+    runs = {}
+    for name, budget in (("budget", 10**6), ("free", None)):
+        summary = run_training(_config(tmp_path, out_dir=str(tmp_path / name), group_size=2, iterations=1,
+                                       total_decisions=budget, eval_every=100), progress=False)
+        [row] = [json.loads(line) for line in open(summary.metrics_path)]
+        runs[name] = (row["rollout/decisions"], row["rollout/episodes"], row["rollout/spo3_expansions"])
+    assert runs["budget"] == runs["free"]
+    assert runs["free"][0] > 2 * 2 * 12
+
+
 def test_a_killed_3spo_run_resumes_to_the_uninterrupted_runs_metrics(tmp_path, monkeypatch):
     # The scores that steer the search live across iterations: the checkpoint must carry them.
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))

@@ -3,9 +3,11 @@
 A strategy is a :class:`RolloutStrategy`: a ``collect`` function over the shared collection
 (:class:`~ptgpo_algos.rollouts.collection.Collection`, which PATR's extends) and what it ``needs`` of the
 environment (:data:`ptgpo_envs.FEATURES`: ``snapshot`` to fork episodes, ``progress``...), checked
-once before the run. A strategy that learns across iterations declares its ``memory``: a factory of
-the state it keeps (given the ``rollouts`` section), with ``state_dict()``/``load_state_dict()`` of
-plain data; the trainer holds it, checkpoints it and hands it to every ``collect`` as ``memory=``.
+once before the run, and the most decisions one task's group can spend (``most_decisions``), which
+sizes each task's share of a decision budget. A strategy that learns across iterations declares its
+``memory``: a factory of the state it keeps (given the ``rollouts`` section), with
+``state_dict()``/``load_state_dict()`` of plain data; the trainer holds it, checkpoints it and hands
+it to every ``collect`` as ``memory=``.
 A strategy with settings of its own declares their dataclass (``settings``): the config reads them
 from ``rollouts.<name>`` (or the ``section`` it names), refuses a key the dataclass lacks, and hands
 them to ``collect`` within the ``rollouts`` section, as ``rollouts.<name>``; ``ptgpo algos`` lists
@@ -19,7 +21,8 @@ steps; :mod:`ptgpo_algos.rollouts.collection`), ``patr`` (PATR's process-scored 
 :mod:`ptgpo_algos.rollouts.bpo.collection`). Another package adds one with one line, through the
 ``ptgpo.rollout_strategies`` entry points::
 
-    ROLLOUT_STRATEGIES.register("mine", RolloutStrategy("mine", collect, needs, settings=MySettings))
+    ROLLOUT_STRATEGIES.register("mine", RolloutStrategy("mine", collect, needs, settings=MySettings,
+                                                        slots=..., most_decisions=...))
 """
 
 from __future__ import annotations
@@ -42,10 +45,17 @@ __all__ = ["ROLLOUT_STRATEGIES", "RolloutStrategy", "collect_with", "new_memory"
 #: the keywords every strategy takes (``rng``, ``generator``, ``env_backend``, ``env_workers``,
 #: ``env_options``, ``max_decisions``, ``expert``; see :func:`~ptgpo_algos.rollouts.collection.collect_rollouts`).
 Collect = Callable[..., tuple[Batch, RolloutStats]]
+#: ``most_decisions(rollouts, horizon)``: the most decisions one task's group can spend under the config's
+#: ``rollouts`` section with episodes of at most ``horizon`` steps.
+DecisionBound = Callable[[Any, int], int]
 
 
 def _no_needs(rollouts: Any) -> dict[str, str]:
     return {}
+
+
+def _episodes_of_group_size(rollouts: Any, horizon: int) -> int:
+    return rollouts.group_size * horizon
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,14 @@ class RolloutStrategy:
     - ``flat``: older flat config files spell the section at the top level (``patr: {...}``);
     - ``slots``: the episodes one task's group plays, by the setting that sizes them (checked against
       the bound on an iteration's episodes), for a strategy whose groups ``group_size`` does not size;
-    - ``resolve``: the settings with what depends on the environment's id filled in, when a config is built.
+    - ``resolve``: the settings with what depends on the environment's id filled in, when a config is built;
+
+    and ``most_decisions(rollouts, horizon)``: the most decisions one task's group can spend under the
+    ``rollouts`` section with episodes of at most ``horizon`` steps, every decision the collection
+    counts (expansions and forks as well as finished episodes' steps). A decision budget is shared
+    among an iteration's tasks in proportion to it, and a task's group is capped at it, so it must
+    never under-state. Left out, it is ``group_size x horizon``: right for a strategy whose groups are
+    ``group_size`` episodes and nothing else; one that declares ``slots`` must declare it.
     """
 
     name: str
@@ -73,6 +90,22 @@ class RolloutStrategy:
     flat: bool = False
     slots: Callable[[Any], Mapping[str, int]] | None = None
     resolve: Callable[[Any, str], Any] | None = None
+    most_decisions: DecisionBound | None = None
+
+    def __post_init__(self) -> None:
+        if self.slots is not None and self.most_decisions is None:
+            raise ValueError(f"rollout strategy {self.name!r}: declare most_decisions(rollouts, horizon), the most "
+                             "decisions one task's group can spend; a strategy that declares slots has no default")
+
+    def group_decisions(self, rollouts: Any, horizon: int) -> int:
+        """The most decisions one task's group can spend under ``rollouts`` with episodes of at most
+        ``horizon`` steps: its ``most_decisions``, else ``group_size x horizon``."""
+        bound = self.most_decisions or _episodes_of_group_size
+        most = bound(rollouts, horizon)
+        if not isinstance(most, int) or isinstance(most, bool) or most < 0:
+            raise ValueError(f"rollout strategy {self.name!r}: most_decisions gave {most!r} for a horizon of "
+                             f"{horizon}; it must return an integer >= 0")
+        return most
 
     @property
     def settings_key(self) -> str:
@@ -169,17 +202,24 @@ def _patr_needs(rollouts: Any) -> dict[str, str]:
     return needs
 
 
-ROLLOUT_STRATEGIES.register("linear", RolloutStrategy("linear", _groups("linear"), summary="independent episodes"))
+# A tree's leaves share their prefixes, so its group_size leaves spend at most group_size x horizon, as
+# linear episodes do; a PATR group's forks likewise, over at most max_leaves leaves.
+ROLLOUT_STRATEGIES.register("linear", RolloutStrategy("linear", _groups("linear"), summary="independent episodes",
+                                                      most_decisions=_episodes_of_group_size))
 ROLLOUT_STRATEGIES.register("tree", RolloutStrategy("tree", _groups("tree"), _forks("tree"),
-                                                    "a prefix tree branched from earlier steps"))
+                                                    "a prefix tree branched from earlier steps",
+                                                    most_decisions=_episodes_of_group_size))
 ROLLOUT_STRATEGIES.register("patr", RolloutStrategy(
     "patr", _patr, _patr_needs, "PATR's process-scored tree of up to max_leaves leaves", settings=PatrConfig,
     flat=True, slots=lambda patr: {"patr.max_leaves": patr.max_leaves},
-    resolve=lambda patr, env_id: patr.resolved(env_id)))
+    resolve=lambda patr, env_id: patr.resolved(env_id),
+    most_decisions=lambda rollouts, horizon: rollouts.patr.max_leaves * horizon))
 ROLLOUT_STRATEGIES.register("3spo", RolloutStrategy(
     "3spo", _spo3, _forks("3spo"), "3SPO's ranked backtracking over states scored across iterations",
     memory=lambda rollouts: StateStats(), settings=Spo3Config, section="spo3", flat=True,
-    slots=lambda spo3: {"spo3.g_max": spo3.g_max, "spo3.trajectories": spo3.trajectories}))
+    slots=lambda spo3: {"spo3.g_max": spo3.g_max, "spo3.trajectories": spo3.trajectories},
+    most_decisions=lambda rollouts, horizon: rollouts.spo3.most_decisions(horizon)))
 ROLLOUT_STRATEGIES.register("bpo", RolloutStrategy(
     "bpo", _bpo, _forks("bpo"), "BPO's K forks at each trunk's highest-entropy decisions", settings=BpoConfig,
-    flat=True, slots=lambda bpo: {"bpo leaves (trunks x (1 + branch_points x forks))": bpo.leaves}))
+    flat=True, slots=lambda bpo: {"bpo leaves (trunks x (1 + branch_points x forks))": bpo.leaves},
+    most_decisions=lambda rollouts, horizon: rollouts.bpo.most_decisions(horizon)))

@@ -34,7 +34,7 @@ from ptgpo_algos.records import Batch, Task
 from ptgpo_algos.distributed.work_split import share_budget
 from ptgpo_algos.objectives import needs_expert
 from ptgpo_algos.rollouts.collection import RolloutStats
-from ptgpo_algos.rollouts.registry import collect_with
+from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES, collect_with
 from ptgpo_envs import make_env
 
 __all__ = ["AsyncCollector", "CollectingRun", "RolloutRequest", "RolloutWorker", "SyncCollector", "TaskDraws",
@@ -78,13 +78,11 @@ def remaining_budget(config: TrainConfig, spent: int) -> int | None:
 
 
 def most_decisions(config: TrainConfig, task: Task, horizon: int) -> int:
-    """The most decisions ``task``'s group can spend: its leaves times the episode horizon (BPO's: its
-    trunks' and forks', ``rollouts.bpo.most_decisions``)."""
+    """The most decisions ``task``'s group can spend, as its rollout strategy declares it
+    (:attr:`~ptgpo_algos.rollouts.registry.RolloutStrategy.most_decisions`), with episodes of the task's
+    step limit, else ``horizon``."""
     rollouts = config.rollouts
-    if rollouts.strategy == "bpo":
-        return rollouts.bpo.most_decisions(task.max_steps or horizon)
-    leaves = rollouts.patr.max_leaves if rollouts.strategy == "patr" else rollouts.group_size
-    return leaves * (task.max_steps or horizon)
+    return ROLLOUT_STRATEGIES.get(rollouts.strategy).group_decisions(rollouts, task.max_steps or horizon)
 
 
 def env_horizon(config: TrainConfig) -> int:

@@ -46,6 +46,24 @@ class Spo3Config:
         """The settings from ``rollouts.spo3`` (unknown keys refused, naming the valid ones)."""
         return settings_from_mapping(cls, values, "rollouts.spo3 (spo3)")
 
+    def most_decisions(self, horizon: int) -> int:
+        """The most decisions a group can spend with episodes of at most ``horizon`` steps:
+        ``g_max x (1 + trajectories x (horizon - 1))``.
+
+        Only expansions spend decisions, each at most ``g_max`` (``n(s) = ceil(G_max S(s))`` with
+        ``S(s) <= 1``; the start's ``min_start`` is at most ``g_max``), and they spend them whether or
+        not a trajectory comes of the candidates (an explored action or a repeat is dropped after it
+        was sampled). A state is expanded once per search, on the way down from the start or from
+        the state the search backtracked to. The way down from the start expands states at depths
+        ``0 .. horizon - 1`` (the step at ``horizon`` ends the episode: the step count travels in the
+        snapshot), at most ``horizon`` of them; a way down after backtracking starts at depth 1 or
+        deeper, at most ``horizon - 1``. Each way down ends in one trajectory (or the search ends),
+        and the search expands nothing once ``trajectories`` are finished, so at most
+        ``trajectories`` ways down expand anything. The bound is reached where the start has
+        ``trajectories`` distinct actions and every later state one action sampled ``g_max`` times,
+        all of them new to the search and no episode ending before the horizon."""
+        return self.g_max * (1 + self.trajectories * (horizon - 1))
+
     @property
     def settings(self) -> Spo3Settings:
         """The constants of the pure parts (:class:`~ptgpo_algos.rollouts.spo3.search.Spo3Settings`)."""
