@@ -102,6 +102,15 @@ def test_search_stops_at_its_budget_and_truncates_deep_or_dropped_states():
     assert _actions(cut) == [["b"], ["a", "f"], ["c"]]
 
 
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_a_search_that_truncates_its_last_trajectory_takes_no_more(count):
+    # At max_depth 1, "b" and "a" are cut short (truncated); the stacked "c" ends its episode at once
+    # and was taken as one trajectory more than asked.
+    expand, _ = _tree()
+    result = ranked_backtracking("r", str, expand, StateStats(), Spo3Settings(), max_trajectories=count, max_depth=1)
+    assert _actions(result) == [["b"], ["a"], ["c"]][:count]
+
+
 def _spent(expand, stats, settings, trajectories):
     """The decisions a search asks for (the sum of its ``n``) and its result."""
     asked = []

@@ -250,6 +250,8 @@ def backtracking_search(
             continue
         if node is not None and path:  # truncated (n(s) = 0), too deep, or every action tried
             _finish(path, False, stats, result)
+            if len(result.trajectories) >= max_trajectories:
+                break
         if not stack:
             break
         saved, state, rest = stack.pop()
