@@ -402,7 +402,8 @@ def combined_advice(model: ModelShape, run: RunShape) -> str:
 @dataclass(frozen=True)
 class DiskPlan:
     """What a run writes that grows with the model: ``checkpoint.pt`` (the trainable weights, float32,
-    and the optimiser's state: AdamW's two float32 moments, none for the built-in SGD) and
+    and the optimiser's state as ``optim.optimizer`` declares it: AdamW's two float32 moments, none for
+    the built-in SGD) and
     ``final_model/`` (a LoRA run's adapters in float32, else the model at its compute dtype)."""
 
     checkpoint_bytes: int
