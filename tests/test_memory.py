@@ -19,6 +19,7 @@ from ptgpo_algos.training.memory_plan import (
     smallest_world_size,
 )
 from ptgpo_algos.policy.precision import Precision
+from ptgpo_algos.updates.optimizer_registry import OptimizerState
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "configs" / "models"
@@ -243,3 +244,94 @@ def test_plan_reports_bad_input_naming_the_flag(tmp_path, capsys):
     assert "--set policy.model=configs/models/qwen2.5-7b" in capsys.readouterr().err  # no config.json there
     assert main(["plan", str(config), "--device", "cpu", "--set", f"model={MODELS / 'qwen2.5-1.5b'}"]) in (0, 2)
     assert "CPU (resident memory)" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------- the optimiser's state
+SGD_MOMENTUM = OptimizerState("SGD", "SGD momentum (float32)", 4)
+
+
+@pytest.fixture
+def plugin_optimizers():
+    """Two plugin optimisers: an SGD with momentum that declares its buffer, and one that declares nothing."""
+    import torch
+
+    from ptgpo_algos.updates.optimizer_registry import OPTIMIZERS, register_optimizer
+
+    @register_optimizer("sgd-momentum", state=SGD_MOMENTUM)
+    def sgd_momentum(param_groups, *, lr, weight_decay):
+        return torch.optim.SGD(param_groups, lr=lr, momentum=0.9, weight_decay=weight_decay)
+
+    @register_optimizer("undeclared")
+    def undeclared(param_groups, *, lr, weight_decay):
+        return torch.optim.Adam(param_groups, lr=lr, weight_decay=weight_decay)
+
+    yield {"sgd-momentum": sgd_momentum, "undeclared": undeclared}
+    OPTIMIZERS.unregister("sgd-momentum")
+    OPTIMIZERS.unregister("undeclared")
+
+
+def test_the_plan_counts_the_state_each_optimiser_declares(plugin_optimizers):
+    from ptgpo_algos.config import TrainConfig
+    from ptgpo_algos.training.memory_plan import plan_disk
+
+    # SMALL's 2,024 parameters sharded over 2 ranks (1,012 each); a value head of 8 weights and a bias.
+    run = RunShape(device="cuda", precision=BF16, micro_batch=2, sequence=10, logprob_chunk=4, world_size=2,
+                   value_heads=1, total_bytes=64 * GIB)
+    expected = {  # state line, its bytes on a rank; the head's line and bytes; the checkpoint's bytes
+        "adamw": ("AdamW moments (float32)", 8 * 1012, "value head (+ gradients, AdamW)", 16 * 9, 12 * 2033),
+        "sgd": ("SGD state (none: no momentum)", 0, "value head (+ gradients, SGD)", 8 * 9, 4 * 2033),
+        "sgd-momentum": ("SGD momentum (float32)", 4 * 1012, "value head (+ gradients, SGD)", 12 * 9, 8 * 2033),
+        "undeclared": ("undeclared state (undeclared: AdamW's assumed)", 8 * 1012,
+                       "value head (+ gradients, undeclared (AdamW's state assumed))", 16 * 9, 12 * 2033),
+    }
+    for name, (label, state, head_label, head, checkpoint) in expected.items():
+        config = TrainConfig.from_dict({"env_id": "ptgpo/FrozenLake-v0", "optim": {"optimizer": name}})
+        planned = dataclasses.replace(run, optimizer=run_shape(config, "cuda", 64 * GIB).optimizer)
+        plan = plan_memory(SMALL, planned)
+        notes = {item.name: item.note for item in plan.items}
+        items = _items(plan)
+        assert items[label] == state and notes[label] == "1/2 on each of 2 ranks", name
+        assert items[head_label] == head, name
+        assert sum("AdamW" in line for line in items) == (2 if name in ("adamw", "undeclared") else 0), name
+        assert plan_disk(SMALL, planned).checkpoint_bytes == checkpoint, name
+
+
+def test_each_built_in_and_plugin_state_is_what_its_optimiser_keeps(plugin_optimizers):
+    import torch
+
+    from ptgpo_algos.updates.optimizer_registry import BUILT_IN_OPTIMIZERS, BUILT_IN_STATES, OPTIMIZERS
+
+    assert list(BUILT_IN_STATES) == list(BUILT_IN_OPTIMIZERS)
+    declared = {**BUILT_IN_STATES, "sgd-momentum": SGD_MOMENTUM}
+    for name, state in declared.items():
+        parameter = torch.nn.Parameter(torch.ones(6))
+        optimizer = OPTIMIZERS.get(name)([{"params": [parameter]}], lr=0.1, weight_decay=0.0)
+        parameter.grad = torch.ones(6)
+        optimizer.step()
+        kept = sum(value.numel() * value.element_size() for value in optimizer.state[parameter].values()
+                   if isinstance(value, torch.Tensor) and value.shape == parameter.shape)
+        assert kept == 6 * state.bytes_per_value, name
+
+
+def test_an_optimiser_state_declaration_is_checked():
+    from ptgpo_algos.updates.optimizer_registry import register_optimizer
+    from ptgpo_envs.plugins import RegistryError
+
+    with pytest.raises(RegistryError, match=r"OptimizerState.bytes_per_value: .* integer >= 0 .* got -4"):
+        OptimizerState("SGD", "SGD momentum (float32)", -4)
+    with pytest.raises(RegistryError, match="OptimizerState.label: expected a non-empty string"):
+        OptimizerState("SGD", "", 4)
+    with pytest.raises(RegistryError, match="optimiser 'lion': state must be an OptimizerState, got 4"):
+        register_optimizer("lion", state=4)
+
+
+def test_plan_names_the_optimiser_s_state(plugin_optimizers, capsys):
+    from ptgpo_harness.cli import main
+
+    arguments = ["plan", str(ROOT / "configs" / "bench" / "alfworld_qwen2.5-1.5b.yaml"), "--gpu-memory", "139",
+                 "--set", f"model={MODELS / 'qwen2.5-1.5b'}", "--set", "optim.optimizer="]
+    assert main(arguments[:-1] + [arguments[-1] + "sgd"]) == 0
+    out = capsys.readouterr().out
+    assert "| SGD state (none: no momentum)" in out and "AdamW" not in out
+    assert main(arguments[:-1] + [arguments[-1] + "undeclared"]) == 0
+    assert "| undeclared state (undeclared: AdamW's assumed)" in capsys.readouterr().out

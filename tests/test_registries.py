@@ -275,12 +275,14 @@ def test_each_built_in_optimiser_names_a_factory_that_builds_one():
         assert isinstance(optimizer, torch.optim.Optimizer) and type(optimizer).__name__.lower() == name
 
 
-def test_checking_a_config_s_optimiser_and_listing_them_import_none_of_the_optimisers():
+def test_checking_a_config_s_optimiser_its_state_and_listing_them_import_none_of_the_optimisers():
     code = ("import argparse, contextlib, io, sys\n"
             "from ptgpo_algos.config import TrainConfig\n"
             "from ptgpo_harness.commands import algos\n"
+            "from ptgpo_algos.updates.optimizer_registry import optimizer_state\n"
             "for name in ('adamw', 'sgd'):\n"
             "    TrainConfig.from_dict({'optim': {'optimizer': name}})\n"
+            "    optimizer_state(name)\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    algos.run(argparse.Namespace())\n"
             "print('ptgpo_algos.updates.optimizer' in sys.modules)\n")

@@ -36,7 +36,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 @dataclass(frozen=True)
 class Precision:
-    """Dtype names: ``trainable`` weights (and their gradients and AdamW moments), ``frozen`` weights,
+    """Dtype names: ``trainable`` weights (and their gradients and optimiser state), ``frozen`` weights,
     and ``autocast``, the dtype forward passes run at (None: at the weights' own, no autocast)."""
 
     trainable: str

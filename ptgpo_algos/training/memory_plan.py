@@ -5,8 +5,11 @@
 sequence lengths, the rollout engine's share). The parts:
 
 * weights: trainable ones in float32, frozen ones (a LoRA base) at the compute dtype
-  (:mod:`ptgpo_algos.policy.precision`); gradients (float32) and AdamW's two moments (float32) of the
-  trainable ones; the KL reference's copy (none with LoRA: the same weights, adapters off);
+  (:mod:`ptgpo_algos.policy.precision`); gradients (float32) and the optimiser's state of the trainable
+  ones, as ``optim.optimizer`` declares it (:class:`~ptgpo_algos.updates.optimizer_registry.OptimizerState`:
+  AdamW's two float32 moments, 8 bytes a value; the built-in SGD's nothing, it has no momentum; AdamW's
+  assumed, and labelled so, for a plugin's that declares none); the KL reference's copy (none with
+  LoRA: the same weights, adapters off);
 * activations of one micro-batch kept for the backward. Per token and layer, Qwen2-style decoder
   layers keep ``a*H + b*I + c*KV + d*r`` bytes (H hidden size, I the MLP's, KV the keys' width, r
   the LoRA rank), :data:`ACTIVATION_BYTES`, measured with saved-tensor hooks on layers of five
@@ -19,13 +22,14 @@ sequence lengths, the rollout engine's share). The parts:
   episodes; with vLLM, the engine's share of the GPU (``gpu_memory_utilization``), which vLLM
   takes whole at start-up;
 * a learned critic (``algo: ppo``, ``hiper``, :mod:`ptgpo_algos.critic`): its value head's weights,
-  gradients and AdamW moments (float32, ``16 (H + 1)`` bytes per value: HiPER's head has two or three),
+  gradients and optimiser state (float32, ``(8 + S) (H + 1)`` bytes per output, S the optimiser's state
+  bytes per value: ``16 (H + 1)`` with AdamW; HiPER's head has two or three outputs),
   and, when the value loss reaches the shared trunk, the activations of the value's forward pass over
   the micro-batch's prompts (at the prompt budget), alive beside the policy's until the backward;
   HiPER's low head reads each turn a second time at the token closing ``</subgoal>``, a pass over the
   prompt and the response up to there (at most the whole step's budget), alive too
   (:class:`~ptgpo_algos.critic.settings.ValuePasses`); a critic model of its own (``shared_trunk:
-  false``) adds the policy's weights, gradients and AdamW moments (and a LoRA base) once more;
+  false``) adds the policy's weights, gradients and optimiser state (and a LoRA base) once more;
 * what the allocator measures nowhere: the CUDA context, and fragmentation (:data:`FRAGMENTATION`).
 
 On a CPU the same parts are the process's resident memory, in float32, plus the Python runtime. The
@@ -33,7 +37,7 @@ trainer plans at start-up on GPUs and refuses a config that cannot fit (``run.me
 ``ptgpo plan CONFIG`` prints the plan for any config and machine.
 
 Sharded over ``world_size`` ranks (FSDP2, :mod:`ptgpo_algos.distributed.fsdp`), the plan is one
-rank's: each holds ``1 / world_size`` of the weights, gradients and AdamW moments (and of a LoRA
+rank's: each holds ``1 / world_size`` of the weights, gradients and optimiser state (and of a LoRA
 base, and of the KL reference), plus FSDP's gathered full copies (two layers at the compute dtype,
 the root unit's embeddings and output layer, one layer's gradient before its reduce-scatter); FSDP
 casts the gathered copies to the compute dtype, so autocast keeps no copies of its own. With the
@@ -51,6 +55,7 @@ from typing import Any
 
 from ptgpo_algos.critic.settings import value_passes
 from ptgpo_algos.policy.precision import DTYPE_BYTES, Precision, precision_for
+from ptgpo_algos.updates.optimizer_registry import ADAMW_STATE, OptimizerState, optimizer_state
 
 __all__ = ["ACTIVATION_BYTES", "DiskDoesNotFit", "DiskPlan", "GpuDoesNotFit", "MemoryItem", "MemoryPlan", "ModelShape",
            "RunShape", "disk_plan_for_config", "model_shape", "plan_disk", "plan_for_config", "plan_memory",
@@ -152,6 +157,7 @@ class RunShape:
     value_prompt: int = 0  # prompt tokens of the value pass whose activations the backward keeps (0: none, detached)
     value_response: int = 0  # response tokens a second value pass reads beyond the prompt (HiPER's low head; 0: none)
     critic_model: bool = False  # the critic has a trunk of its own: a second copy of the model, trained
+    optimizer: OptimizerState = ADAMW_STATE  # what the optimiser keeps per trainable value between steps
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or isinstance(self.world_size, bool) or self.world_size < 1:
@@ -264,7 +270,7 @@ def _weights(model: ModelShape, run: RunShape) -> list[MemoryItem]:
         items.append(MemoryItem(f"frozen base ({p.frozen})", _bytes(p.frozen) * frozen / n,
                                 "LoRA's base model" + (f", {shard}" if shard else "")))
     items += [MemoryItem("gradients (float32)", 4 * trainable / n, shard),
-              MemoryItem("AdamW moments (float32)", 8 * trainable / n, shard)]
+              MemoryItem(run.optimizer.label, run.optimizer.bytes_per_value * trainable / n, shard)]
     if run.kl_reference and not run.lora_rank:
         items.append(MemoryItem(f"KL reference copy ({p.frozen})", _bytes(p.frozen) * total / n, shard))
     if n > 1:
@@ -288,15 +294,17 @@ def _gathered(model: ModelShape, run: RunShape) -> MemoryItem:
 
 
 def _critic(model: ModelShape, run: RunShape) -> list[MemoryItem]:
-    """A learned critic's value head (float32 weights, gradients, AdamW moments) and, when its loss
-    reaches the trunk, its forward's activations over the micro-batch's prompts."""
+    """A learned critic's value head (float32 weights and gradients, the optimiser's state) and, when its
+    loss reaches the trunk, its forward's activations over the micro-batch's prompts."""
     if not run.value_heads:
         return []
-    items = [MemoryItem("value head (+ gradients, AdamW)", 16 * (model.hidden + 1) * run.value_heads,
+    optimizer = run.optimizer.optimizer
+    per_value = 8 + run.optimizer.bytes_per_value
+    items = [MemoryItem(f"value head (+ gradients, {optimizer})", per_value * (model.hidden + 1) * run.value_heads,
                         f"{run.value_heads} x ({model.hidden} + 1) float32 parameters")]
     if run.critic_model:
         own = _weights(model, dataclasses.replace(run, kl_reference=False, rollout_copy=False))
-        items.append(MemoryItem("critic model (+ gradients, AdamW)", sum(item.bytes for item in own),
+        items.append(MemoryItem(f"critic model (+ gradients, {optimizer})", sum(item.bytes for item in own),
                                 "a copy of the policy's model, trained"))
     if run.value_prompt:
         prompts = dataclasses.replace(run, sequence=run.value_prompt)
@@ -393,9 +401,10 @@ def combined_advice(model: ModelShape, run: RunShape) -> str:
 # ----------------------------------------------------------------------------------------- disk
 @dataclass(frozen=True)
 class DiskPlan:
-    """What a run writes that grows with the model: ``checkpoint.pt`` (the trainable weights and
-    AdamW's two moments, float32) and ``final_model/`` (a LoRA run's adapters in float32, else the
-    model at its compute dtype)."""
+    """What a run writes that grows with the model: ``checkpoint.pt`` (the trainable weights, float32,
+    and the optimiser's state as ``optim.optimizer`` declares it: AdamW's two float32 moments, none for
+    the built-in SGD) and
+    ``final_model/`` (a LoRA run's adapters in float32, else the model at its compute dtype)."""
 
     checkpoint_bytes: int
     final_model_bytes: int
@@ -418,7 +427,7 @@ def plan_disk(model: ModelShape, run: RunShape) -> DiskPlan:
     """The :class:`DiskPlan` of ``model`` trained as ``run`` says."""
     trainable = model.lora_parameters(run.lora_rank) if run.lora_rank else model.parameters()
     trained = trainable * (2 if run.critic_model else 1) + (model.hidden + 1) * run.value_heads
-    checkpoint = trained * 3 * _bytes(run.precision.trainable)
+    checkpoint = trained * (_bytes(run.precision.trainable) + run.optimizer.bytes_per_value)
     if run.lora_rank:
         final = trainable * _bytes(run.precision.trainable)
     else:
@@ -473,6 +482,7 @@ def run_shape(config, device: str, total_bytes: int, world_size: int = 1) -> Run
         value_prompt=0 if config.algorithm.critic.detach_trunk else spec.max_prompt_tokens,
         value_response=spec.max_new_tokens if passes and passes.response_pass else 0,
         critic_model=passes is not None and not config.algorithm.critic.shared_trunk,
+        optimizer=optimizer_state(optim.optimizer),
     )
 
 
