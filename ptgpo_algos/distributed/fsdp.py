@@ -1,7 +1,7 @@
 """Sharding a model with FSDP2 (``torch.distributed.fsdp.fully_shard``): one unit per decoder layer,
 the rest (embeddings, final norm, output layer) in the root unit.
 
-Each rank holds ``1 / world_size`` of every parameter, of its gradient and of AdamW's moments (the
+Each rank holds ``1 / world_size`` of every parameter, of its gradient and of the optimiser's state (AdamW's moments by default; the
 optimiser is built on the sharded parameters, so its state is sharded too). A unit's full
 parameters exist only while it computes: gathered before its forward, freed after it
 (``reshard_after_forward``), gathered again for its backward, whose gradients are reduce-scattered

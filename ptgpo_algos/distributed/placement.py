@@ -23,7 +23,7 @@ and which samples they train on:
   own groups (GAE needs a trajectory's alone; HiPER's credit too, whitened over every rank's), its value
   loss is divided by the whole mini-batch's weights and the head's gradients are summed across ranks,
   so every rank takes the same step as one process.
-  Its weights and AdamW moments go into ``checkpoint/`` beside the model's (``value_head.*``). A
+  Its weights and optimiser state go into ``checkpoint/`` beside the model's (``value_head.*``). A
   critic model of its own (``shared_trunk: false``) is refused.
 * **The update** is :class:`~ptgpo_algos.distributed.updater.ShardedUpdater` on the FSDP2-sharded
   model; the rollout copies (or engines, streamed in bounded messages) then get the new weights,
@@ -216,7 +216,7 @@ class Ranks(Placement):
         return bool(all_reduce([float(flag)], op="max")[0])
 
     def save_checkpoint(self, trainer: Any, run_state: dict[str, Any]) -> int:
-        """``checkpoint/``: each rank's shards of the weights and AdamW's moments, and rank 0's run state
+        """``checkpoint/``: each rank's shards of the weights and the optimiser's state, and rank 0's run state
         (the same on every rank); its size on rank 0."""
         folder = trainer.config.run_dir / SHARDED_CHECKPOINT
         save_sharded(folder, self.checkpointed(trainer), trainer.optimizer, run_state)

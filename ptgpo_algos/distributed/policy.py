@@ -7,7 +7,7 @@ collective); rollouts do not: a rank's episodes take their own number of steps a
 ranks play with a full, unsharded copy of the weights, as verl's rollout engines do, refreshed after
 each update from the shards one gathered tensor at a time (:func:`copy_weights`) and checked by the
 trainer's weight-sync verification. The copy holds the weights at the compute dtype (bfloat16 on
-GPUs), so a rank holds its shards of the float32 masters, gradients and AdamW moments plus one
+GPUs), so a rank holds its shards of the float32 masters, gradients and optimiser state plus one
 bfloat16 model. :func:`gathered_state` gathers the weights onto one rank (the final model).
 
 :class:`RootRouted` is the root FSDP unit around the model: the policy's scoring

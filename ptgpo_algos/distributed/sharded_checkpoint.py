@@ -1,7 +1,7 @@
 """Training checkpoints written shard by shard (``torch.distributed.checkpoint``), read back on the
 same or another number of ranks, a single process included; nothing executable in any file.
 
-DCP writes each rank's shards of the weights and of AdamW's moments to ``__RANK_0.distcp`` files
+DCP writes each rank's shards of the weights and of the optimiser's state to ``__RANK_0.distcp`` files
 and describes them in a ``.metadata`` file that its reader unpickles: a crafted one would run code
 when read. So this module writes that description as JSON instead (:data:`MANIFEST`), reads only
 that, validated field by field, and never opens a ``.metadata`` file; the tensors are read by
