@@ -13,7 +13,8 @@ It decides on final success only: a hypothesis in ``decisions``, or in the unit 
 was stopped in by one budget (``budget_unit``, with a ``budget_overshoot``). A hypothesis read on the
 curves (another unit) is refused: that reading is the leaderboard's alone.
 
-Usage: ``python scripts/recompute_hypotheses.py FOLDER [--compare]``.
+Usage: ``python scripts/recompute_hypotheses.py FOLDER [--compare] [--hypotheses FILE]`` (the folder's
+``hypotheses.yaml`` unless a file is named, as ``ptgpo leaderboard --hypotheses`` takes one).
 """
 
 from __future__ import annotations
@@ -86,9 +87,10 @@ def holm(ps: list[float]) -> list[float]:
     return adjusted
 
 
-def recompute(folder: Path) -> tuple[list[dict], float]:
-    """Every hypothesis of ``folder/hypotheses.yaml`` tested, with its Holm p, and the family's alpha."""
-    spec = yaml.safe_load((folder / "hypotheses.yaml").read_text())
+def recompute(folder: Path, hypotheses: Path | None = None) -> tuple[list[dict], float]:
+    """Every hypothesis of ``hypotheses`` (``folder/hypotheses.yaml`` by default) tested on the folder's
+    records, with its Holm p, and the family's alpha."""
+    spec = yaml.safe_load((hypotheses or folder / "hypotheses.yaml").read_text())
     runs = load_runs(folder)
     results = []
     for h in spec["hypotheses"]:
@@ -126,10 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--compare", action="store_true", help="check leaderboard/hypotheses.csv against this")
+    parser.add_argument("--hypotheses", type=Path, default=None,
+                        help="the hypotheses file to decide (default: FOLDER/hypotheses.yaml)")
     args = parser.parse_args(argv)
-    if not (args.folder / "hypotheses.yaml").is_file():
-        parser.error(f"{args.folder}: no hypotheses.yaml")
-    results, alpha = recompute(args.folder)
+    hypotheses = args.hypotheses or args.folder / "hypotheses.yaml"
+    if not hypotheses.is_file():
+        parser.error(f"{hypotheses}: no such file (--hypotheses names another)")
+    results, alpha = recompute(args.folder, hypotheses)
     print("| | effect [95 % CI] | df | p | Holm p | decision |\n|---|---|---:|---:|---:|---|")
     for r in results:
         decision = "separated" if r["holm_p"] < alpha and r["difference"] != 0 else "not separated"

@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
 from leaderboard.records import ResultRecord, write_record
@@ -30,6 +31,26 @@ def test_the_independent_route_catches_a_leaderboard_that_disagrees(tmp_path, ca
     table.write_text(table.read_text().replace("0.447958,0.447958", "0.447958,0.0447958"))
     assert _script("recompute_hypotheses").main([str(folder), "--compare"]) == 1
     assert "H2 holm_p: leaderboard 0.0447958, recomputed 0.447958" in capsys.readouterr().err
+
+
+def test_the_independent_route_decides_a_hypotheses_file_it_is_given(tmp_path, capsys):
+    folder = tmp_path / "evidence"
+    shutil.copytree(EVIDENCE, folder, ignore=shutil.ignore_patterns("runs", "*.png", "*.html"))
+    spec = yaml.safe_load((folder / "hypotheses.yaml").read_text())
+    first = dict(spec["hypotheses"][0], name="H1-one", levels=spec["hypotheses"][0]["levels"][:1])
+    other = tmp_path / "one-level.yaml"
+    other.write_text(yaml.safe_dump({"alpha": 0.05, "hypotheses": [first]}))
+    recompute = _script("recompute_hypotheses")
+    assert recompute.main([str(folder), "--hypotheses", str(other)]) == 0
+    level = first["levels"][0]
+    success = {m: [json.loads(p.read_text())["final_success"] * 100 for p in sorted(folder.glob(f"{level}__{m}__*.json"))]
+               for m in (first["first"], first["second"])}
+    p = stats.ttest_ind(success[first["first"]], success[first["second"]], equal_var=False).pvalue
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| H1-one |"))
+    assert f"| {p:.4f} | {p:.4f} |" in row  # one hypothesis: its Holm p is its p
+    with pytest.raises(SystemExit):
+        recompute.main([str(folder), "--hypotheses", str(tmp_path / "missing.yaml")])
+    assert "missing.yaml: no such file" in capsys.readouterr().err
 
 
 def test_welch_over_one_level_is_scipy_s_welch_and_holm_steps_down():
