@@ -286,7 +286,7 @@ def test_kill_and_resume_of_a_ppo_run_reproduces_the_uninterrupted_one(tmp_path,
     def config(out_dir, **change):
         return _lake(tmp_path / out_dir, **run, **change)
 
-    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.registry.collect_rollouts")
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.collection.collect_rollouts")
     assert resumed == whole
     assert whole[-1]["critic/value_mean"] != 0.0  # the critic had learnt something to restore
 

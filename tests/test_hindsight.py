@@ -172,14 +172,14 @@ def test_run_relabels_trains_on_relabels_and_resumes_exactly(tmp_path, monkeypat
     assert [r["objective/hindsight/buffer"] for r in rows] == list(np.cumsum(relabelled))
     assert all(r["objective/hindsight/updates"] == (2 if r["objective/hindsight/buffer"] else 0) for r in rows)
 
-    from ptgpo_algos.rollouts import registry as strategies
+    from ptgpo_algos.rollouts import collection
 
-    real = strategies.collect_rollouts
+    real = collection.collect_rollouts
     # A collection per task: the 13th is iteration 4's first (4 tasks an iteration).
-    monkeypatch.setattr(strategies, "collect_rollouts", _dies_on_call(real, 13))
+    monkeypatch.setattr(collection, "collect_rollouts", _dies_on_call(real, 13))
     with pytest.raises(KeyboardInterrupt):
         run_training(_household(tmp_path / "cut"), progress=False)
-    monkeypatch.setattr(strategies, "collect_rollouts", real)
+    monkeypatch.setattr(collection, "collect_rollouts", real)
     # Resumed from iteration 2's checkpoint: the buffer's relabels of iterations 1-2 must come back,
     # or the next hindsight losses differ.
     resumed = run_training(_household(tmp_path / "cut", resume=True), progress=False)

@@ -182,7 +182,7 @@ def test_kill_and_resume_of_a_hiper_run_reproduces_the_uninterrupted_one(tmp_pat
     def config(out_dir, **change):
         return _lake(tmp_path / out_dir, algorithm={"critic": {"value_head_lr": 2e-2}}, **change)
 
-    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.registry.collect_rollouts")
+    resumed, whole = killed_and_resumed(monkeypatch, config, "ptgpo_algos.rollouts.collection.collect_rollouts")
     assert resumed == whole
     assert whole[-1]["critic/value_mean"] != 0.0  # the critic had learnt something to restore
 

@@ -215,11 +215,14 @@ def _fresh_python(code: str) -> str:
 def test_checking_a_config_that_names_a_strategy_imports_none_of_its_collection():
     # The settings and the scorers' names are checked apart from the collections, which a run imports.
     code = ("import sys\n"
+            "from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES\n"
             "from ptgpo_algos.config import TrainConfig\n"
-            "for data in ({'rollout': 'patr', 'patr': {'scorer': 'value', 'judge': 'progress'}},\n"
+            "for data in ({'rollouts': {'strategy': 'linear'}}, {'rollouts': {'strategy': 'tree', 'initial_rollouts': 2}},\n"
+            "             {'rollout': 'patr', 'patr': {'scorer': 'value', 'judge': 'progress'}},\n"
             "             {'algo': '3spo', 'spo3': {'g_max': 4}}, {'algo': 'bpo', 'bpo': {'forks': 3}}):\n"
             "    TrainConfig.from_dict(data)\n"
-            "print(sorted(m for m in ('ptgpo_algos.rollouts.patr.collection', 'ptgpo_algos.rollouts.spo3.collection', 'ptgpo_algos.rollouts.bpo.collection')\n"
+            "print(sorted(m for m in ('ptgpo_algos.rollouts.collection', 'ptgpo_algos.rollouts.patr.collection',\n"
+            "                         'ptgpo_algos.rollouts.spo3.collection', 'ptgpo_algos.rollouts.bpo.collection')\n"
             "             if m in sys.modules))\n")
     stdout = _fresh_python(code)
     assert stdout.strip() == "[]"

@@ -314,18 +314,18 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch)
     monkeypatch.setenv("PTGPO_CACHE", str(tmp_path / "cache"))
     whole = run_training(_small(tmp_path / "whole"), progress=False)
 
-    from ptgpo_algos.rollouts import registry as strategies
+    from ptgpo_algos.rollouts import collection
 
-    real = strategies.collect_rollouts
+    real = collection.collect_rollouts
     # A collection per task: the 7th is iteration 4's first (2 tasks an iteration).
-    monkeypatch.setattr(strategies, "collect_rollouts", _dies_on_call(real, 7))
+    monkeypatch.setattr(collection, "collect_rollouts", _dies_on_call(real, 7))
     with pytest.raises(KeyboardInterrupt):
         run_training(_small(tmp_path / "cut", checkpoint_every=2), progress=False)
     # Iteration 3 was logged but not checkpointed: the resumed run must redo it identically.
     assert len(_rows(tmp_path / "cut" / "metrics.jsonl")) == 3
     with pytest.raises(ValueError, match="already holds a run"):
         run_training(_small(tmp_path / "cut"), progress=False)
-    monkeypatch.setattr(strategies, "collect_rollouts", real)
+    monkeypatch.setattr(collection, "collect_rollouts", real)
     resumed = run_training(_small(tmp_path / "cut", resume=True), progress=False)
     assert _rows(resumed.metrics_path) == _rows(whole.metrics_path)
     assert _rows(resumed.curve_path) == _rows(whole.curve_path)

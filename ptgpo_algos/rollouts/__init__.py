@@ -1,7 +1,8 @@
 """The rollout stage: how an iteration's groups are played, and how held-out episodes are.
 
 * :mod:`.registry` -- the rollout strategies by name (``rollouts.strategy``), each with its settings
-  section; :mod:`.collection` -- the shared collection and the ``linear`` and ``tree`` strategies;
+  section; :mod:`.collection` -- the shared collection and the ``linear`` and ``tree`` strategies
+  (:mod:`.branching` -- the tree's choices of branch point, apart from it);
   :mod:`.patr`, :mod:`.spo3`, :mod:`.bpo` -- a strategy each, its settings (``settings``) beside its
   collection (``collection``), so that checking a config imports no collection;
 * :mod:`.episodes` -- the episode engine both rollouts and evaluation play on;

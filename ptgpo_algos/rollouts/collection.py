@@ -33,17 +33,17 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ptgpo_algos.records import Batch, Context, Decision, Step, Task, Trajectory
+from ptgpo_algos.rollouts.branching import BRANCH_STRATEGIES
 from ptgpo_algos.rollouts.episodes import Episode, EpisodeEngine, Transition, make_vector_env
 from ptgpo_algos.hiper.plan_format import PlanContext
 
-__all__ = ["FINAL_CONTEXT", "ROLLOUT_MODES", "BRANCH_STRATEGIES", "Task", "RolloutStats", "Spend", "collect_rollouts",
+__all__ = ["FINAL_CONTEXT", "ROLLOUT_MODES", "Task", "RolloutStats", "Spend", "collect_rollouts",
            "expert_plans", "mark_cut_off"]
 
 ROLLOUT_MODES = ("linear", "tree")
 #: ``Step.extras`` key of an episode's last step when the horizon cut it off (truncated, not terminated):
 #: the :class:`Context` of the state it ended in, from which a critic bootstraps (:mod:`ptgpo_algos.critic`).
 FINAL_CONTEXT = "final_context"
-BRANCH_STRATEGIES = ("uniform", "entropy", "novel")
 
 
 @dataclass(kw_only=True)

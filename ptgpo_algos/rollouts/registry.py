@@ -29,22 +29,24 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ptgpo_algos.rollouts.bpo.settings import BpoConfig
 from ptgpo_algos.records import Batch, Task
 from ptgpo_algos.rollouts.patr.settings import PatrConfig
-from ptgpo_algos.rollouts.collection import RolloutStats, collect_rollouts
-from ptgpo_algos.rollouts.spo3.search import StateStats
 from ptgpo_algos.rollouts.spo3.settings import Spo3Config
 from ptgpo_envs.plugins import Registry
+
+if TYPE_CHECKING:
+    from ptgpo_algos.rollouts.collection import RolloutStats
+    from ptgpo_algos.rollouts.spo3.search import StateStats
 
 __all__ = ["ROLLOUT_STRATEGIES", "RolloutStrategy", "collect_with", "new_memory", "settings_sections"]
 
 #: ``collect(policy, tasks, rollouts, **common)``: ``rollouts`` is the config's section and ``common``
 #: the keywords every strategy takes (``rng``, ``generator``, ``env_backend``, ``env_workers``,
 #: ``env_options``, ``max_decisions``, ``expert``; see :func:`~ptgpo_algos.rollouts.collection.collect_rollouts`).
-Collect = Callable[..., tuple[Batch, RolloutStats]]
+Collect = Callable[..., "tuple[Batch, RolloutStats]"]
 #: ``most_decisions(rollouts, horizon)``: the most decisions one task's group can spend under the config's
 #: ``rollouts`` section with episodes of at most ``horizon`` steps.
 DecisionBound = Callable[[Any, int], int]
@@ -161,16 +163,18 @@ def collect_with(name: str, policy: Any, tasks: Sequence[Task], rollouts: Any, *
                             **common)
 
 
+# Every strategy's collection is imported when a run collects, not when a config naming it is checked:
+# the built-in ones' settings live apart (patr_settings, spo3_settings, bpo_settings).
 def _groups(mode: str) -> Collect:
     def collect(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
+        from ptgpo_algos.rollouts.collection import collect_rollouts
+
         return collect_rollouts(policy, tasks, group_size=rollouts.group_size, mode=mode,
                                 initial_rollouts=rollouts.initial_rollouts, branch=rollouts.branch, **common)
 
     return collect
 
 
-# PATR's, 3SPO's and BPO's collections are imported when a run collects, not when a config naming them
-# is checked: their settings live apart (patr_settings, spo3_settings, bpo_settings).
 def _patr(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
     from ptgpo_algos.rollouts.patr.collection import collect_patr_rollouts
 
@@ -183,6 +187,12 @@ def _spo3(policy: Any, tasks: Sequence[Task], rollouts: Any, *, memory: StateSta
 
     # The search draws nothing of its own (ties keep the sampled order): rng is not needed.
     return collect_spo3_rollouts(policy, tasks, rollouts.spo3, memory, **common)
+
+
+def _spo3_memory(rollouts: Any) -> StateStats:
+    from ptgpo_algos.rollouts.spo3.search import StateStats
+
+    return StateStats()
 
 
 def _bpo(policy: Any, tasks: Sequence[Task], rollouts: Any, **common: Any) -> tuple[Batch, RolloutStats]:
@@ -216,7 +226,7 @@ ROLLOUT_STRATEGIES.register("patr", RolloutStrategy(
     most_decisions=lambda rollouts, horizon: rollouts.patr.max_leaves * horizon))
 ROLLOUT_STRATEGIES.register("3spo", RolloutStrategy(
     "3spo", _spo3, _forks("3spo"), "3SPO's ranked backtracking over states scored across iterations",
-    memory=lambda rollouts: StateStats(), settings=Spo3Config, section="spo3", flat=True,
+    memory=_spo3_memory, settings=Spo3Config, section="spo3", flat=True,
     slots=lambda spo3: {"spo3.g_max": spo3.g_max, "spo3.trajectories": spo3.trajectories},
     most_decisions=lambda rollouts, horizon: rollouts.spo3.most_decisions(horizon)))
 ROLLOUT_STRATEGIES.register("bpo", RolloutStrategy(

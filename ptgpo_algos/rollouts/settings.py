@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ptgpo_algos.rollouts.collection import BRANCH_STRATEGIES
+from ptgpo_algos.rollouts.branching import BRANCH_STRATEGIES
 from ptgpo_algos.rollouts.registry import ROLLOUT_STRATEGIES, settings_sections
 from ptgpo_algos.sections import field_labels, option
 from ptgpo_algos.validation import (

@@ -38,7 +38,8 @@ from ptgpo_algos.records import Context, Decision, Step, Task, Trajectory
 from ptgpo_algos.integrations.verl.agent_loop import (action_of, episode_spec, observation_message,
                                                       require_continuous_tokens)
 from ptgpo_algos.integrations.verl.steps import DECISION_KEY, TRAJECTORY_KEY
-from ptgpo_algos.rollouts.collection import BRANCH_STRATEGIES, collect_rollouts
+from ptgpo_algos.rollouts.branching import BRANCH_STRATEGIES
+from ptgpo_algos.rollouts.collection import collect_rollouts
 
 __all__ = ["TREE_AGENT_NAME", "ServerPolicy", "TreeAgentLoop", "TreeSpec", "context_messages", "tree_nodes",
            "tree_spec"]
