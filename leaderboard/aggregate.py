@@ -97,7 +97,9 @@ from leaderboard.checks import check_records
 from leaderboard.protocols import MARK, column_key, measured_protocol, reported_protocol
 from leaderboard.records import RecordProblem, ResultRecord, read_input, read_records_with_paths
 from leaderboard.reported import ReportedResults, ReportedSource
-from leaderboard.audit import OVERLAP_MARK, commit_note, commits, compute_means, overlap_mean, provenance
+from leaderboard.audit import (
+    OVERLAP_MARK, commit_note, commits, compute_means, invalid_rate_mean, overlap_mean, provenance,
+)
 from leaderboard.inference import (
     Welch,
     holm,
@@ -223,14 +225,14 @@ def _rows_from_records(
 
 
 def _set_audit(row: Row, records: list[ResultRecord]) -> None:
-    """The row's compute per environment and each cell's overlap with training."""
+    """The row's compute per environment and each cell's overlap with training and invalid-step rate."""
     for env in dict.fromkeys(r.env_label for r in records):
         mine = [r for r in records if r.env_label == env]
         row.compute[env] = compute_means(mine)
-        overlap = overlap_mean(mine)
+        overlap, invalid_rate = overlap_mean(mine), invalid_rate_mean(mine)
         for column, cell in row.cells.items():
             if column.env_label == env:
-                cell.overlap = overlap
+                cell.overlap, cell.invalid_rate = overlap, invalid_rate
 
 
 def _overlap_notes(rows: Sequence[Row]) -> list[str]:

@@ -8,6 +8,8 @@ whether its evaluation was held out, and which code wrote them.
 * Held-out evaluation: the mean ``eval_overlap`` (the fraction of evaluation episodes that started in
   a layout the run trained on) of a method's records of one environment; a cell above 0 is marked
   :data:`OVERLAP_MARK`, as its "held-out" success partly measures memory. None: not measured.
+  Likewise the mean ``eval_invalid_rate``, the fraction of held-out steps whose action was not
+  admissible (the tidy CSV's column of that name).
 * Code: the records' commits (``provenance.commit``, ``+dirty`` when the code differed from it); a
   table built from more than one, or from records without provenance beside records with it, says so.
 * Provenance (:func:`provenance`): what a page says of where its numbers come from, as the records
@@ -25,7 +27,8 @@ from datetime import datetime, timezone
 
 from leaderboard.records import ResultRecord
 
-__all__ = ["COMPUTE_FIELDS", "OVERLAP_MARK", "commit_note", "commits", "compute_means", "overlap_mean", "provenance"]
+__all__ = ["COMPUTE_FIELDS", "OVERLAP_MARK", "commit_note", "commits", "compute_means", "invalid_rate_mean", "overlap_mean",
+           "provenance"]
 
 COMPUTE_FIELDS = ("decisions", "episodes", "trained_tokens", "cpu_time_s")
 OVERLAP_MARK = "§"
@@ -45,6 +48,12 @@ def compute_means(records: Sequence[ResultRecord]) -> dict[str, float | None]:
 def overlap_mean(records: Sequence[ResultRecord]) -> float | None:
     """The mean ``eval_overlap`` of ``records`` (None unless every record measured it)."""
     values = [record.eval_overlap for record in records]
+    return math.fsum(values) / len(values) if values and None not in values else None
+
+
+def invalid_rate_mean(records: Sequence[ResultRecord]) -> float | None:
+    """The mean ``eval_invalid_rate`` of ``records`` (None unless every record measured it)."""
+    values = [record.eval_invalid_rate for record in records]
     return math.fsum(values) / len(values) if values and None not in values else None
 
 

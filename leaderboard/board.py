@@ -61,6 +61,8 @@ class Cell:
     protocol_mark: bool = False  # measured under another protocol than a reported number of its column
     # The mean fraction of evaluation episodes that started in a trained layout (None: not measured).
     overlap: float | None = None
+    # The mean fraction of held-out steps whose action was not admissible (None: not measured).
+    invalid_rate: float | None = None
 
     @property
     def overlap_mark(self) -> bool:

@@ -37,7 +37,10 @@ Storage contract, shared by the benchmark harness (writer) and the leaderboard (
   or a baseline that does not count it).
 * Held-out evaluation: ``eval_layouts``, how many distinct start layouts (``info["layout"]``) the
   evaluation episodes had, and ``eval_overlap``, the fraction of evaluation episodes whose start
-  layout some training episode also had (0: truly held out; None: not measured).
+  layout some training episode also had (0: truly held out; None: not measured);
+  ``eval_invalid_rate``, the fraction of its steps whose action was not admissible (``generate``
+  mode's unparsable answers and answers naming no admissible action; 0 in ``choose`` mode, which plays
+  only admissible actions; None: not recorded, as in records written before the field existed).
 * ``provenance`` (None: not recorded): ``commit`` and ``dirty`` of the code, ``python`` and
   ``versions`` of the libraries, ``cpu``, ``cores``, ``threads``, ``platform``, ``device`` (the torch
   device an RL cell's policy computed on, resolved; None for a baseline and in older records) and
@@ -155,6 +158,7 @@ class ResultRecord:
     eval_episodes: int = 0
     eval_layouts: int | None = None
     eval_overlap: float | None = None
+    eval_invalid_rate: float | None = None
     success_by_type: dict[str, float] = field(default_factory=dict)
     score: float | None = None
     final_return: float | None = None
@@ -301,7 +305,7 @@ def _validate_results(data: dict[str, Any]) -> None:
         or not all(value is None or isinstance(value, str) for value in protocol.values())
     ):
         _fail(data, "protocol", f"null or an object of {', '.join(PROTOCOL_KEYS)} (strings or null)")
-    for name in ("final_success", "best_success", "eval_overlap"):
+    for name in ("final_success", "best_success", "eval_overlap", "eval_invalid_rate"):
         if data[name] is not None and not (_is_number(data[name]) and 0.0 <= data[name] <= 1.0):
             _fail(data, name, "a fraction in [0, 1] or null")
     for name in ("score", "final_return"):

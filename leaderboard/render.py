@@ -98,6 +98,7 @@ CSV_FIELDS = (
     "protocol_mark",
     "eval_overlap",
     "overlap_mark",
+    "eval_invalid_rate",
     *COMPUTE_FIELDS,
     "smoke_run",
 )
@@ -317,6 +318,7 @@ def _csv_audit(row: Row, column: Column, cell: Cell) -> dict[str, str]:
         return {}
     compute = row.compute.get(column.env_label, {})
     return {"eval_overlap": csv_float(cell.overlap), "overlap_mark": str(int(cell.overlap_mark)),
+            "eval_invalid_rate": csv_float(cell.invalid_rate),
             **{name: csv_float(compute.get(name)) for name in COMPUTE_FIELDS}}
 
 
@@ -343,7 +345,8 @@ def _csv_rows(board: Leaderboard, row: Row) -> list[dict[str, object]]:
     common = {
         "section": row.section, "rank": "" if row.rank is None else row.rank, "method": row.method,
         "kind": row.kind, "model": row.model or "", "source": row.source or "", "budget_unit": "",
-        "protocol_mark": "", "eval_overlap": "", "overlap_mark": "", **dict.fromkeys(COMPUTE_FIELDS, ""),
+        "protocol_mark": "", "eval_overlap": "", "overlap_mark": "",
+        "eval_invalid_rate": "", **dict.fromkeys(COMPUTE_FIELDS, ""),
         "smoke_run": "1" if board.smoke_run else "",
     }
     lines = []

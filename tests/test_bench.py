@@ -424,6 +424,8 @@ def test_a_labelled_baseline_runs_twice_and_zero_shot_takes_policy_settings_as_o
     records = {r.method: r for r in read_records(tmp_path)[0]}
     assert all(r.status == "ok" and r.method_kind == "baseline" for r in records.values())
     assert records["zero_shot_t1"].config["options"] == {"eval_temperature": 1.0}
+    # `choose` mode plays admissible actions only.
+    assert records["zero_shot"].eval_invalid_rate == records["zero_shot_t1"].eval_invalid_rate == 0.0
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert [b.get("label") for b in saved["baselines"]] == [None, "zero_shot_t1"]
     # The folder resumes by label; labels are names, so two entries may not share one.
@@ -436,3 +438,15 @@ def test_a_labelled_baseline_runs_twice_and_zero_shot_takes_policy_settings_as_o
         baselines=[{"name": "zero_shot", "options": {"eval_temperature": -1.0}}])))
     record = run_cell(cell, tmp_path / "wrong")
     assert record.status == "failed" and "eval_temperature" in record.error
+
+
+def test_a_generate_mode_baseline_records_its_invalid_step_rate(tmp_path):
+    # One new token cannot hold <action>...</action>: every held-out step is unparsable, and the record says so.
+    tiny = {"model": "tiny", "tiny": {"hidden_size": 32, "pretrain_steps": 0}}
+    environments = [{"label": "easy", "id": HOUSEHOLD, "kwargs": {"difficulty": "easy"}, "max_steps": 3,
+                     "train_seeds": {"start": 0, "count": 10}, "eval_seeds": [100, 101]}]
+    baselines = [{"name": "zero_shot", "label": "zero_shot_generate", "options": {"mode": "generate", "max_new_tokens": 1}}]
+    (cell,) = plan_cells(BenchConfig.from_dict(_config(policy=tiny, baselines=baselines, environments=environments)))
+    record = run_cell(cell, tmp_path)
+    assert record.status == "ok" and record.final_success == 0.0 and record.eval_invalid_rate == 1.0
+    assert read_records(tmp_path)[0] == [record]

@@ -652,6 +652,7 @@ def test_an_environment_of_one_task_type_gets_one_success_column(tmp_path):
 def test_the_audit_marks_overlap_counts_compute_and_flags_mixed_commits(tmp_path):
     for seed in range(2):
         write_record(tmp_path, record("grpo", "B", seed, 0.5 + 0.1 * seed, eval_overlap=0.0, decisions=100,
+                                      eval_invalid_rate=0.1 + 0.2 * seed,
                                       episodes=10 + 2 * seed, trained_tokens=1000, cpu_time_s=20.0 + seed,
                                       provenance={"commit": "a" * 40, "dirty": False}))
         write_record(tmp_path, record("ptgpo", "B", seed, 0.6 + 0.1 * seed, eval_overlap=0.5 + 0.2 * seed,
@@ -674,6 +675,8 @@ def test_the_audit_marks_overlap_counts_compute_and_flags_mixed_commits(tmp_path
     table = {(r["method"], r["metric"]): r for r in csv.DictReader(io.StringIO(to_csv(board)))}
     assert table["ptgpo", "success"]["overlap_mark"] == "1" and table["ptgpo", "success"]["eval_overlap"] == "0.6"
     assert table["grpo", "success"]["cpu_time_s"] == "20.5" and table["ptgpo", "success"]["episodes"] == ""
+    # Invalid-step rates are averaged like overlap; a method whose records did not measure one has none.
+    assert table["grpo", "success"]["eval_invalid_rate"] == "0.2" and table["ptgpo", "success"]["eval_invalid_rate"] == ""
     assert r"\S{}" in to_latex(board) and 'title="not held out' in to_html(board)
     single = tmp_path / "single"
     single.mkdir()

@@ -87,6 +87,7 @@ def test_cell_name_is_file_safe_and_distinguishes_cells():
         ({"final_return": float("nan")}, "final_return"),
         ({"score": float("inf")}, "score"),
         ({"eval_overlap": 1.5}, "eval_overlap"),
+        ({"eval_invalid_rate": -0.1}, "eval_invalid_rate"),
         ({"eval_layouts": -1}, "eval_layouts"),
         ({"episodes": -2}, "episodes"),
         ({"trained_tokens": 1.5}, "trained_tokens"),
@@ -215,6 +216,7 @@ def test_records_written_before_provenance_and_held_out_fields_still_read(tmp_pa
     (tmp_path / "doorkey__ptgpo__seed0.json").write_text(json.dumps(old))
     (before,), problems = read_records(tmp_path)
     assert problems == [] and before.provenance is None and before.eval_overlap is None and before.cpu_time_s is None
+    assert all(r.eval_invalid_rate is None for r in records)  # written before the field existed
     record = make(episodes=40, trained_tokens=9000, cpu_time_s=12.5, eval_layouts=7, eval_overlap=0.25,
                   provenance={"commit": "abc", "dirty": False})
     assert ResultRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record

@@ -68,6 +68,7 @@ def _eval_fields(final: dict[str, Any], best: float | None, overlap: float | Non
     return {
         "eval_layouts": len(set(layouts)) if layouts and None not in layouts else None,
         "eval_overlap": overlap,
+        "eval_invalid_rate": None if final.get("invalid_rate") is None else float(final["invalid_rate"]),
         "final_success": float(final["success"]),
         "best_success": None if best is None else float(max(best, final["success"])),
         "eval_episodes": int(final["episodes"]),
