@@ -43,7 +43,8 @@ covering the most environments: never a tie, never a cell with a single seed.
 Refusals (:class:`LeaderboardError`, naming the files): records written under another schema
 version; RL records of one environment column with different budgets (value or unit), whose spent
 ``decisions`` differ by more than ``decisions_tolerance`` (2 %) of the smallest (decision budgets),
-or that trained other than their budget's iterations (iteration budgets); one env label used with different
+or that stopped before their budget (iteration and cost budgets: a guard such as ``run.iterations``
+stopped them; kept, and listed under the table, with ``keep_short_runs``); one env label used with different
 ``env_id``/``env_kwargs``; two records for the same (env label, method, seed); one method recorded
 with different ``method_kind``. A table mixing these would compare unlike things silently. Corrupt
 or invalid record files are not refusals: they are reported and the rest is aggregated.
@@ -93,7 +94,7 @@ from leaderboard.board import (
     task_columns,
     trials_k,
 )
-from leaderboard.checks import check_records
+from leaderboard.checks import check_records, short_runs, spent_text
 from leaderboard.protocols import MARK, column_key, measured_protocol, reported_protocol
 from leaderboard.records import RecordProblem, ResultRecord, read_input, read_records_with_paths
 from leaderboard.reported import ReportedResults, ReportedSource
@@ -233,6 +234,20 @@ def _set_audit(row: Row, records: list[ResultRecord]) -> None:
         for column, cell in row.cells.items():
             if column.env_label == env:
                 cell.overlap, cell.invalid_rate = overlap, invalid_rate
+
+
+def _short_run_notes(records: Sequence[ResultRecord]) -> list[str]:
+    """Per environment, the RL runs kept although they stopped before their budget."""
+    found: dict[str, list[ResultRecord]] = defaultdict(list)
+    for record in short_runs(records):
+        found[record.env_label].append(record)
+    return [
+        f"{env}: stopped before their budget (kept with --keep-short-runs): "
+        + ", ".join(f"{r.method} seed {r.seed} ({spent_text(r)})" for r in sorted(runs, key=lambda r: (r.method, r.seed)))
+        + "; their success is at less training than the budget, and a hypothesis on this column is read on the "
+        "learning curves at a cost every run reached."
+        for env, runs in sorted(found.items())
+    ]
 
 
 def _overlap_notes(rows: Sequence[Row]) -> list[str]:
@@ -431,9 +446,10 @@ def aggregate(
     reported: ReportedResults | None = None,
     reference_methods: Sequence[str] = DEFAULT_REFERENCE_METHODS,
     decisions_tolerance: float = DECISIONS_TOLERANCE,
+    keep_short_runs: bool = False,
 ) -> Leaderboard:
     """Check ``records`` (refusing mixed budgets, versions, ...) and build the leaderboard."""
-    check_records(records, problems, decisions_tolerance)
+    check_records(records, problems, decisions_tolerance, keep_short_runs)
     ok = [(p, r) for p, r in records if r.status == "ok"]
     failed = [(p, r) for p, r in records if r.status == "failed"]
     measured = [r for _, r in ok if r.method_kind != "reported"]
@@ -480,6 +496,7 @@ def aggregate(
     board.commits = commits([record for _, record in board.records])
     board.commit_note = commit_note(board.commits)
     board.overlap_notes = _overlap_notes(board.rows)
+    board.short_run_notes = _short_run_notes(measured)
     board.provenance = provenance([record for _, record in board.records])
     board.improvements = _improvements(board)
     board.protocol_notes = _mark_protocols(board, measured)
@@ -551,6 +568,7 @@ def build_leaderboard(
     reported: ReportedResults | None = None,
     reference_methods: Sequence[str] = DEFAULT_REFERENCE_METHODS,
     decisions_tolerance: float = DECISIONS_TOLERANCE,
+    keep_short_runs: bool = False,
 ) -> Leaderboard:
     """Read ``results_dir`` (see :mod:`leaderboard.records`), or several results folders as one, and
     aggregate it; a cell (environment, method, seed) found in two folders is refused, naming both files."""
@@ -568,7 +586,7 @@ def build_leaderboard(
         seen.update(((r.env_label, r.method, r.seed), path) for path, r in found)
         records += found
         problems += unusable
-    board = aggregate(records, problems, reported, reference_methods, decisions_tolerance)
+    board = aggregate(records, problems, reported, reference_methods, decisions_tolerance, keep_short_runs)
     configs = [_config(Path(folder), board.problems) for folder in folders]
     if any(configs):
         board.provenance.append(("Config", "; ".join(config for config in configs if config)))

@@ -165,6 +165,8 @@ class Leaderboard:
     commit_note: str | None = None
     # One legend line per environment with a cell whose evaluation was not held out.
     overlap_notes: list[str] = field(default_factory=list)
+    # One line per environment with RL runs kept although they stopped before their budget.
+    short_run_notes: list[str] = field(default_factory=list)
     # Where the numbers come from, as (item, text) pairs (leaderboard.audit.provenance), then each
     # results folder's benchmark config.
     provenance: list[tuple[str, str]] = field(default_factory=list)

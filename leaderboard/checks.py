@@ -1,6 +1,10 @@
 """The refusals of records that cannot share one leaderboard (:func:`check_records`): another schema
 version, unequal budgets or training in one environment column, one label for two environments, a
-cell recorded twice, a method of two kinds. Each message names the files and the fix."""
+cell recorded twice, a method of two kinds. Each message names the files and the fix.
+
+Runs that stopped before their budget (:func:`short_runs`: a guard such as ``run.iterations`` stopped
+a run of a cost budget, or a run of an iteration budget trained fewer) are refused unless the caller
+keeps them knowingly (``keep_short_runs``); the leaderboard then lists them under its table."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from pathlib import Path
 from leaderboard.board import DECISIONS_TOLERANCE, LeaderboardError
 from leaderboard.records import RecordProblem, ResultRecord
 
-__all__ = ["check_records"]
+__all__ = ["check_records", "short_runs"]
 
 def _files(items: Iterable[tuple[Path, ResultRecord]]) -> str:
     return ", ".join(sorted(p.name for p, _ in items))
@@ -40,22 +44,35 @@ def _spent_decisions_message(
     )
 
 
-def _iterations_message(env_label: str, items: list[tuple[Path, ResultRecord]]) -> str | None:
-    """The refusal for RL runs of an iteration budget that trained another number of iterations
-    (stopped early), or None. Their spent decisions differ by design: the matched unit is iterations."""
-    short = [(p, r) for p, r in items if r.iterations is not None and r.iterations != r.budget]
-    return _unequal_training(env_label, "did not train their budget's iterations", short,
-                             lambda r: f"{r.iterations} of {r.budget} iterations")
+def _is_short(record: ResultRecord) -> bool:
+    """Whether an RL run of an iteration or cost budget stopped before that budget stopped it (an
+    iteration budget: another number of iterations trained; a cost budget: no ``budget_overshoot``, so
+    an iteration cap or a time limit stopped it). A decision budget is checked by its spread instead."""
+    if record.budget_unit == "iterations":
+        return record.iterations is not None and record.iterations != record.budget
+    if record.budget_unit == "decisions":
+        return False
+    return record.budget_overshoot is None or getattr(record, record.budget_unit) is None
 
 
-def _cost_budget_message(env_label: str, items: list[tuple[Path, ResultRecord]]) -> str | None:
-    """The refusal for RL runs of a cost budget (``train_cpu_s``...) that something else stopped (an
-    iteration cap, a time limit: no ``budget_overshoot``), or None. Their decisions differ by design: the
-    matched unit is the cost, spent to an iteration boundary at or near the budget."""
-    unit = items[0][1].budget_unit
-    short = [(p, r) for p, r in items if r.budget_overshoot is None or getattr(r, unit) is None]
-    return _unequal_training(env_label, f"stopped before their budget of {unit} stopped them", short,
-                             lambda r: f"{getattr(r, unit)} of {r.budget} {unit}")
+def short_runs(records: Iterable[ResultRecord]) -> list[ResultRecord]:
+    """The ok RL runs of ``records`` that stopped before their budget (see :func:`_is_short`)."""
+    return [r for r in records if r.method_kind == "rl" and r.status == "ok" and _is_short(r)]
+
+
+def spent_text(record: ResultRecord) -> str:
+    """What a short run spent of its budget, as "SPENT of BUDGET UNIT"."""
+    spent = record.iterations if record.budget_unit == "iterations" else getattr(record, record.budget_unit)
+    return f"{spent} of {record.budget} {record.budget_unit}"
+
+
+def _short_runs_message(env_label: str, items: list[tuple[Path, ResultRecord]]) -> str | None:
+    """The refusal for RL runs of an iteration or cost budget that stopped before it, or None. Their
+    spent decisions differ by design: the matched unit is the iterations or the cost."""
+    short = [(p, r) for p, r in items if _is_short(r)]
+    what = ("did not train their budget's iterations" if items[0][1].budget_unit == "iterations"
+            else f"stopped before their budget of {items[0][1].budget_unit} stopped them")
+    return _unequal_training(env_label, what, short, spent_text)
 
 
 def _unequal_training(env_label: str, what: str, short: list[tuple[Path, ResultRecord]],
@@ -66,14 +83,15 @@ def _unequal_training(env_label: str, what: str, short: list[tuple[Path, ResultR
     lines = [f"  {spent(r)}: {p.name}" for p, r in sorted(short, key=lambda item: item[0])]
     return (
         f"RL records for {env_label!r} {what}, so the column would compare unequal amounts of training (re-run "
-        "the cells, or move them to their own results directory):\n" + "\n".join(lines)
+        "the cells, move them to their own results directory, or keep them knowingly with --keep-short-runs: "
+        "they are then listed under the table):\n" + "\n".join(lines)
     )
 
 
 def _environment_refusals(env_label: str, items: list[tuple[Path, ResultRecord]],
-                          decisions_tolerance: float) -> list[str]:
+                          decisions_tolerance: float, keep_short_runs: bool) -> list[str]:
     """What refuses one environment's records: one label for two environments, mixed RL budgets, or
-    spent budgets that differ."""
+    spent budgets that differ (runs stopped before their budget unless ``keep_short_runs``)."""
     messages = []
     identities = defaultdict(list)
     for path, record in items:
@@ -97,11 +115,8 @@ def _environment_refusals(env_label: str, items: list[tuple[Path, ResultRecord]]
             f"RL records for {env_label!r} have different budgets; a column compares methods at one "
             "budget (move the others to their own results directory):\n" + "\n".join(lines)
         )
-    elif rl and rl[0][1].budget_unit == "iterations":
-        if (message := _iterations_message(env_label, rl)) is not None:
-            messages.append(message)
     elif rl and rl[0][1].budget_unit != "decisions":
-        if (message := _cost_budget_message(env_label, rl)) is not None:
+        if not keep_short_runs and (message := _short_runs_message(env_label, rl)) is not None:
             messages.append(message)
     elif (message := _spent_decisions_message(env_label, rl, decisions_tolerance)) is not None:
         messages.append(message)
@@ -136,6 +151,7 @@ def check_records(
     records: list[tuple[Path, ResultRecord]],
     problems: Sequence[RecordProblem] = (),
     decisions_tolerance: float = DECISIONS_TOLERANCE,
+    keep_short_runs: bool = False,
 ) -> None:
     """Raise :class:`LeaderboardError` listing every refusal found (see the module docstring)."""
     messages = []
@@ -149,7 +165,7 @@ def check_records(
     for item in records:
         by_env[item[1].env_label].append(item)
     for env_label, items in sorted(by_env.items()):
-        messages += _environment_refusals(env_label, items, decisions_tolerance)
+        messages += _environment_refusals(env_label, items, decisions_tolerance, keep_short_runs)
     messages += _cell_refusals(records)
     if messages:
         raise LeaderboardError("refusing to build the leaderboard:\n" + "\n".join(messages))

@@ -175,10 +175,10 @@ def mark_text(cell: Cell) -> str:
 
 
 def board_notes(board: Leaderboard) -> list[str]:
-    """The lines under the table on its data: the budget, protocols met, evaluations not held out,
-    mixed code."""
+    """The lines under the table on its data: the budget, runs stopped before it, protocols met,
+    evaluations not held out, mixed code."""
     budget = budget_line(board)
-    return [*([budget] if budget else []), *board.protocol_notes, *board.overlap_notes,
+    return [*([budget] if budget else []), *board.short_run_notes, *board.protocol_notes, *board.overlap_notes,
             *([board.commit_note] if board.commit_note else [])]
 
 

@@ -11,7 +11,9 @@ precision.
 
 It decides on final success only: a hypothesis in ``decisions``, or in the unit every one of its runs
 was stopped in by one budget (``budget_unit``, with a ``budget_overshoot``). A hypothesis read on the
-curves (another unit) is refused: that reading is the leaderboard's alone.
+curves (another unit, or runs a guard stopped short of the budget) is not recomputed: that reading is
+the leaderboard's alone. With ``--compare`` its p is taken from the leaderboard's file to complete
+Holm's family, so the other hypotheses' Holm p are still checked; without it such a family is refused.
 
 Usage: ``python scripts/recompute_hypotheses.py FOLDER [--compare] [--hypotheses FILE]`` (the folder's
 ``hypotheses.yaml`` unless a file is named, as ``ptgpo leaderboard --hypotheses`` takes one).
@@ -43,16 +45,16 @@ def load_runs(folder: Path) -> dict[tuple[str, str], list[dict]]:
     return runs
 
 
-def successes(runs, level: str, method: str, cost: str) -> list[float]:
-    """Final success in % of ``method``'s seeds on ``level``, checked to be matched in ``cost``."""
+def successes(runs, level: str, method: str, cost: str) -> list[float] | None:
+    """Final success in % of ``method``'s seeds on ``level``; None where a run was not stopped by a budget in
+    ``cost`` (the leaderboard reads such a hypothesis on the curves)."""
     records = runs.get((level, method), [])
     if len(records) < 2:
         raise SystemExit(f"{method} on {level}: {len(records)} record(s); a test needs at least two seeds")
     if cost != "decisions":
         stopped = all(r.get("budget_unit") == cost and r.get("budget_overshoot") is not None for r in records)
         if not stopped:
-            raise SystemExit(f"{method} on {level}: not every run was stopped by a budget in {cost}; "
-                             "this route reads final success only")
+            return None
     return [100.0 * r["final_success"] for r in records]
 
 
@@ -87,9 +89,11 @@ def holm(ps: list[float]) -> list[float]:
     return adjusted
 
 
-def recompute(folder: Path, hypotheses: Path | None = None) -> tuple[list[dict], float]:
+def recompute(folder: Path, hypotheses: Path | None = None,
+              curve_p: dict[str, float] | None = None) -> tuple[list[dict], float]:
     """Every hypothesis of ``hypotheses`` (``folder/hypotheses.yaml`` by default) tested on the folder's
-    records, with its Holm p, and the family's alpha."""
+    records, with its Holm p, and the family's alpha. A hypothesis read on the curves takes its p from
+    ``curve_p`` (the leaderboard's) and is marked ``curves``; without one there it is refused."""
     spec = yaml.safe_load((hypotheses or folder / "hypotheses.yaml").read_text())
     runs = load_runs(folder)
     results = []
@@ -97,26 +101,39 @@ def recompute(folder: Path, hypotheses: Path | None = None) -> tuple[list[dict],
         cost = h.get("cost", "decisions")
         first = [successes(runs, level, h["first"], cost) for level in h["levels"]]
         second = [successes(runs, level, h["second"], cost) for level in h["levels"]]
+        if None in first + second:
+            if curve_p is None or h["name"] not in curve_p:
+                raise SystemExit(f"{h['name']}: not every run was stopped by a budget in {cost}, so the leaderboard "
+                                 "reads it on the curves; this route reads final success only (--compare takes "
+                                 "that p from the leaderboard's hypotheses.csv to complete the family)")
+            results.append({"name": h["name"], "curves": True, "p": curve_p[h["name"]]})
+            continue
         results.append({"name": h["name"], **welch_over_levels(first, second)})
     for result, adjusted in zip(results, holm([r["p"] for r in results])):
         result["holm_p"] = adjusted
     return results, float(spec.get("alpha", 0.05))
 
 
+def leaderboard_rows(folder: Path) -> dict[str, dict[str, str]] | None:
+    """The leaderboard's ``hypotheses.csv`` rows by name (None: not written yet)."""
+    path = folder / "leaderboard" / "hypotheses.csv"
+    return {row["name"]: row for row in csv.DictReader(path.open())} if path.is_file() else None
+
+
 def compare(folder: Path, results: list[dict]) -> list[str]:
     """Where the leaderboard's hypotheses.csv disagrees with ``results`` beyond its printed precision
-    (four decimals of a percentage point; six significant digits of a p value)."""
-    path = folder / "leaderboard" / "hypotheses.csv"
-    if not path.is_file():
-        return [f"{path}: missing (run ptgpo leaderboard {folder} first)"]
-    rows = {row["name"]: row for row in csv.DictReader(path.open())}
+    (four decimals of a percentage point; six significant digits of a p value); of a hypothesis read on
+    the curves only the Holm p is compared."""
+    rows = leaderboard_rows(folder)
+    if rows is None:
+        return [f"{folder / 'leaderboard' / 'hypotheses.csv'}: missing (run ptgpo leaderboard {folder} first)"]
     problems = []
     for result in results:
         row = rows.get(result["name"])
         if row is None:
-            problems.append(f"{result['name']}: not in {path}")
+            problems.append(f"{result['name']}: not in hypotheses.csv")
             continue
-        for field in ("difference", "low", "high", "p", "holm_p"):
+        for field in (("holm_p",) if result.get("curves") else ("difference", "low", "high", "p", "holm_p")):
             value = float(row[field]) if row[field] else math.nan
             allowed = 6e-5 if field in ("difference", "low", "high") else 6e-6 * abs(result[field]) + 1e-12
             if not abs(value - result[field]) <= allowed:
@@ -134,9 +151,15 @@ def main(argv: list[str] | None = None) -> int:
     hypotheses = args.hypotheses or args.folder / "hypotheses.yaml"
     if not hypotheses.is_file():
         parser.error(f"{hypotheses}: no such file (--hypotheses names another)")
-    results, alpha = recompute(args.folder, hypotheses)
+    curve_p = None
+    if args.compare and (rows := leaderboard_rows(args.folder)) is not None:
+        curve_p = {name: float(row["p"]) for name, row in rows.items() if row.get("p")}
+    results, alpha = recompute(args.folder, hypotheses, curve_p)
     print("| | effect [95 % CI] | df | p | Holm p | decision |\n|---|---|---:|---:|---:|---|")
     for r in results:
+        if r.get("curves"):
+            print(f"| {r['name']} | read on the curves (the leaderboard's p) | | {r['p']:.4f} | {r['holm_p']:.4f} | |")
+            continue
         decision = "separated" if r["holm_p"] < alpha and r["difference"] != 0 else "not separated"
         print(f"| {r['name']} | {r['difference']:+.1f} [{r['low']:+.1f}, {r['high']:+.1f}] | {r['df']:.1f} | "
               f"{r['p']:.4f} | {r['holm_p']:.4f} | {decision} |")

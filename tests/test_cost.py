@@ -164,7 +164,7 @@ def test_success_is_read_off_the_curve_between_the_evaluations_around_the_cost()
 
 
 def _run(folder: Path, method: str, seed: int, points: list[tuple[float, float]], unit: str = "trained_tokens",
-         final: float | None = None) -> None:
+         final: float | None = None, **record: object) -> None:
     """A record whose run folder holds a curve and the trainer's cost log with ``points`` in ``unit``."""
     run = folder / "runs" / f"{method}{seed}"
     run.mkdir(parents=True)
@@ -174,7 +174,7 @@ def _run(folder: Path, method: str, seed: int, points: list[tuple[float, float]]
                                             for i, (x, s) in enumerate(points)))
     write_record(folder, ResultRecord(method=method, method_kind="rl", env_id="ptgpo/X-v0", env_label="L",
                                       seed=seed, status="ok", final_success=points[-1][1] if final is None else final,
-                                      eval_episodes=10, curve_path=f"runs/{method}{seed}/curve.jsonl"))
+                                      eval_episodes=10, curve_path=f"runs/{method}{seed}/curve.jsonl", **record))
 
 
 def _two_methods(folder: Path) -> None:
@@ -224,6 +224,35 @@ def test_a_hypothesis_with_a_cost_is_decided_on_the_curves_at_the_common_cost(tm
     assert "| H1 | `a` − `b` | L | trained tokens at 400 |" in table
     assert "| H2 | `a` − `b` | L | matched decisions (final success) |" in table
     assert hypotheses_csv([matched]).splitlines()[1].endswith(",trained_tokens,400")
+
+
+def test_runs_a_guard_stopped_short_of_a_cost_budget_are_refused_or_kept_knowingly(tmp_path, capsys):
+    from ptgpo_harness.cli import main
+
+    def run(method, seed, points, overshoot):
+        _run(tmp_path, method, seed, points, budget=400, budget_unit="trained_tokens", budget_overshoot=overshoot,
+             trained_tokens=int(points[-1][0]), final=points[-1][1])
+
+    run("a", 0, [(0, 0.0), (200, 0.4), (410, 0.6)], 10.0)
+    run("a", 1, [(0, 0.0), (390, 0.5)], -10.0)
+    run("b", 0, [(0, 0.0), (200, 0.1), (405, 0.3)], 5.0)
+    run("b", 1, [(0, 0.0), (300, 0.2)], None)  # the iteration guard stopped it at 300 of 400
+    (tmp_path / "hypotheses.yaml").write_text(
+        "hypotheses:\n  - {name: H1, first: a, second: b, levels: [L], cost: trained_tokens}\n")
+    assert main(["leaderboard", str(tmp_path), "--formats", "md,csv"]) == 2
+    refusal = capsys.readouterr().err
+    assert "stopped before their budget of trained_tokens" in refusal and "300 of 400 trained_tokens: L__b__seed1" in refusal
+    assert "--keep-short-runs" in refusal
+
+    assert main(["leaderboard", str(tmp_path), "--formats", "md,csv", "--keep-short-runs"]) == 0
+    table = (tmp_path / "leaderboard" / "leaderboard.md").read_text()
+    assert ("L: stopped before their budget (kept with --keep-short-runs): b seed 1 (300 of 400 trained_tokens)"
+            in table)
+    # Not every run was stopped by the budget, so the hypothesis is read on the curves where all reached: 300.
+    [outcome] = decide(read_records_with_paths(tmp_path)[0], load_hypotheses(tmp_path / "hypotheses.yaml"))
+    assert outcome.held_at == (300.0,) and not outcome.at_budget
+    assert outcome.first_mean == pytest.approx(100 * (0.4 + 0.2 / 210 * 100 + 0.5 * 300 / 390) / 2)
+    assert "| H1 | `a` − `b` | L | trained tokens at 300 |" in (tmp_path / "leaderboard" / "hypotheses.md").read_text()
 
 
 def test_a_hypothesis_with_a_cost_refuses_a_run_that_did_not_record_it(tmp_path):

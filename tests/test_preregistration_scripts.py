@@ -93,3 +93,41 @@ def test_the_pilot_budget_is_where_the_median_run_first_reaches_the_threshold(tm
     assert "**Budget: 15 train_cpu_s** (the median reaches 50 % first at 15)" in printed
     assert pilot.main([str(tmp_path), "--step", "5", "--threshold", "0.95"]) == 0
     assert "never reaches 95 %: the pilot budget, 20" in capsys.readouterr().out
+
+
+def _token_run(folder, method, seed, points, overshoot):
+    run = folder / "runs" / f"lvl__{method}__seed{seed}"
+    run.mkdir(parents=True)
+    (run / "curve.jsonl").write_text("".join(json.dumps({"decisions": 10 * i, "success": s}) + "\n"
+                                             for i, (_, s) in enumerate(points)))
+    (run / "cost.jsonl").write_text("".join(json.dumps({"iteration": i, "decisions": 10 * i, "trained_tokens": t,
+                                                        "success": s}) + "\n" for i, (t, s) in enumerate(points)))
+    write_record(folder, ResultRecord(method=method, method_kind="rl", env_id="ptgpo/BabyAI-v0", env_label="lvl",
+                                      seed=seed, status="ok", final_success=points[-1][1], budget=400,
+                                      budget_unit="trained_tokens", budget_overshoot=overshoot,
+                                      trained_tokens=int(points[-1][0]), decisions=10 * (len(points) - 1),
+                                      curve_path=f"runs/lvl__{method}__seed{seed}/curve.jsonl"))
+
+
+def test_a_family_with_a_hypothesis_read_on_the_curves_is_checked_where_it_can_be(tmp_path, capsys):
+    from ptgpo_harness.cli import main
+
+    for seed, (a, b, c) in enumerate([(0.8, 0.3, 0.5), (0.7, 0.4, 0.6), (0.9, 0.2, 0.4)]):
+        _token_run(tmp_path, "a", seed, [(0, 0.0), (200, a / 2), (410, a)], 10.0)
+        _token_run(tmp_path, "b", seed, [(0, 0.0), (200, b / 2), (395, b)], -5.0)
+        # c's last seed was stopped by a guard at 300 tokens: H2 is read on the curves.
+        _token_run(tmp_path, "c", seed, [(0, 0.0), (200, c / 2), (300 if seed == 2 else 402, c)],
+                   None if seed == 2 else 2.0)
+    (tmp_path / "hypotheses.yaml").write_text(yaml.safe_dump({"alpha": 0.05, "hypotheses": [
+        {"name": "H1", "first": "a", "second": "b", "levels": ["lvl"], "cost": "trained_tokens"},
+        {"name": "H2", "first": "a", "second": "c", "levels": ["lvl"], "cost": "trained_tokens"}]}))
+    recompute = _script("recompute_hypotheses")
+    with pytest.raises(SystemExit, match="H2: not every run was stopped by a budget in trained_tokens"):
+        recompute.main([str(tmp_path)])
+    assert main(["leaderboard", str(tmp_path), "--formats", "md,csv", "--keep-short-runs"]) == 0
+    capsys.readouterr()
+    assert recompute.main([str(tmp_path), "--compare"]) == 0
+    printed = capsys.readouterr().out
+    assert "| H2 | read on the curves (the leaderboard's p) |" in printed and "the leaderboard agrees" in printed
+    p1 = stats.ttest_ind([80.0, 70.0, 90.0], [30.0, 40.0, 20.0], equal_var=False).pvalue
+    assert f"| {p1:.4f} |" in next(line for line in printed.splitlines() if line.startswith("| H1 |"))

@@ -41,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "of the smallest (default: 0.02)",
     )
     parser.add_argument(
+        "--keep-short-runs",
+        action="store_true",
+        help="build the tables although RL runs of an iteration or cost budget stopped before it (a guard "
+        "such as run.iterations stopped them): they are listed under the table, and a hypothesis on their "
+        "column is read on the learning curves (default: refuse them, naming the files)",
+    )
+    parser.add_argument(
         "--hypotheses",
         default=None,
         metavar="YAML|none",
@@ -66,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         formats, out_dir = _formats(args), _out_dir(args)
         reported, preregistration = _reported(args), _preregistration(args)
-        board = build_leaderboard(args.results_dirs, reported, _reference(args), _tolerance(args))
+        board = build_leaderboard(args.results_dirs, reported, _reference(args), _tolerance(args),
+                                  args.keep_short_runs)
         outcomes = None if preregistration is None else decide(
             [item for folder in args.results_dirs for item in read_records_with_paths(folder)[0]], preregistration)
     except (OSError, ValueError) as error:  # every refusal above names the flag or the file
