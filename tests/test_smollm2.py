@@ -174,6 +174,21 @@ def test_train_with_lora_then_evaluate_from_the_command_line(folder, tmp_path, c
 
 
 @pytest.mark.slow
+def test_the_first_answers_script_records_what_the_model_writes(folder, tmp_path):
+    from test_scripts import _script
+
+    out = tmp_path / "answers.json"
+    assert _script("first_answers").main(["--envs", "frozenlake", "--max-new-tokens", "4", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["env"], r["max_new_tokens"], r["greedy"]) for r in rows] == [("frozenlake", 4, True),
+                                                                            ("frozenlake", 4, False)]
+    for row in rows:
+        parsed = parse_response(row["text"])
+        assert 1 <= row["tokens"] <= 4 and (row["action"], row["error"]) == (parsed.action, parsed.error)
+        assert row["has_action_tag"] == ("<action>" in row["text"].lower())
+
+
+@pytest.mark.slow
 def test_the_speed_benchmark_runs_at_a_toy_size(folder, tmp_path):
     import importlib.util
     import sys
