@@ -98,9 +98,7 @@ from leaderboard.checks import check_records, short_runs, spent_text
 from leaderboard.protocols import MARK, column_key, measured_protocol, reported_protocol
 from leaderboard.records import RecordProblem, ResultRecord, read_input, read_records_with_paths
 from leaderboard.reported import ReportedResults, ReportedSource
-from leaderboard.audit import (
-    OVERLAP_MARK, commit_note, commits, compute_means, invalid_rate_mean, overlap_mean, provenance,
-)
+from leaderboard.audit import OVERLAP_MARK, commit_note, commits, compute_means, field_mean, provenance
 from leaderboard.inference import (
     Welch,
     holm,
@@ -230,7 +228,7 @@ def _set_audit(row: Row, records: list[ResultRecord]) -> None:
     for env in dict.fromkeys(r.env_label for r in records):
         mine = [r for r in records if r.env_label == env]
         row.compute[env] = compute_means(mine)
-        overlap, invalid_rate = overlap_mean(mine), invalid_rate_mean(mine)
+        overlap, invalid_rate = field_mean(mine, "eval_overlap"), field_mean(mine, "eval_invalid_rate")
         for column, cell in row.cells.items():
             if column.env_label == env:
                 cell.overlap, cell.invalid_rate = overlap, invalid_rate

@@ -27,8 +27,7 @@ from datetime import datetime, timezone
 
 from leaderboard.records import ResultRecord
 
-__all__ = ["COMPUTE_FIELDS", "OVERLAP_MARK", "commit_note", "commits", "compute_means", "invalid_rate_mean", "overlap_mean",
-           "provenance"]
+__all__ = ["COMPUTE_FIELDS", "OVERLAP_MARK", "commit_note", "commits", "compute_means", "field_mean", "provenance"]
 
 COMPUTE_FIELDS = ("decisions", "episodes", "trained_tokens", "cpu_time_s")
 OVERLAP_MARK = "§"
@@ -36,25 +35,15 @@ OVERLAP_MARK = "§"
 UNRECORDED = "not recorded"
 
 
+def field_mean(records: Sequence[ResultRecord], name: str) -> float | None:
+    """The mean of the record field ``name`` over ``records`` (None unless every record has it)."""
+    values = [getattr(record, name) for record in records]
+    return math.fsum(values) / len(values) if values and None not in values else None
+
+
 def compute_means(records: Sequence[ResultRecord]) -> dict[str, float | None]:
     """Each :data:`COMPUTE_FIELDS` figure's mean over ``records`` (None unless every record has it)."""
-    means: dict[str, float | None] = {}
-    for name in COMPUTE_FIELDS:
-        values = [getattr(record, name) for record in records]
-        means[name] = math.fsum(values) / len(values) if values and None not in values else None
-    return means
-
-
-def overlap_mean(records: Sequence[ResultRecord]) -> float | None:
-    """The mean ``eval_overlap`` of ``records`` (None unless every record measured it)."""
-    values = [record.eval_overlap for record in records]
-    return math.fsum(values) / len(values) if values and None not in values else None
-
-
-def invalid_rate_mean(records: Sequence[ResultRecord]) -> float | None:
-    """The mean ``eval_invalid_rate`` of ``records`` (None unless every record measured it)."""
-    values = [record.eval_invalid_rate for record in records]
-    return math.fsum(values) / len(values) if values and None not in values else None
+    return {name: field_mean(records, name) for name in COMPUTE_FIELDS}
 
 
 def _commit(record: ResultRecord) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from leaderboard.board import DECISIONS_TOLERANCE, LeaderboardError
 from leaderboard.records import RecordProblem, ResultRecord
 
-__all__ = ["check_records", "short_runs"]
+__all__ = ["check_records", "short_runs", "spent_text"]
 
 def _files(items: Iterable[tuple[Path, ResultRecord]]) -> str:
     return ", ".join(sorted(p.name for p, _ in items))

@@ -120,13 +120,10 @@ def leaderboard_rows(folder: Path) -> dict[str, dict[str, str]] | None:
     return {row["name"]: row for row in csv.DictReader(path.open())} if path.is_file() else None
 
 
-def compare(folder: Path, results: list[dict]) -> list[str]:
-    """Where the leaderboard's hypotheses.csv disagrees with ``results`` beyond its printed precision
+def compare(rows: dict[str, dict[str, str]], results: list[dict]) -> list[str]:
+    """Where the leaderboard's hypotheses.csv ``rows`` disagree with ``results`` beyond its printed precision
     (four decimals of a percentage point; six significant digits of a p value); of a hypothesis read on
     the curves only the Holm p is compared."""
-    rows = leaderboard_rows(folder)
-    if rows is None:
-        return [f"{folder / 'leaderboard' / 'hypotheses.csv'}: missing (run ptgpo leaderboard {folder} first)"]
     problems = []
     for result in results:
         row = rows.get(result["name"])
@@ -151,9 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     hypotheses = args.hypotheses or args.folder / "hypotheses.yaml"
     if not hypotheses.is_file():
         parser.error(f"{hypotheses}: no such file (--hypotheses names another)")
-    curve_p = None
-    if args.compare and (rows := leaderboard_rows(args.folder)) is not None:
-        curve_p = {name: float(row["p"]) for name, row in rows.items() if row.get("p")}
+    rows = leaderboard_rows(args.folder) if args.compare else None
+    curve_p = None if rows is None else {name: float(row["p"]) for name, row in rows.items() if row.get("p")}
     results, alpha = recompute(args.folder, hypotheses, curve_p)
     print("| | effect [95 % CI] | df | p | Holm p | decision |\n|---|---|---:|---:|---:|---|")
     for r in results:
@@ -164,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['name']} | {r['difference']:+.1f} [{r['low']:+.1f}, {r['high']:+.1f}] | {r['df']:.1f} | "
               f"{r['p']:.4f} | {r['holm_p']:.4f} | {decision} |")
     if args.compare:
-        problems = compare(args.folder, results)
+        missing = f"{args.folder / 'leaderboard' / 'hypotheses.csv'}: missing (run ptgpo leaderboard {args.folder} first)"
+        problems = [missing] if rows is None else compare(rows, results)
         for problem in problems:
             print(problem, file=sys.stderr)
         print("the leaderboard agrees" if not problems else f"{len(problems)} disagreement(s)")
